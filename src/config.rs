@@ -1,0 +1,289 @@
+//! YAML configuration: keys, defaults and validation. Keys follow the upstream
+//! Symbolicator where the concept is the same, so an existing self-hosted config file
+//! works unchanged; keys omnisym does not know are accepted with a warning naming them.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::fetch::FetchConfig;
+use crate::sources::SourceConfig;
+
+/// Accepts `1h`, `7d`, `1w`, `250ms` (humantime syntax) or a number of seconds.
+pub(crate) fn deserialize_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Secs(u64),
+        Text(String),
+    }
+    match Raw::deserialize(d)? {
+        Raw::Secs(secs) => Ok(Duration::from_secs(secs)),
+        Raw::Text(text) => humantime::parse_duration(text.trim()).map_err(|err| {
+            serde::de::Error::custom(format_args!("invalid duration {text:?}: {err}"))
+        }),
+    }
+}
+
+/// Lifetime rules of one family of cache files (see `docs/caching.md`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default)]
+pub struct CacheConfig {
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub max_unused_for: Duration,
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub retry_misses_after: Duration,
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub retry_malformed_after: Duration,
+    /// Transient failures (timeouts, 5xx) are remembered only this long, so a flapping
+    /// symbol server is not hammered, yet recovers quickly.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub retry_errors_after: Duration,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            max_unused_for: Duration::from_secs(7 * 24 * 3600),
+            retry_misses_after: Duration::from_secs(3600),
+            retry_malformed_after: Duration::from_secs(24 * 3600),
+            retry_errors_after: Duration::from_secs(60),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default)]
+pub struct InMemoryConfig {
+    /// Bytes of parsed cache items (SymCaches, object metadata) kept in memory. The items
+    /// are memory-mapped, so this bounds address space and page cache pressure, not heap.
+    pub capacity: u64,
+}
+
+impl Default for InMemoryConfig {
+    fn default() -> Self {
+        InMemoryConfig {
+            capacity: 2 * 1024 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct CachesConfig {
+    pub downloaded: CacheConfig,
+    pub derived: CacheConfig,
+    pub in_memory: InMemoryConfig,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Auto,
+    Pretty,
+    Simplified,
+    Json,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default)]
+pub struct LoggingConfig {
+    pub level: String,
+    pub format: LogFormat,
+}
+
+impl Default for LoggingConfig {
+    fn default() -> Self {
+        LoggingConfig {
+            level: "info".into(),
+            format: LogFormat::Auto,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    pub bind: SocketAddr,
+    pub cache_dir: PathBuf,
+    pub connect_to_reserved_ips: bool,
+    pub max_concurrent_requests: usize,
+    /// Largest JSON request body accepted, in bytes (larger: 413).
+    pub max_request_body_size: usize,
+    pub logging: LoggingConfig,
+    pub caches: CachesConfig,
+    /// Sources used when a request carries no `sources` key at all.
+    pub sources: Vec<SourceConfig>,
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub connect_timeout: Duration,
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub head_timeout: Duration,
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub streaming_timeout: Duration,
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub max_download_timeout: Duration,
+    /// Largest debug file downloaded, in bytes (compressed and decompressed).
+    pub max_download_size: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let fetch = FetchConfig::default();
+        Config {
+            bind: "127.0.0.1:3021".parse().expect("valid default address"),
+            cache_dir: PathBuf::from("omnisym-cache"),
+            connect_to_reserved_ips: false,
+            max_concurrent_requests: 200,
+            max_request_body_size: 5 * 1024 * 1024,
+            logging: LoggingConfig::default(),
+            caches: CachesConfig::default(),
+            sources: Vec::new(),
+            connect_timeout: fetch.connect_timeout,
+            head_timeout: fetch.head_timeout,
+            streaming_timeout: fetch.streaming_timeout,
+            max_download_timeout: fetch.max_download_timeout,
+            max_download_size: fetch.max_download_size,
+        }
+    }
+}
+
+/// A config that could not be used, with the key and line at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config{location}: key `{key}`: {message}")]
+    Invalid {
+        key: String,
+        location: String,
+        message: String,
+    },
+    #[error("invalid config: {0}")]
+    Semantic(String),
+}
+
+impl Config {
+    /// Parses YAML; returns the config and the keys that were ignored, so the caller
+    /// can warn once logging is set up.
+    pub fn from_yaml(text: &str) -> Result<(Config, Vec<String>), ConfigError> {
+        if text.trim().is_empty() {
+            return Ok((Config::default(), Vec::new()));
+        }
+        let mut ignored = Vec::new();
+        let de = serde_yaml::Deserializer::from_str(text);
+        let mut on_ignored = |path: serde_ignored::Path<'_>| ignored.push(path.to_string());
+        let de = serde_ignored::Deserializer::new(de, &mut on_ignored);
+        let config: Config = serde_path_to_error::deserialize(de).map_err(|err| {
+            let key = err.path().to_string();
+            let inner = err.into_inner();
+            let location = inner
+                .location()
+                .map(|l| format!(" at line {}, column {}", l.line(), l.column()))
+                .unwrap_or_default();
+            ConfigError::Invalid {
+                key,
+                location,
+                message: strip_location(&inner.to_string()),
+            }
+        })?;
+        config.validate()?;
+        Ok((config, ignored))
+    }
+
+    pub fn from_file(path: &Path) -> Result<(Config, Vec<String>), ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_yaml(&text)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_concurrent_requests == 0 {
+            return Err(ConfigError::Semantic(
+                "max_concurrent_requests must be at least 1".into(),
+            ));
+        }
+        let mut ids = std::collections::HashSet::new();
+        for source in &self.sources {
+            if !ids.insert(source.id().to_string()) {
+                return Err(ConfigError::Semantic(format!(
+                    "sources: duplicate source id `{}`",
+                    source.id()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn fetch_config(&self) -> FetchConfig {
+        FetchConfig {
+            connect_timeout: self.connect_timeout,
+            head_timeout: self.head_timeout,
+            streaming_timeout: self.streaming_timeout,
+            max_download_timeout: self.max_download_timeout,
+            max_download_size: self.max_download_size,
+            connect_to_reserved_ips: self.connect_to_reserved_ips,
+            ..FetchConfig::default()
+        }
+    }
+}
+
+/// serde_yaml appends "at line X column Y" itself; we report the location separately.
+fn strip_location(message: &str) -> String {
+    match message.find(" at line ") {
+        Some(idx) => message[..idx].to_string(),
+        None => message.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_config_is_default() {
+        let (config, ignored) = Config::from_yaml("").unwrap();
+        assert_eq!(config.bind.port(), 3021);
+        assert_eq!(config.max_concurrent_requests, 200);
+        assert!(ignored.is_empty());
+    }
+
+    #[test]
+    fn upstream_keys_and_durations() {
+        let yaml = "bind: 0.0.0.0:3021\ncache_dir: /data\nsentry_dsn: https://x@y/1\ncaches:\n  downloaded:\n    max_unused_for: 1w\n    retry_misses_after: 5m\n  derived:\n    retry_malformed_after: 3600\n";
+        let (config, ignored) = Config::from_yaml(yaml).unwrap();
+        assert_eq!(ignored, vec!["sentry_dsn".to_string()]);
+        assert_eq!(
+            config.caches.downloaded.max_unused_for,
+            Duration::from_secs(7 * 86400)
+        );
+        assert_eq!(
+            config.caches.downloaded.retry_misses_after,
+            Duration::from_secs(300)
+        );
+        assert_eq!(
+            config.caches.derived.retry_malformed_after,
+            Duration::from_secs(3600)
+        );
+    }
+
+    #[test]
+    fn wrong_type_names_key_and_line() {
+        let yaml = "bind: 127.0.0.1:1\ncaches:\n  derived:\n    max_unused_for: soon\n";
+        let err = Config::from_yaml(yaml).unwrap_err().to_string();
+        assert!(err.contains("caches.derived.max_unused_for"), "{err}");
+        assert!(err.contains("line 4"), "{err}");
+
+        let err = Config::from_yaml("max_concurrent_requests: many\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("max_concurrent_requests"), "{err}");
+    }
+}

@@ -1,0 +1,214 @@
+//! Classification of addresses a source download must not reach.
+//!
+//! Sources come from untrusted symbolication requests, so without this a request could
+//! make the server fetch from its own network (cloud metadata endpoints, admin APIs).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use url::{Host, Url};
+
+/// IPv4 blocks that are not reachable public unicast. Upstream's list, plus TEST-NET-3,
+/// and the whole of 192.0.0.0/24 rather than its /29: the few anycast services in that
+/// block are never symbol servers.
+const RESERVED_V4: &[(Ipv4Addr, u8)] = &[
+    (Ipv4Addr::new(0, 0, 0, 0), 8), // "this network", includes unspecified
+    (Ipv4Addr::new(10, 0, 0, 0), 8), // private
+    (Ipv4Addr::new(100, 64, 0, 0), 10), // carrier-grade NAT
+    (Ipv4Addr::new(127, 0, 0, 0), 8), // loopback
+    (Ipv4Addr::new(169, 254, 0, 0), 16), // link-local, cloud metadata
+    (Ipv4Addr::new(172, 16, 0, 0), 12), // private
+    (Ipv4Addr::new(192, 0, 0, 0), 24), // IETF protocol assignments
+    (Ipv4Addr::new(192, 0, 2, 0), 24), // TEST-NET-1
+    (Ipv4Addr::new(192, 88, 99, 0), 24), // 6to4 relay anycast
+    (Ipv4Addr::new(192, 168, 0, 0), 16), // private
+    (Ipv4Addr::new(198, 18, 0, 0), 15), // benchmarking
+    (Ipv4Addr::new(198, 51, 100, 0), 24), // TEST-NET-2
+    (Ipv4Addr::new(203, 0, 113, 0), 24), // TEST-NET-3
+    (Ipv4Addr::new(224, 0, 0, 0), 4), // multicast
+    (Ipv4Addr::new(240, 0, 0, 0), 4), // reserved, includes broadcast
+];
+
+/// Reserved blocks inside 2000::/3, the only IPv6 range with public unicast hosts.
+const RESERVED_V6_IN_GLOBAL: &[(Ipv6Addr, u8)] = &[
+    (Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0), 23), // IETF protocol assignments, Teredo
+    (Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0), 32), // documentation
+    (Ipv6Addr::new(0x3fff, 0, 0, 0, 0, 0, 0, 0), 20), // documentation (RFC 9637)
+];
+
+fn v4_in(ip: Ipv4Addr, net: Ipv4Addr, prefix: u8) -> bool {
+    let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+    u32::from(ip) & mask == u32::from(net) & mask
+}
+
+fn v6_in(ip: Ipv6Addr, net: Ipv6Addr, prefix: u8) -> bool {
+    let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+    u128::from(ip) & mask == u128::from(net) & mask
+}
+
+/// Whether `ip` is in a reserved, private, loopback, link-local, multicast or otherwise
+/// non-public range that downloads must not connect to.
+pub fn is_reserved_ip(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => is_reserved_v4(v4),
+        IpAddr::V6(v6) => is_reserved_v6(v6),
+    }
+}
+
+fn is_reserved_v4(ip: Ipv4Addr) -> bool {
+    RESERVED_V4
+        .iter()
+        .any(|&(net, prefix)| v4_in(ip, net, prefix))
+}
+
+fn is_reserved_v6(ip: Ipv6Addr) -> bool {
+    // Forms that carry an IPv4 address reach that address (the kernel for mapped ones,
+    // a translator for NAT64 and 6to4), so they are judged by it.
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return is_reserved_v4(v4);
+    }
+    let bits = u128::from(ip);
+    if v6_in(ip, Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0), 96) {
+        return is_reserved_v4(Ipv4Addr::from(bits as u32));
+    }
+    if v6_in(ip, Ipv6Addr::new(0x2002, 0, 0, 0, 0, 0, 0, 0), 16) {
+        return is_reserved_v4(Ipv4Addr::from((bits >> 80) as u32));
+    }
+    // Allow-listing global unicast covers loopback, unspecified, IPv4-compatible,
+    // discard, ULA, link-local, site-local and multicast in one go.
+    if !v6_in(ip, Ipv6Addr::new(0x2000, 0, 0, 0, 0, 0, 0, 0), 3) {
+        return true;
+    }
+    RESERVED_V6_IN_GLOBAL
+        .iter()
+        .any(|&(net, prefix)| v6_in(ip, net, prefix))
+}
+
+/// Whether the URL's host is an IP literal in a reserved range.
+///
+/// HTTP clients connect to IP literals without asking the resolver, so the resolver
+/// filter alone would miss them.
+pub(super) fn url_has_reserved_ip_host(url: &Url) -> bool {
+    match url.host() {
+        Some(Host::Ipv4(ip)) => is_reserved_v4(ip),
+        Some(Host::Ipv6(ip)) => is_reserved_v6(ip),
+        Some(Host::Domain(_)) | None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reserved(s: &str) -> bool {
+        is_reserved_ip(s.parse().unwrap())
+    }
+
+    #[test]
+    fn ipv4_reserved_ranges() {
+        for ip in [
+            "0.0.0.0",
+            "0.1.2.3",
+            "10.0.0.1",
+            "10.255.255.255",
+            "100.64.0.1",
+            "100.127.255.254",
+            "127.0.0.1",
+            "127.255.0.1",
+            "169.254.169.254",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.0.0.1",
+            "192.0.2.10",
+            "192.88.99.1",
+            "192.168.1.1",
+            "198.18.0.1",
+            "198.19.255.255",
+            "198.51.100.7",
+            "203.0.113.9",
+            "224.0.0.1",
+            "239.255.255.250",
+            "240.0.0.1",
+            "255.255.255.255",
+        ] {
+            assert!(reserved(ip), "{ip} should be reserved");
+        }
+    }
+
+    #[test]
+    fn ipv4_public() {
+        for ip in [
+            "1.1.1.1",
+            "8.8.8.8",
+            "100.63.255.255",
+            "100.128.0.0",
+            "172.15.255.255",
+            "172.32.0.0",
+            "192.0.3.1",
+            "192.169.0.1",
+            "198.20.0.1",
+            "223.255.255.255",
+            "151.101.1.69",
+        ] {
+            assert!(!reserved(ip), "{ip} should be public");
+        }
+    }
+
+    #[test]
+    fn ipv6_reserved_ranges() {
+        for ip in [
+            "::",
+            "::1",
+            "::127.0.0.1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.1.2.3",
+            "::ffff:169.254.169.254",
+            "64:ff9b::7f00:1",
+            "64:ff9b::a00:1",
+            "64:ff9b:1::1",
+            "100::1",
+            "2001::1",
+            "2001:db8::1",
+            "2002:7f00:1::",
+            "2002:c0a8:101::1",
+            "3fff::1",
+            "fc00::1",
+            "fd12:3456::1",
+            "fe80::1",
+            "febf::1",
+            "fec0::1",
+            "ff02::1",
+            "ff0e::1",
+        ] {
+            assert!(reserved(ip), "{ip} should be reserved");
+        }
+    }
+
+    #[test]
+    fn ipv6_public() {
+        for ip in [
+            "2606:4700:4700::1111",
+            "2a00:1450:4001:80b::200e",
+            "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+            "2400:cb00::1",
+        ] {
+            assert!(!reserved(ip), "{ip} should be public");
+        }
+    }
+
+    #[test]
+    fn url_literals() {
+        let check = |s: &str| url_has_reserved_ip_host(&Url::parse(s).unwrap());
+        assert!(check("http://127.0.0.1:8080/x"));
+        assert!(check("http://[::1]/x"));
+        assert!(check("http://[::ffff:7f00:1]/x"));
+        // The URL parser normalises these spellings of 127.0.0.1 to an IPv4 host.
+        assert!(check("http://2130706433/x"));
+        assert!(check("http://0x7f.1/x"));
+        assert!(check("https://169.254.169.254/latest/meta-data"));
+        assert!(!check("http://8.8.8.8/x"));
+        // Names are left to the filtering resolver.
+        assert!(!check("http://localhost/x"));
+    }
+}

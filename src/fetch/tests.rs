@@ -1,0 +1,493 @@
+//! End-to-end tests against a real HTTP server on loopback and real files.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::get;
+use bytes::Bytes;
+use tempfile::NamedTempFile;
+use url::Url;
+
+use super::{Downloader, FetchConfig, is_too_large};
+use crate::cache::CacheError;
+
+#[derive(Clone, Default)]
+struct Hits(Arc<AtomicUsize>);
+
+fn size_param(params: &BTreeMap<String, String>) -> usize {
+    params.get("n").and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+fn chunked(total: usize, chunk: usize) -> Body {
+    let chunks = (0..total.div_ceil(chunk)).map(move |i| {
+        let len = chunk.min(total - i * chunk);
+        Ok::<_, Infallible>(Bytes::from(vec![b'x'; len]))
+    });
+    Body::from_stream(futures::stream::iter(chunks))
+}
+
+async fn start_server() -> (SocketAddr, Hits) {
+    let hits = Hits::default();
+    let app =
+        Router::new()
+            .route("/hello", get(|| async { "hello world\n" }))
+            .route("/missing", get(|| async { StatusCode::NOT_FOUND }))
+            .route("/gone", get(|| async { StatusCode::GONE }))
+            .route("/forbidden", get(|| async { StatusCode::FORBIDDEN }))
+            .route("/unauthorized", get(|| async { StatusCode::UNAUTHORIZED }))
+            .route(
+                "/error",
+                get(|State(hits): State<Hits>| async move {
+                    hits.0.fetch_add(1, Ordering::SeqCst);
+                    StatusCode::INTERNAL_SERVER_ERROR
+                }),
+            )
+            .route(
+                "/slow-head",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    "late"
+                }),
+            )
+            .route(
+                "/stall",
+                get(|| async {
+                    let first =
+                        futures::stream::once(async { Ok::<_, Infallible>(Bytes::from("x")) });
+                    Body::from_stream(futures::StreamExt::chain(first, futures::stream::pending()))
+                }),
+            )
+            .route(
+                "/sized",
+                get(|Query(p): Query<BTreeMap<String, String>>| async move {
+                    vec![b'x'; size_param(&p)]
+                }),
+            )
+            .route(
+                "/chunked",
+                get(|Query(p): Query<BTreeMap<String, String>>| async move {
+                    chunked(size_param(&p), 1000)
+                }),
+            )
+            .route("/redirect", get(|| async { Redirect::permanent("/hello") }))
+            .route("/redirect-302", get(|| async { Redirect::to("/hello") }))
+            .route(
+                "/redirect-loop",
+                get(|| async { Redirect::to("/redirect-loop") }),
+            )
+            .route(
+                "/echo",
+                get(|headers: HeaderMap| async move {
+                    let get = |name: &str| {
+                        headers
+                            .get(name)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("-")
+                            .to_owned()
+                    };
+                    format!(
+                        "ua={} custom={} auth={}",
+                        get("user-agent"),
+                        get("x-custom"),
+                        get("authorization")
+                    )
+                }),
+            )
+            .route(
+                "/gzip-encoded",
+                get(|| async {
+                    let mut enc =
+                        flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+                    enc.write_all(b"decoded by the client").unwrap();
+                    Response::builder()
+                        .header(header::CONTENT_ENCODING, "gzip")
+                        .body(Body::from(enc.finish().unwrap()))
+                        .unwrap()
+                        .into_response()
+                }),
+            )
+            .with_state(hits.clone());
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, hits)
+}
+
+fn test_config() -> FetchConfig {
+    FetchConfig {
+        connect_timeout: Duration::from_secs(2),
+        head_timeout: Duration::from_millis(300),
+        max_download_timeout: Duration::from_secs(10),
+        // Every test server is on loopback.
+        connect_to_reserved_ips: true,
+        ..FetchConfig::default()
+    }
+}
+
+struct Dest {
+    temp: NamedTempFile,
+    file: tokio::fs::File,
+}
+
+impl Dest {
+    fn new() -> Self {
+        let temp = NamedTempFile::new().unwrap();
+        let file = tokio::fs::File::from_std(temp.reopen().unwrap());
+        Self { temp, file }
+    }
+
+    fn contents(&self) -> Vec<u8> {
+        std::fs::read(self.temp.path()).unwrap()
+    }
+}
+
+fn url(addr: SocketAddr, path: &str) -> Url {
+    Url::parse(&format!("http://{addr}{path}")).unwrap()
+}
+
+async fn fetch(config: FetchConfig, url: &Url) -> (Result<u64, CacheError>, Dest) {
+    fetch_with_headers(config, url, &BTreeMap::new()).await
+}
+
+async fn fetch_with_headers(
+    config: FetchConfig,
+    url: &Url,
+    headers: &BTreeMap<String, String>,
+) -> (Result<u64, CacheError>, Dest) {
+    let downloader = Downloader::new(config).unwrap();
+    let mut dest = Dest::new();
+    let result = downloader.download_http(url, headers, &mut dest.file).await;
+    (result, dest)
+}
+
+#[tokio::test]
+async fn ok_body_is_streamed_to_file() {
+    let (addr, _) = start_server().await;
+    let (result, dest) = fetch(test_config(), &url(addr, "/hello")).await;
+    assert_eq!(result, Ok(12));
+    assert_eq!(dest.contents(), b"hello world\n");
+}
+
+#[tokio::test]
+async fn destination_is_truncated_first() {
+    let (addr, _) = start_server().await;
+    let downloader = Downloader::new(test_config()).unwrap();
+    let mut dest = Dest::new();
+    dest.temp
+        .write_all(b"stale contents that are longer than the body")
+        .unwrap();
+    let result = downloader
+        .download_http(&url(addr, "/hello"), &BTreeMap::new(), &mut dest.file)
+        .await;
+    assert_eq!(result, Ok(12));
+    assert_eq!(dest.contents(), b"hello world\n");
+}
+
+#[tokio::test]
+async fn large_chunked_body_is_complete() {
+    let (addr, _) = start_server().await;
+    let (result, dest) = fetch(test_config(), &url(addr, "/chunked?n=2500000")).await;
+    assert_eq!(result, Ok(2_500_000));
+    assert_eq!(dest.contents().len(), 2_500_000);
+}
+
+#[tokio::test]
+async fn client_errors_are_not_found() {
+    let (addr, _) = start_server().await;
+    for path in ["/missing", "/gone", "/no-such-route"] {
+        let (result, _) = fetch(test_config(), &url(addr, path)).await;
+        assert_eq!(result, Err(CacheError::NotFound), "{path}");
+    }
+}
+
+#[tokio::test]
+async fn auth_errors_are_permission_denied() {
+    let (addr, _) = start_server().await;
+    let (result, _) = fetch(test_config(), &url(addr, "/forbidden")).await;
+    assert_eq!(
+        result,
+        Err(CacheError::PermissionDenied("403 Forbidden".into()))
+    );
+    let (result, _) = fetch(test_config(), &url(addr, "/unauthorized")).await;
+    assert_eq!(
+        result,
+        Err(CacheError::PermissionDenied("401 Unauthorized".into()))
+    );
+}
+
+#[tokio::test]
+async fn server_errors_are_download_errors_after_retries() {
+    let (addr, hits) = start_server().await;
+    let (result, _) = fetch(test_config(), &url(addr, "/error")).await;
+    assert_eq!(
+        result,
+        Err(CacheError::DownloadError(
+            "500 Internal Server Error".into()
+        ))
+    );
+    assert_eq!(hits.0.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn slow_headers_time_out() {
+    let (addr, _) = start_server().await;
+    let started = std::time::Instant::now();
+    let (result, _) = fetch(test_config(), &url(addr, "/slow-head")).await;
+    assert_eq!(result, Err(CacheError::Timeout(Duration::from_millis(300))));
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn stalled_body_hits_the_overall_timeout() {
+    let (addr, _) = start_server().await;
+    let config = FetchConfig {
+        max_download_timeout: Duration::from_millis(500),
+        ..test_config()
+    };
+    let (result, _) = fetch(config, &url(addr, "/stall")).await;
+    assert_eq!(result, Err(CacheError::Timeout(Duration::from_millis(500))));
+}
+
+#[tokio::test]
+async fn oversized_body_with_content_length_is_too_large() {
+    let (addr, _) = start_server().await;
+    let config = FetchConfig {
+        max_download_size: 5000,
+        ..test_config()
+    };
+    let (result, _) = fetch(config.clone(), &url(addr, "/sized?n=5001")).await;
+    let err = result.unwrap_err();
+    assert!(is_too_large(&err), "{err:?}");
+    assert!(err.to_string().contains("Content-Length"), "{err}");
+
+    let (result, dest) = fetch(config, &url(addr, "/sized?n=5000")).await;
+    assert_eq!(result, Ok(5000));
+    assert_eq!(dest.contents().len(), 5000);
+}
+
+#[tokio::test]
+async fn oversized_body_without_content_length_is_too_large() {
+    let (addr, _) = start_server().await;
+    let config = FetchConfig {
+        max_download_size: 5000,
+        ..test_config()
+    };
+    let (result, _) = fetch(config.clone(), &url(addr, "/chunked?n=5500")).await;
+    let err = result.unwrap_err();
+    assert!(is_too_large(&err), "{err:?}");
+    assert!(!err.to_string().contains("Content-Length"), "{err}");
+
+    let (result, _) = fetch(config, &url(addr, "/chunked?n=5000")).await;
+    assert_eq!(result, Ok(5000));
+}
+
+#[tokio::test]
+async fn redirects_are_followed() {
+    let (addr, _) = start_server().await;
+    for path in ["/redirect", "/redirect-302"] {
+        let (result, dest) = fetch(test_config(), &url(addr, path)).await;
+        assert_eq!(result, Ok(12), "{path}");
+        assert_eq!(dest.contents(), b"hello world\n");
+    }
+}
+
+#[tokio::test]
+async fn redirect_loops_are_cut_off() {
+    let (addr, _) = start_server().await;
+    let (result, _) = fetch(test_config(), &url(addr, "/redirect-loop")).await;
+    assert_eq!(
+        result,
+        Err(CacheError::DownloadError("too many redirects".into()))
+    );
+}
+
+#[tokio::test]
+async fn user_agent_and_source_headers_are_sent() {
+    let (addr, _) = start_server().await;
+    let headers = BTreeMap::from([
+        ("X-Custom".to_owned(), "secret-value".to_owned()),
+        ("Bad Header Name".to_owned(), "ignored".to_owned()),
+    ]);
+    let (result, dest) = fetch_with_headers(test_config(), &url(addr, "/echo"), &headers).await;
+    result.unwrap();
+    let body = String::from_utf8(dest.contents()).unwrap();
+    let ua = concat!("omnisym/", env!("CARGO_PKG_VERSION"));
+    assert_eq!(body, format!("ua={ua} custom=secret-value auth=-"));
+}
+
+#[tokio::test]
+async fn url_userinfo_becomes_basic_auth() {
+    let (addr, _) = start_server().await;
+    let url = Url::parse(&format!("http://user:pass@{addr}/echo")).unwrap();
+    let (result, dest) = fetch(test_config(), &url).await;
+    result.unwrap();
+    let body = String::from_utf8(dest.contents()).unwrap();
+    assert!(body.ends_with("auth=Basic dXNlcjpwYXNz"), "{body}");
+}
+
+#[tokio::test]
+async fn content_encoding_is_decoded() {
+    let (addr, _) = start_server().await;
+    let (result, dest) = fetch(test_config(), &url(addr, "/gzip-encoded")).await;
+    result.unwrap();
+    assert_eq!(dest.contents(), b"decoded by the client");
+}
+
+#[tokio::test]
+async fn loopback_literal_is_refused() {
+    let (addr, _) = start_server().await;
+    let config = FetchConfig {
+        connect_to_reserved_ips: false,
+        ..test_config()
+    };
+    for host in [addr.to_string(), format!("[::1]:{}", addr.port())] {
+        let url = Url::parse(&format!("http://{host}/hello")).unwrap();
+        let (result, _) = fetch(config.clone(), &url).await;
+        let err = result.unwrap_err();
+        assert!(
+            matches!(&err, CacheError::DownloadError(msg) if msg.contains("reserved IP")),
+            "{host}: {err:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn loopback_name_is_refused_after_resolution() {
+    let (addr, hits) = start_server().await;
+    let config = FetchConfig {
+        connect_to_reserved_ips: false,
+        ..test_config()
+    };
+    let url = Url::parse(&format!("http://localhost:{}/error", addr.port())).unwrap();
+    let (result, _) = fetch(config, &url).await;
+    let err = result.unwrap_err();
+    assert!(
+        matches!(&err, CacheError::DownloadError(msg) if msg.contains("reserved IP")),
+        "{err:?}"
+    );
+    assert_eq!(
+        hits.0.load(Ordering::SeqCst),
+        0,
+        "server must not be reached"
+    );
+}
+
+#[tokio::test]
+async fn loopback_name_is_allowed_when_configured() {
+    let (addr, _) = start_server().await;
+    let url = Url::parse(&format!("http://localhost:{}/hello", addr.port())).unwrap();
+    let (result, _) = fetch(test_config(), &url).await;
+    assert_eq!(result, Ok(12));
+}
+
+#[tokio::test]
+async fn errors_do_not_leak_url_secrets() {
+    // A port nobody listens on: bind, note the port, release it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = Url::parse(&format!(
+        "http://user:hunter2@127.0.0.1:{port}/file?token=s3cr3t"
+    ))
+    .unwrap();
+    let (result, _) = fetch(test_config(), &url).await;
+    let err = result.unwrap_err();
+    let text = format!("{err} {err:?}");
+    assert!(matches!(err, CacheError::DownloadError(_)), "{text}");
+    assert!(
+        !text.contains("s3cr3t") && !text.contains("hunter2"),
+        "{text}"
+    );
+    assert_eq!(
+        super::redact_url(&url),
+        format!("http://127.0.0.1:{port}/file")
+    );
+}
+
+#[tokio::test]
+async fn copy_file_copies() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("file.pdb");
+    std::fs::write(&src, b"local symbols").unwrap();
+    let downloader = Downloader::new(test_config()).unwrap();
+    let mut dest = Dest::new();
+    assert_eq!(downloader.copy_file(&src, &mut dest.file).await, Ok(13));
+    assert_eq!(dest.contents(), b"local symbols");
+}
+
+#[tokio::test]
+async fn copy_file_missing_or_directory_is_not_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let downloader = Downloader::new(test_config()).unwrap();
+    let mut dest = Dest::new();
+    for src in [
+        dir.path().join("nope"),
+        dir.path().join("nope/deeper"),
+        dir.path().to_owned(),
+    ] {
+        assert_eq!(
+            downloader.copy_file(&src, &mut dest.file).await,
+            Err(CacheError::NotFound),
+            "{}",
+            src.display()
+        );
+    }
+}
+
+#[tokio::test]
+async fn copy_file_unreadable_is_permission_denied() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("secret.pdb");
+    std::fs::write(&src, b"x").unwrap();
+    std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o000)).unwrap();
+    if std::fs::File::open(&src).is_ok() {
+        // Root ignores file modes; there is nothing to observe.
+        return;
+    }
+    let downloader = Downloader::new(test_config()).unwrap();
+    let mut dest = Dest::new();
+    let result = downloader.copy_file(&src, &mut dest.file).await;
+    assert!(
+        matches!(result, Err(CacheError::PermissionDenied(_))),
+        "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn copy_file_over_limit_is_too_large() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("big.pdb");
+    std::fs::write(&src, vec![0u8; 100]).unwrap();
+    let downloader = Downloader::new(FetchConfig {
+        max_download_size: 99,
+        ..test_config()
+    })
+    .unwrap();
+    let mut dest = Dest::new();
+    let err = downloader
+        .copy_file(&src, &mut dest.file)
+        .await
+        .unwrap_err();
+    assert!(is_too_large(&err), "{err:?}");
+}
+
+#[test]
+fn downloader_is_cheap_shared_state() {
+    fn assert_send_sync<T: Send + Sync + Clone>() {}
+    assert_send_sync::<Downloader>();
+}

@@ -1,0 +1,98 @@
+//! The `omnisym` command line: `run` serves the HTTP API.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+use omnisym::config::{Config, LogFormat};
+use omnisym::server::{AppState, router};
+
+#[derive(Parser)]
+#[command(
+    name = "omnisym",
+    version,
+    about = "Symbolication server for every platform"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API.
+    Run {
+        /// YAML config file; without one, the embedded defaults apply.
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
+}
+
+fn init_logging(config: &Config) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.logging.level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match config.logging.format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Simplified => builder.compact().without_time().init(),
+        LogFormat::Pretty | LogFormat::Auto => builder.init(),
+    }
+}
+
+fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Config> {
+    let (config, ignored) = match path {
+        Some(path) => Config::from_file(path)?,
+        None => Config::from_yaml("")?,
+    };
+    init_logging(&config);
+    for key in ignored {
+        tracing::warn!(key = %key, "config key is not used by omnisym; ignoring it");
+    }
+    Ok(config)
+}
+
+async fn run(config: Config) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.cache_dir)
+        .with_context(|| format!("cannot create cache_dir {}", config.cache_dir.display()))?;
+    let state = AppState::new(&config)?;
+    let app = router(state, &config);
+    let listener = tokio::net::TcpListener::bind(config.bind)
+        .await
+        .with_context(|| format!("cannot bind {}", config.bind))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, "omnisym listening");
+    // Tests and scripts read the address from here (the port may have been 0).
+    eprintln!("omnisym listening on http://{addr}");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("can install a SIGTERM handler");
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term.recv() => {},
+    }
+    tracing::info!("shutting down");
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run { config } => {
+            let config = load_config(config.as_ref())?;
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?
+                .block_on(run(config))
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! Demangling with a bounded memo: the same few thousand symbols recur in every event.
+
+use symbolic::common::{Language, Name};
+use symbolic::demangle::{Demangle, DemangleOptions};
+
+/// Full signatures without return types, as upstream reports them.
+const OPTIONS: DemangleOptions = DemangleOptions::complete().return_type(false);
+
+#[derive(Clone)]
+pub struct DemangleCache {
+    cache: moka::sync::Cache<(String, Language), Option<String>>,
+}
+
+impl DemangleCache {
+    pub fn new(max_bytes: u64) -> Self {
+        let cache = moka::sync::Cache::builder()
+            .max_capacity(max_bytes)
+            .weigher(|k: &(String, Language), v: &Option<String>| {
+                let len = k.0.len() + v.as_ref().map_or(0, String::len);
+                u32::try_from(len).unwrap_or(u32::MAX)
+            })
+            .build();
+        DemangleCache { cache }
+    }
+
+    /// `None` when the name is not mangled in a scheme we know.
+    pub fn demangle(&self, name: &Name<'_>) -> Option<String> {
+        let key = (name.as_str().to_owned(), name.language());
+        if let Some(hit) = self.cache.get(&key) {
+            return hit;
+        }
+        let demangled = name.demangle(OPTIONS);
+        self.cache.insert(key, demangled.clone());
+        demangled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demangles_cpp_and_rust() {
+        let cache = DemangleCache::new(1 << 20);
+        assert_eq!(
+            cache
+                .demangle(&Name::from("_ZN2ns6Widget4pokeEi"))
+                .as_deref(),
+            Some("ns::Widget::poke(int)")
+        );
+        assert_eq!(
+            cache
+                .demangle(&Name::from(
+                    "_ZN4core3fmt9Formatter3pad17h0123456789abcdefE"
+                ))
+                .as_deref(),
+            Some("core::fmt::Formatter::pad")
+        );
+    }
+}

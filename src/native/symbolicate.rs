@@ -1,0 +1,608 @@
+//! Native symbolication of stack traces: map each frame to its module, fetch the
+//! SymCaches of the modules that frames reference, look up addresses (with the
+//! instruction-address adjustment rules), expand inlined frames, demangle.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use futures::future;
+use symbolic::common::{InstructionInfo, Language, split_path};
+use symbolic::symcache::SymCache;
+
+use super::demangle::DemangleCache;
+use super::objects::{ObjectHandle, ObjectPurpose, ObjectsActor};
+use super::source_context::context_lines;
+use super::symcache::{OwnedSymCache, SymCacheActor};
+use crate::cache::{CacheError, CacheResult, Scope};
+use crate::sources::{FileType, ObjectId, SourceConfig};
+use crate::types::{
+    AddrMode, CompleteObjectInfo, CompleteStacktrace, FrameStatus, FrameTrust, HexValue,
+    ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, Registers, Signal, SymbolicatedFrame,
+};
+
+pub fn status_for_error(err: &CacheError) -> ObjectFileStatus {
+    match err {
+        CacheError::NotFound => ObjectFileStatus::Missing,
+        CacheError::PermissionDenied(_) | CacheError::DownloadError(_) => {
+            ObjectFileStatus::FetchingFailed
+        }
+        CacheError::TooLarge(_) => ObjectFileStatus::TooLarge,
+        CacheError::Timeout(_) => ObjectFileStatus::Timeout,
+        CacheError::Malformed(_) => ObjectFileStatus::Malformed,
+        CacheError::Unsupported(_) => ObjectFileStatus::Unsupported,
+        CacheError::InternalError => ObjectFileStatus::Other,
+    }
+}
+
+/// An id the client sent that does not parse makes the module unusable; upstream
+/// silently drops such ids, we report the module as malformed instead.
+enum Ids {
+    Valid(ObjectId),
+    Invalid(String),
+}
+
+fn parse_ids(raw: &RawObjectInfo) -> Ids {
+    let debug_id = match raw.debug_id.as_deref() {
+        None | Some("") => None,
+        Some(s) => match s.parse() {
+            Ok(id) => Some(id),
+            Err(_) => return Ids::Invalid(format!("invalid debug_id {s:?}")),
+        },
+    };
+    let code_id = match raw.code_id.as_deref() {
+        None | Some("") => None,
+        Some(s) => match s.parse() {
+            Ok(id) => Some(id),
+            Err(_) => return Ids::Invalid(format!("invalid code_id {s:?}")),
+        },
+    };
+    Ids::Valid(ObjectId {
+        debug_id,
+        code_id,
+        debug_file: raw.debug_file.clone(),
+        code_file: raw.code_file.clone(),
+        debug_checksum: raw.debug_checksum.clone(),
+        object_type: raw.ty,
+    })
+}
+
+struct ModuleEntry {
+    /// Position in the request's module list (what `rel:N` refers to).
+    index: usize,
+    info: CompleteObjectInfo,
+    ids: Result<ObjectId, String>,
+    cache: CacheResult<OwnedSymCache>,
+    /// A file with sources (source bundle, embedded sources), if one was found.
+    sources: Option<Arc<ObjectHandle>>,
+}
+
+/// The request's modules, sorted by address for lookups.
+pub struct ModuleLookup {
+    modules: Vec<ModuleEntry>,
+}
+
+struct Lookup<'a> {
+    entry: &'a ModuleEntry,
+    /// Address relative to the module; `None` when it lies below the image.
+    relative_addr: Option<u64>,
+}
+
+impl Lookup<'_> {
+    fn preferred_addr_mode(&self) -> AddrMode {
+        if self.entry.info.supports_absolute_addresses() {
+            AddrMode::Abs
+        } else {
+            AddrMode::Rel(self.entry.index)
+        }
+    }
+
+    fn expose_addr(&self, addr: u64) -> u64 {
+        if self.entry.info.supports_absolute_addresses() {
+            self.entry.info.rel_to_abs_addr(addr).unwrap_or(0)
+        } else {
+            addr
+        }
+    }
+}
+
+impl ModuleLookup {
+    pub fn new(modules: Vec<RawObjectInfo>) -> Self {
+        let mut modules: Vec<ModuleEntry> = modules
+            .into_iter()
+            .enumerate()
+            .map(|(index, mut raw)| {
+                let ids = match parse_ids(&raw) {
+                    Ids::Valid(id) => {
+                        // Normalise ids to their canonical spelling, as upstream echoes them.
+                        raw.debug_id = id.debug_id.map(|d| d.to_string());
+                        raw.code_id = id.code_id.as_ref().map(|c| c.to_string());
+                        Ok(id)
+                    }
+                    Ids::Invalid(msg) => Err(msg),
+                };
+                ModuleEntry {
+                    index,
+                    info: CompleteObjectInfo {
+                        debug_status: ObjectFileStatus::Unused,
+                        unwind_status: None,
+                        features: Default::default(),
+                        arch: Default::default(),
+                        raw,
+                        candidates: Default::default(),
+                    },
+                    ids,
+                    cache: Err(CacheError::NotFound),
+                    sources: None,
+                }
+            })
+            .collect();
+        modules.sort_by_key(|m| m.info.raw.image_addr.0);
+        // A module without a size spans up to the next one (the event schema says so).
+        for i in 0..modules.len().saturating_sub(1) {
+            let next = modules[i + 1].info.raw.image_addr.0;
+            let info = &mut modules[i].info.raw;
+            if info.image_size.unwrap_or(0) == 0 {
+                info.image_size = Some(next - info.image_addr.0);
+            }
+        }
+        ModuleLookup { modules }
+    }
+
+    fn entry_for(&self, addr: u64, addr_mode: AddrMode) -> Option<&ModuleEntry> {
+        match addr_mode {
+            AddrMode::Abs => {
+                let idx = match self
+                    .modules
+                    .binary_search_by_key(&addr, |m| m.info.raw.image_addr.0)
+                {
+                    Ok(idx) => idx,
+                    Err(0) => return None,
+                    Err(idx) => idx - 1,
+                };
+                let entry = &self.modules[idx];
+                let start = entry.info.raw.image_addr.0;
+                let size = entry.info.raw.image_size.unwrap_or(0);
+                let end = start.checked_add(size)?;
+                // Size 0 means "unknown, open-ended". The end itself still counts, as
+                // upstream has it: a return address can point just past a module.
+                if size != 0 && end < addr {
+                    return None;
+                }
+                Some(entry)
+            }
+            AddrMode::Rel(index) => self.modules.iter().find(|m| m.index == index),
+        }
+    }
+
+    fn lookup(&self, addr: u64, addr_mode: AddrMode) -> Option<Lookup<'_>> {
+        let entry = self.entry_for(addr, addr_mode)?;
+        let relative_addr = match addr_mode {
+            AddrMode::Abs => entry.info.abs_to_rel_addr(addr),
+            AddrMode::Rel(_) => Some(addr),
+        };
+        Some(Lookup {
+            entry,
+            relative_addr,
+        })
+    }
+
+    /// Fetches SymCaches for the modules that frames point into; the others stay
+    /// `unused`.
+    pub async fn fetch_caches(
+        &mut self,
+        symcaches: &SymCacheActor,
+        sources: &[SourceConfig],
+        scope: &Scope,
+        stacktraces: &[RawStacktrace],
+    ) {
+        let mut referenced = HashSet::new();
+        for frame in stacktraces.iter().flat_map(|s| &s.frames) {
+            if let Some(entry) = self.entry_for(frame.instruction_addr.0, frame.addr_mode) {
+                referenced.insert(entry.index);
+            }
+        }
+        let jobs = self
+            .modules
+            .iter_mut()
+            .filter(|m| referenced.contains(&m.index))
+            .map(|m| async move {
+                match &m.ids {
+                    Ok(id) => {
+                        let result = symcaches.fetch(sources, id, scope).await;
+                        m.info.features.merge(&result.features);
+                        m.info.candidates.merge(result.candidates);
+                        m.info.debug_status = match &result.cache {
+                            Ok(_) => ObjectFileStatus::Found,
+                            Err(err) => status_for_error(err),
+                        };
+                        if let Ok(cache) = &result.cache {
+                            m.info.arch = cache.get().arch();
+                        }
+                        m.cache = result.cache;
+                    }
+                    Err(msg) => {
+                        m.info.debug_status = ObjectFileStatus::Malformed;
+                        m.cache = Err(CacheError::Malformed(msg.clone()));
+                    }
+                }
+            });
+        future::join_all(jobs).await;
+    }
+
+    /// Looks for files with sources (source bundles, portable PDBs) for the modules
+    /// that symbolicated frames point into; every candidate is reported.
+    pub async fn fetch_sources(
+        &mut self,
+        objects: &ObjectsActor,
+        sources: &[SourceConfig],
+        scope: &Scope,
+        stacktraces: &[CompleteStacktrace],
+    ) {
+        let mut referenced = HashSet::new();
+        for frame in stacktraces.iter().flat_map(|s| &s.frames) {
+            if let Some(entry) = self.entry_for(frame.raw.instruction_addr.0, frame.raw.addr_mode) {
+                referenced.insert(entry.index);
+            }
+        }
+        let jobs = self
+            .modules
+            .iter_mut()
+            .filter(|m| referenced.contains(&m.index))
+            .filter_map(|m| {
+                let id = m.ids.as_ref().ok()?.clone();
+                Some(async move {
+                    let find = objects
+                        .find(
+                            sources,
+                            FileType::sources(),
+                            &id,
+                            scope,
+                            ObjectPurpose::Source,
+                        )
+                        .await;
+                    m.info.candidates.merge(find.candidates);
+                    if let Some(found) = find.found
+                        && found.meta.is_ok()
+                        && let Ok(handle) = objects.fetch(&found, &id).await
+                    {
+                        m.info.features.has_sources = true;
+                        m.sources = Some(handle);
+                    }
+                })
+            });
+        future::join_all(jobs).await;
+    }
+
+    /// Fills in `pre_context`/`context_line`/`post_context` of frames whose module has
+    /// a file with sources that knows the frame's path.
+    pub fn apply_source_context(&self, stacktraces: &mut [CompleteStacktrace]) {
+        let mut sessions = std::collections::HashMap::new();
+        for frame in stacktraces.iter_mut().flat_map(|s| s.frames.iter_mut()) {
+            let raw = &mut frame.raw;
+            let (Some(abs_path), Some(lineno)) = (raw.abs_path.as_deref(), raw.lineno) else {
+                continue;
+            };
+            let Some(entry) = self.entry_for(raw.instruction_addr.0, raw.addr_mode) else {
+                continue;
+            };
+            let Some(handle) = &entry.sources else {
+                continue;
+            };
+            let session = sessions
+                .entry(entry.index)
+                .or_insert_with(|| handle.object().debug_session().ok());
+            let Some(session) = session else { continue };
+            let Ok(Some(descriptor)) = session.source_by_path(abs_path) else {
+                continue;
+            };
+            let Some(text) = descriptor.contents() else {
+                continue;
+            };
+            if let Some((pre, line, post)) = context_lines(text, lineno as usize, 0) {
+                raw.pre_context = pre;
+                raw.context_line = Some(line);
+                raw.post_context = post;
+            }
+        }
+    }
+
+    /// The modules in the order the client sent them.
+    pub fn into_modules(mut self) -> Vec<CompleteObjectInfo> {
+        self.modules.sort_by_key(|m| m.index);
+        self.modules.into_iter().map(|m| m.info).collect()
+    }
+}
+
+/// Whether a frame's address is a return address that must step back into the call.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Adjust {
+    Yes,
+    No,
+    Auto,
+}
+
+fn adjustment_for(frame: &RawFrame, default: Adjust) -> Adjust {
+    match frame.adjust_instruction_addr {
+        Some(true) => Adjust::Yes,
+        Some(false) => Adjust::No,
+        None => default,
+    }
+}
+
+fn caller_relative_addr(
+    symcache: &SymCache<'_>,
+    lookup: &Lookup<'_>,
+    registers: &Registers,
+    signal: Option<Signal>,
+    index: usize,
+    adjust: Adjust,
+) -> Result<u64, FrameStatus> {
+    let addr = lookup.relative_addr.ok_or(FrameStatus::MissingSymbol)?;
+    // The heuristics need absolute addresses; modules at 0 (Wasm) have none.
+    let Some(absolute) = lookup.entry.info.rel_to_abs_addr(addr) else {
+        return Ok(addr);
+    };
+    let is_crashing_frame = index == 0;
+    let arch = symcache.arch();
+    let ip_register_value = if is_crashing_frame {
+        arch.cpu_family()
+            .ip_register_name()
+            .and_then(|name| registers.get(name))
+            .map(|v| v.0)
+    } else {
+        None
+    };
+    let mut info = InstructionInfo::new(arch, absolute);
+    info.is_crashing_frame(is_crashing_frame)
+        .signal(signal.map(|s| s.0))
+        .ip_register_value(ip_register_value);
+    let caller = match adjust {
+        Adjust::Yes => info.previous_address(),
+        Adjust::No => info.aligned_address(),
+        Adjust::Auto => info.caller_address(),
+    };
+    lookup
+        .entry
+        .info
+        .abs_to_rel_addr(caller)
+        .ok_or(FrameStatus::MissingSymbol)
+}
+
+fn symbolicate_frame(
+    demangle: &DemangleCache,
+    modules: &ModuleLookup,
+    registers: &Registers,
+    signal: Option<Signal>,
+    frame: &mut RawFrame,
+    index: usize,
+    adjust: Adjust,
+) -> Result<Vec<SymbolicatedFrame>, FrameStatus> {
+    let lookup = modules
+        .lookup(frame.instruction_addr.0, frame.addr_mode)
+        .ok_or(FrameStatus::UnknownImage)?;
+    frame.package.clone_from(&lookup.entry.info.raw.code_file);
+    let symcache = match &lookup.entry.cache {
+        Ok(cache) => cache.get(),
+        Err(CacheError::Malformed(_)) => return Err(FrameStatus::Malformed),
+        Err(_) => return Err(FrameStatus::Missing),
+    };
+    let relative_addr = caller_relative_addr(symcache, &lookup, registers, signal, index, adjust)?;
+
+    let instruction_addr = HexValue(lookup.expose_addr(relative_addr));
+    let mut out = Vec::new();
+    let mut sym_addr = None;
+    for location in symcache.lookup(relative_addr) {
+        let abs_path = location.file().map(|f| f.full_path()).unwrap_or_default();
+        let filename = split_path(&abs_path).1;
+        let func = location.function();
+        let function = demangle
+            .demangle(&func.name_for_demangling())
+            .unwrap_or_else(|| func.name().to_owned());
+        sym_addr = Some(HexValue(lookup.expose_addr(u64::from(func.entry_pc()))));
+        out.push(SymbolicatedFrame {
+            status: FrameStatus::Symbolicated,
+            original_index: Some(index),
+            raw: RawFrame {
+                platform: frame.platform.clone(),
+                addr_mode: lookup.preferred_addr_mode(),
+                instruction_addr,
+                adjust_instruction_addr: frame.adjust_instruction_addr,
+                function_id: frame.function_id,
+                package: lookup.entry.info.raw.code_file.clone(),
+                lang: match func.language() {
+                    Language::Unknown => None,
+                    lang => Some(lang),
+                },
+                symbol: Some(func.name().to_owned()),
+                sym_addr: None,
+                function: Some(function),
+                filename: if filename.is_empty() {
+                    frame.filename.clone()
+                } else {
+                    Some(filename.to_owned())
+                },
+                abs_path: if abs_path.is_empty() {
+                    frame.abs_path.clone()
+                } else {
+                    Some(abs_path)
+                },
+                lineno: Some(location.line()),
+                in_app: frame.in_app,
+                trust: frame.trust,
+                ..Default::default()
+            },
+        });
+    }
+    // Only the outermost (non-inlined) function has a meaningful start address.
+    match out.last_mut() {
+        Some(last) => last.raw.sym_addr = sym_addr,
+        None => return Err(FrameStatus::MissingSymbol),
+    }
+    Ok(out)
+}
+
+fn is_likely_base_frame(frame: &SymbolicatedFrame) -> bool {
+    let Some(name) = frame
+        .raw
+        .function
+        .as_deref()
+        .or(frame.raw.symbol.as_deref())
+    else {
+        return false;
+    };
+    matches!(name, "main" | "start" | "_start" | "__clone" | "__clone3")
+        || [
+            "UserThreadStart",
+            "thread_start",
+            "start_thread",
+            "start_wqthread",
+        ]
+        .iter()
+        .any(|p| name.contains(p))
+}
+
+fn is_glibc_undefined_rip_frame(frame: &SymbolicatedFrame) -> bool {
+    matches!(
+        frame.raw.function.as_deref(),
+        Some("_start" | "__clone" | "__clone3")
+    )
+}
+
+/// Symbolicates one stack trace; frames expand into their inlinees, and frames that
+/// stack scanning invented are dropped once symbolication shows they are not real.
+pub fn symbolicate_stacktrace(
+    demangle: &DemangleCache,
+    modules: &ModuleLookup,
+    signal: Option<Signal>,
+    trace: RawStacktrace,
+) -> CompleteStacktrace {
+    let default_adjust = if trace
+        .frames
+        .iter()
+        .any(|f| f.adjust_instruction_addr.is_some())
+    {
+        Adjust::Yes
+    } else {
+        Adjust::Auto
+    };
+    let mut frames: Vec<SymbolicatedFrame> = Vec::with_capacity(trace.frames.len());
+    let count = trace.frames.len();
+    for (index, mut frame) in trace.frames.into_iter().enumerate() {
+        let adjust = adjustment_for(&frame, default_adjust);
+        match symbolicate_frame(
+            demangle,
+            modules,
+            &trace.registers,
+            signal,
+            &mut frame,
+            index,
+            adjust,
+        ) {
+            Ok(expanded) => frames.extend(expanded),
+            Err(status) => {
+                // Without a symbol file a mangled name the client sent is still worth
+                // demangling.
+                if let Some(mangled) = frame.function.as_deref().xor(frame.symbol.as_deref())
+                    && let Some(demangled) = demangle.demangle(&mangled.into())
+                    && let Some(old) = frame.function.replace(demangled)
+                {
+                    frame.symbol = Some(old);
+                }
+                if frame.trust == FrameTrust::Scan
+                    && matches!(
+                        status,
+                        FrameStatus::MissingSymbol | FrameStatus::UnknownImage
+                    )
+                {
+                    continue;
+                }
+                let is_outermost = index + 1 == count;
+                if status == FrameStatus::UnknownImage && is_outermost {
+                    // glibc marks `_start`/`__clone` as having no caller, which unwinders
+                    // without that rule turn into one garbage frame.
+                    if frames.last().is_some_and(is_glibc_undefined_rip_frame) {
+                        continue;
+                    }
+                    // A null-ish final return address marks the end of the stack.
+                    if frame.addr_mode == AddrMode::Abs
+                        && frame.instruction_addr.0 < 4096
+                        && !frames.is_empty()
+                    {
+                        continue;
+                    }
+                }
+                frames.push(SymbolicatedFrame {
+                    status,
+                    original_index: Some(index),
+                    raw: frame,
+                });
+            }
+        }
+    }
+    if !frames.iter().rev().take(5).any(is_likely_base_frame) {
+        tracing::trace!("stack trace has no base frame; it may be truncated");
+    }
+    CompleteStacktrace {
+        thread_id: trace.thread_id,
+        thread_name: trace.thread_name,
+        is_requesting: trace.is_requesting,
+        registers: trace.registers,
+        frames,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn modules(json: &str) -> ModuleLookup {
+        ModuleLookup::new(serde_json::from_str(json).unwrap())
+    }
+
+    #[test]
+    fn lookup_by_address_and_backfilled_sizes() {
+        let m = modules(
+            r#"[{"type":"elf","code_id":"bb","image_addr":"0x2000","image_size":4096},
+                {"type":"elf","code_id":"aa","image_addr":"0x1000"},
+                {"type":"elf","code_id":"cc","image_addr":"0x4000"}]"#,
+        );
+        let id = |addr, mode| {
+            m.lookup(addr, mode)
+                .map(|l| l.entry.info.raw.code_id.clone().unwrap())
+        };
+        assert_eq!(id(0x1234, AddrMode::Abs).as_deref(), Some("aa"));
+        assert_eq!(id(0x3456, AddrMode::Abs), None);
+        assert_eq!(id(0x3456, AddrMode::Rel(0)).as_deref(), Some("bb"));
+        assert_eq!(id(0x9999_9999, AddrMode::Abs).as_deref(), Some("cc"));
+        assert_eq!(id(0x10, AddrMode::Abs), None);
+        let back = m.into_modules();
+        assert_eq!(back[1].raw.image_size, Some(0x1000));
+        assert_eq!(back[2].raw.image_size, None);
+    }
+
+    #[test]
+    fn invalid_ids_are_reported_not_dropped() {
+        let m = modules(r#"[{"type":"pe","debug_id":"not-an-id","image_addr":"0x1000"}]"#);
+        assert!(m.modules[0].ids.is_err());
+        let m = modules(
+            r#"[{"type":"macho","debug_id":"502FC0A5-1EC1-3E47-9998-684FA139DCA7","image_addr":"0x1000"}]"#,
+        );
+        assert_eq!(
+            m.modules[0].info.raw.debug_id.as_deref(),
+            Some("502fc0a5-1ec1-3e47-9998-684fa139dca7")
+        );
+    }
+
+    #[test]
+    fn frames_outside_modules_are_unknown_image() {
+        let m = modules(r#"[{"type":"elf","image_addr":"0x1000","image_size":16}]"#);
+        let trace: RawStacktrace = serde_json::from_str(
+            r#"{"frames":[{"instruction_addr":"0x5000"},{"instruction_addr":"0x1004"}]}"#,
+        )
+        .unwrap();
+        let demangle = DemangleCache::new(1024);
+        let out = symbolicate_stacktrace(&demangle, &m, None, trace);
+        assert_eq!(out.frames[0].status, FrameStatus::UnknownImage);
+        assert_eq!(out.frames[1].status, FrameStatus::Missing);
+    }
+}

@@ -1,0 +1,91 @@
+//! The HTTP front: axum routes (one file per endpoint family), the shared state, and
+//! the mapping of errors to statuses. Handlers parse and validate, then hand work to
+//! the RequestService; they never symbolicate themselves.
+
+mod error;
+mod requests;
+mod symbolicate;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use serde::Deserialize;
+
+use crate::cache::{Caches, Scope};
+use crate::config::Config;
+use crate::fetch::Downloader;
+use crate::native::NativeService;
+use crate::service::RequestService;
+use crate::sources::SourceConfig;
+
+pub use error::ApiError;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub service: RequestService,
+    pub native: Arc<NativeService>,
+    /// Used when a request carries no `sources` key.
+    pub default_sources: Arc<[SourceConfig]>,
+}
+
+impl AppState {
+    pub fn new(config: &Config) -> anyhow::Result<Self> {
+        let caches = Caches::from_config(config);
+        let downloader = Downloader::new(config.fetch_config())?;
+        let native = NativeService::new(&caches, downloader, config.max_download_size);
+        Ok(AppState {
+            // Results waiting to be polled may hold at most 64 MiB.
+            service: RequestService::new(config.max_concurrent_requests, 64 * 1024 * 1024),
+            native: Arc::new(native),
+            default_sources: config.sources.clone().into(),
+        })
+    }
+}
+
+pub fn router(state: AppState, config: &Config) -> Router {
+    Router::new()
+        .route("/healthcheck", get(|| async { "ok" }))
+        .route("/symbolicate", post(symbolicate::symbolicate))
+        .route("/requests/{id}", get(requests::poll))
+        .layer(DefaultBodyLimit::max(config.max_request_body_size))
+        .with_state(state)
+}
+
+/// Query parameters every symbolication endpoint takes.
+#[derive(Debug, Default, Deserialize)]
+pub struct RequestParams {
+    /// Seconds to wait for the result before answering `pending`.
+    pub timeout: Option<f64>,
+    #[serde(default)]
+    pub scope: Option<String>,
+}
+
+impl RequestParams {
+    pub fn scope(&self) -> Scope {
+        Scope::new(self.scope.as_deref().unwrap_or("global"))
+    }
+
+    pub fn timeout(&self) -> Result<Option<Duration>, ApiError> {
+        match self.timeout {
+            None => Ok(None),
+            Some(t) if t.is_finite() && t >= 0.0 => {
+                Ok(Some(Duration::from_secs_f64(t.min(86400.0))))
+            }
+            Some(_) => Err(ApiError::bad_request(
+                "query parameter `timeout`: expected seconds >= 0",
+            )),
+        }
+    }
+}
+
+/// A JSON body that was serialised once, sent as is.
+pub fn json_bytes(body: Bytes) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}

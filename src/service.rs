@@ -1,0 +1,359 @@
+//! RequestService: every symbolication request goes through here. It caps the number of
+//! requests in flight, gives each a random id, runs it as its own task (with the 15
+//! minute limit), lets the client wait up to `?timeout=` seconds, and keeps results of
+//! requests that were answered `pending` for a bounded time so they can be polled.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde::Serialize;
+use tokio::sync::Notify;
+
+use crate::types::{RequestId, SymbolicationResponse};
+
+/// Work that runs longer than this is abandoned and answered `timeout`.
+pub const MAX_REQUEST_DURATION: Duration = Duration::from_secs(15 * 60);
+/// How long a finished result stays available for polling (as upstream).
+pub const RESULT_RETENTION: Duration = Duration::from_secs(90);
+/// What a `pending` answer asks the client to wait before polling again.
+const RETRY_AFTER_SECS: u64 = 30;
+
+#[derive(Debug, thiserror::Error)]
+#[error("maximum number of concurrent requests reached")]
+pub struct Overloaded;
+
+#[derive(Default)]
+struct SlotState {
+    /// The finished response, serialised once: it is sent as is, maybe more than once.
+    body: Option<Bytes>,
+    /// Whether the id was given to a client (in a `pending` answer): only then can
+    /// anyone poll for the result, and only then is it worth keeping.
+    handed_out: bool,
+}
+
+#[derive(Default)]
+struct Slot {
+    state: Mutex<SlotState>,
+    done: Notify,
+}
+
+impl Slot {
+    fn body(&self) -> Option<Bytes> {
+        self.state.lock().unwrap().body.clone()
+    }
+}
+
+struct SlotExpiry;
+
+impl moka::Expiry<RequestId, Arc<Slot>> for SlotExpiry {
+    fn expire_after_create(&self, _: &RequestId, _: &Arc<Slot>, _: Instant) -> Option<Duration> {
+        // Running requests must outlive their own time limit.
+        Some(MAX_REQUEST_DURATION + RESULT_RETENTION)
+    }
+
+    fn expire_after_update(
+        &self,
+        _: &RequestId,
+        slot: &Arc<Slot>,
+        _: Instant,
+        current: Option<Duration>,
+    ) -> Option<Duration> {
+        if slot.body().is_some() {
+            Some(RESULT_RETENTION)
+        } else {
+            current
+        }
+    }
+}
+
+struct Inner {
+    max_concurrent: usize,
+    in_flight: AtomicUsize,
+    requests: moka::sync::Cache<RequestId, Arc<Slot>>,
+}
+
+/// Cheap to clone; shared by all handlers.
+#[derive(Clone)]
+pub struct RequestService {
+    inner: Arc<Inner>,
+}
+
+struct InFlightGuard(Arc<Inner>);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl RequestService {
+    /// `max_kept_bytes` bounds the memory of results waiting to be polled.
+    pub fn new(max_concurrent: usize, max_kept_bytes: u64) -> Self {
+        let requests = moka::sync::Cache::builder()
+            .max_capacity(max_kept_bytes)
+            .weigher(|_: &RequestId, slot: &Arc<Slot>| {
+                slot.body()
+                    .map_or(1, |b| u32::try_from(b.len()).unwrap_or(u32::MAX))
+            })
+            .expire_after(SlotExpiry)
+            .build();
+        RequestService {
+            inner: Arc::new(Inner {
+                max_concurrent,
+                in_flight: AtomicUsize::new(0),
+                requests,
+            }),
+        }
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.inner.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Starts `work` as its own task, unless too many requests are in flight. The
+    /// returned handle is what the submitting client waits on (see [`Self::wait`]).
+    pub fn spawn<F, T>(&self, work: F) -> Result<RequestHandle, Overloaded>
+    where
+        F: Future<Output = anyhow::Result<T>> + Send + 'static,
+        T: Serialize + Send + 'static,
+    {
+        let inner = &self.inner;
+        let prev = inner.in_flight.fetch_add(1, Ordering::AcqRel);
+        let guard = InFlightGuard(inner.clone());
+        if prev >= inner.max_concurrent {
+            return Err(Overloaded);
+        }
+        let id = RequestId(uuid::Uuid::new_v4());
+        let slot = Arc::new(Slot::default());
+        inner.requests.insert(id, slot.clone());
+        let handle = RequestHandle {
+            id,
+            slot: slot.clone(),
+        };
+        let inner = inner.clone();
+        tokio::spawn(async move {
+            let _guard = guard;
+            // The work runs in its own task so a panic in it becomes an answer.
+            let handle = tokio::spawn(tokio::time::timeout(MAX_REQUEST_DURATION, work));
+            let body = match handle.await {
+                Ok(Ok(Ok(value))) => completed_body(&value),
+                Ok(Ok(Err(err))) => {
+                    tracing::warn!(error = %format!("{err:#}"), "request failed");
+                    plain_body(&SymbolicationResponse::Failed {
+                        message: format!("{err:#}"),
+                    })
+                }
+                Ok(Err(_elapsed)) => plain_body(&SymbolicationResponse::Timeout),
+                Err(join_err) => {
+                    tracing::error!(error = %join_err, "request task panicked");
+                    plain_body(&SymbolicationResponse::InternalError)
+                }
+            };
+            let keep = {
+                let mut state = slot.state.lock().unwrap();
+                state.body = Some(body);
+                state.handed_out
+            };
+            if keep {
+                // Re-insert so the weigher and the retention period see the result.
+                inner.requests.insert(id, slot.clone());
+            } else {
+                inner.requests.invalidate(&id);
+            }
+            slot.done.notify_waiters();
+        });
+        Ok(handle)
+    }
+
+    /// Waits up to `timeout` (forever when `None`) for a polled request's answer. `None`
+    /// when the id is unknown or its result has expired.
+    pub async fn get_response(&self, id: RequestId, timeout: Option<Duration>) -> Option<Bytes> {
+        let slot = self.inner.requests.get(&id)?;
+        Some(Self::wait(RequestHandle { id, slot }, timeout).await)
+    }
+
+    /// Waits up to `timeout` for the answer; on time-out hands out the id in a
+    /// `pending` answer.
+    pub async fn wait(handle: RequestHandle, timeout: Option<Duration>) -> Bytes {
+        let RequestHandle { id, slot } = handle;
+        let wait = async {
+            loop {
+                let notified = slot.done.notified();
+                if let Some(body) = slot.body() {
+                    return body;
+                }
+                notified.await;
+            }
+        };
+        let result = match timeout {
+            None => Some(wait.await),
+            Some(t) => tokio::time::timeout(t, wait).await.ok(),
+        };
+        match result {
+            Some(body) => body,
+            None => {
+                let mut state = slot.state.lock().unwrap();
+                match &state.body {
+                    // Finished in the very moment the wait ran out.
+                    Some(body) => body.clone(),
+                    None => {
+                        state.handed_out = true;
+                        plain_body(&SymbolicationResponse::Pending {
+                            request_id: id,
+                            retry_after: RETRY_AFTER_SECS,
+                        })
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A spawned request: its id and the place its answer will appear.
+pub struct RequestHandle {
+    id: RequestId,
+    slot: Arc<Slot>,
+}
+
+impl RequestHandle {
+    pub fn id(&self) -> RequestId {
+        self.id
+    }
+}
+
+fn plain_body(response: &SymbolicationResponse) -> Bytes {
+    serde_json::to_vec(response)
+        .expect("responses serialise")
+        .into()
+}
+
+/// `{"status":"completed", ...value's fields}`, without an intermediate JSON tree: the
+/// value's own serialisation is spliced in after the status key.
+fn completed_body<T: Serialize>(value: &T) -> Bytes {
+    let inner = match serde_json::to_vec(value) {
+        Ok(inner) => inner,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot serialise response");
+            return plain_body(&SymbolicationResponse::InternalError);
+        }
+    };
+    const HEAD: &[u8] = br#"{"status":"completed""#;
+    let mut out = Vec::with_capacity(inner.len() + HEAD.len() + 1);
+    out.extend_from_slice(HEAD);
+    match inner.as_slice() {
+        [b'{', b'}'] => out.push(b'}'),
+        [b'{', rest @ ..] => {
+            out.push(b',');
+            out.extend_from_slice(rest);
+        }
+        _ => {
+            tracing::error!("response is not a JSON object");
+            return plain_body(&SymbolicationResponse::InternalError);
+        }
+    }
+    out.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Serialize)]
+    struct Answer {
+        value: u32,
+    }
+
+    fn json(b: &Bytes) -> serde_json::Value {
+        serde_json::from_slice(b).unwrap()
+    }
+
+    #[tokio::test]
+    async fn completed_within_timeout_is_dropped_at_once() {
+        let svc = RequestService::new(10, 1 << 20);
+        let handle = svc.spawn(async { Ok(Answer { value: 7 }) }).unwrap();
+        let id = handle.id();
+        let body = RequestService::wait(handle, Some(Duration::from_secs(5))).await;
+        assert_eq!(
+            json(&body),
+            serde_json::json!({"status": "completed", "value": 7})
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        svc.inner.requests.run_pending_tasks();
+        assert!(svc.get_response(id, Some(Duration::ZERO)).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn pending_then_poll() {
+        let svc = RequestService::new(10, 1 << 20);
+        let handle = svc
+            .spawn(async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Ok(Answer { value: 1 })
+            })
+            .unwrap();
+        let id = handle.id();
+        let first = RequestService::wait(handle, Some(Duration::from_millis(10))).await;
+        let first = json(&first);
+        assert_eq!(first["status"], "pending");
+        assert_eq!(first["request_id"], id.to_string());
+        assert_eq!(first["retry_after"], 30);
+        let done = svc.get_response(id, None).await.unwrap();
+        assert_eq!(json(&done)["status"], "completed");
+        // Still there for a second poll.
+        let again = svc.get_response(id, Some(Duration::ZERO)).await.unwrap();
+        assert_eq!(json(&again)["value"], 1);
+    }
+
+    #[tokio::test]
+    async fn failures_and_panics_are_answers() {
+        let svc = RequestService::new(10, 1 << 20);
+        let handle = svc
+            .spawn(async { Err::<Answer, _>(anyhow::anyhow!("bad dump")) })
+            .unwrap();
+        let body = json(&RequestService::wait(handle, None).await);
+        assert_eq!(
+            body,
+            serde_json::json!({"status": "failed", "message": "bad dump"})
+        );
+
+        let handle = svc
+            .spawn(async {
+                if true {
+                    panic!("boom");
+                }
+                Ok(Answer { value: 0 })
+            })
+            .unwrap();
+        let body = json(&RequestService::wait(handle, None).await);
+        assert_eq!(body, serde_json::json!({"status": "internal_error"}));
+    }
+
+    #[tokio::test]
+    async fn cap_is_enforced_and_released() {
+        let svc = RequestService::new(2, 1 << 20);
+        let gate = Arc::new(Notify::new());
+        let mut ids = Vec::new();
+        for _ in 0..2 {
+            let gate = gate.clone();
+            ids.push(
+                svc.spawn(async move {
+                    gate.notified().await;
+                    Ok(Answer { value: 0 })
+                })
+                .unwrap(),
+            );
+        }
+        assert!(svc.spawn(async { Ok(Answer { value: 0 }) }).is_err());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        gate.notify_waiters();
+        for handle in ids {
+            RequestService::wait(handle, None).await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(svc.in_flight(), 0);
+        assert!(svc.spawn(async { Ok(Answer { value: 0 }) }).is_ok());
+    }
+}

@@ -1,0 +1,664 @@
+//! Source configurations as they appear in requests and in the server config file.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use url::Url;
+
+use super::filters::SourceFilters;
+
+/// Identifier of a source, chosen freely by whoever configures it (e.g. `sentry:microsoft`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SourceId(String);
+
+impl SourceId {
+    pub fn new(id: impl Into<String>) -> Self {
+        SourceId(id.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SourceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for SourceId {
+    fn from(id: &str) -> Self {
+        SourceId::new(id)
+    }
+}
+
+impl From<String> for SourceId {
+    fn from(id: String) -> Self {
+        SourceId(id)
+    }
+}
+
+/// A configured place to fetch debug files from.
+///
+/// On the wire this is an object tagged by `"type"`. Unknown fields are ignored, since clients
+/// (Sentry) send extra keys such as `"name"`.
+///
+/// To add a source type: add a variant here and to both wire mirrors below, plus the match arms.
+#[derive(Clone, Debug)]
+pub enum SourceConfig {
+    /// A directory on the local file system.
+    Filesystem(Arc<FilesystemSourceConfig>),
+    /// An HTTP(S) symbol server.
+    Http(Arc<HttpSourceConfig>),
+}
+
+// The wire mirrors exist so that the public enum can hold `Arc`s without requiring serde's `rc`
+// feature: deserialization builds owned configs and wraps them, serialization borrows.
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum OwnedSourceConfig {
+    Filesystem(FilesystemSourceConfig),
+    Http(HttpSourceConfig),
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum BorrowedSourceConfig<'a> {
+    Filesystem(&'a FilesystemSourceConfig),
+    Http(&'a HttpSourceConfig),
+}
+
+impl<'de> Deserialize<'de> for SourceConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(match OwnedSourceConfig::deserialize(deserializer)? {
+            OwnedSourceConfig::Filesystem(c) => SourceConfig::Filesystem(Arc::new(c)),
+            OwnedSourceConfig::Http(c) => SourceConfig::Http(Arc::new(c)),
+        })
+    }
+}
+
+impl Serialize for SourceConfig {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let wire = match self {
+            SourceConfig::Filesystem(c) => BorrowedSourceConfig::Filesystem(c),
+            SourceConfig::Http(c) => BorrowedSourceConfig::Http(c),
+        };
+        wire.serialize(serializer)
+    }
+}
+
+impl SourceConfig {
+    pub fn id(&self) -> &SourceId {
+        match self {
+            SourceConfig::Filesystem(c) => &c.id,
+            SourceConfig::Http(c) => &c.id,
+        }
+    }
+
+    /// The `"type"` tag of this source.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            SourceConfig::Filesystem(_) => "filesystem",
+            SourceConfig::Http(_) => "http",
+        }
+    }
+
+    /// Filters and layout shared by all bucket-like sources.
+    pub fn files(&self) -> &CommonSourceConfig {
+        match self {
+            SourceConfig::Filesystem(c) => &c.files,
+            SourceConfig::Http(c) => &c.files,
+        }
+    }
+
+    /// Upstream's convention: built-in sources configured by Sentry have ids prefixed `sentry:`.
+    pub fn is_builtin(&self) -> bool {
+        self.id().as_str().starts_with("sentry:")
+    }
+}
+
+/// Settings every bucket-like source has; flattened into the source object on the wire.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CommonSourceConfig {
+    pub filters: SourceFilters,
+    pub layout: DirectoryLayout,
+    /// Whether files from this source may be shared across scopes (e.g. in caches).
+    pub is_public: bool,
+    /// Whether the source publishes a Symstore index (`000Admin`) that is authoritative for
+    /// which files exist.
+    pub has_index: bool,
+}
+
+impl CommonSourceConfig {
+    pub fn with_layout(ty: DirectoryLayoutType) -> Self {
+        CommonSourceConfig {
+            layout: DirectoryLayout {
+                ty,
+                ..DirectoryLayout::default()
+            },
+            ..CommonSourceConfig::default()
+        }
+    }
+}
+
+/// How files are named on a source.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DirectoryLayout {
+    #[serde(rename = "type")]
+    pub ty: DirectoryLayoutType,
+    /// Overrides the layout's casing; needed where lookups are case-sensitive in practice
+    /// (S3 buckets, many self-hosted "symstore" servers) although the protocol says otherwise.
+    pub casing: FilenameCasing,
+}
+
+/// Naming convention of a source. See `docs/advanced/symbol-server-compatibility.md` upstream.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DirectoryLayoutType {
+    /// The format native to each file type: LLDB for Mach-O, GDB build-id for ELF/WASM,
+    /// Microsoft Symbol Server for PE/PDB, plus Breakpad and source bundles.
+    #[default]
+    #[serde(rename = "native")]
+    Native,
+    /// Microsoft Symbol Server (with SSQP key conventions for non-Windows formats).
+    #[serde(rename = "symstore")]
+    Symstore,
+    /// Symbol Server with the two-tier `index2.txt` layout.
+    #[serde(rename = "symstore_index2")]
+    SymstoreIndex2,
+    /// Symbol Server with SSQP casing rules.
+    #[serde(rename = "ssqp")]
+    Ssqp,
+    /// debuginfod (`{build-id}/executable`, `{build-id}/debuginfo`).
+    #[serde(rename = "debuginfod")]
+    Debuginfod,
+    /// Sentry's own format produced by `symsorter`.
+    #[serde(rename = "unified")]
+    Unified,
+    /// `{code_file}/{code_id}/symbols`, for every file type.
+    #[serde(rename = "slashsymbols")]
+    SlashSymbols,
+}
+
+/// Casing forced onto every generated location.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FilenameCasing {
+    /// Keep the layout's own conventions.
+    #[default]
+    Default,
+    Uppercase,
+    Lowercase,
+}
+
+/// An HTTP(S) symbol server.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HttpSourceConfig {
+    pub id: SourceId,
+    /// Base URL; locations are appended below it as path segments.
+    #[serde(with = "url_as_string")]
+    pub url: Url,
+    /// Extra headers for every request (e.g. authorization).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(flatten)]
+    pub files: CommonSourceConfig,
+    /// Skip TLS certificate verification for this source.
+    #[serde(default)]
+    pub accept_invalid_certs: bool,
+}
+
+impl HttpSourceConfig {
+    /// The URL of `path` (a `/`-separated location) below this source's base URL.
+    ///
+    /// Like upstream, the base is treated as a directory even without a trailing slash, empty
+    /// segments are dropped (`a//b` is `a/b`, a leading `/` does not reach the host root), and
+    /// each segment is percent-encoded (including `%`, `?` and `#`). Segments that would navigate
+    /// (`.`, `..`, or ones the URL parser turns into those by stripping tabs and newlines) are
+    /// dropped as well, so the result always stays below the base. Query and fragment of the
+    /// base are kept. Returns `None` if the base URL cannot be a base (e.g. `mailto:`).
+    pub fn join_url(&self, path: &str) -> Option<Url> {
+        let mut url = self.url.clone();
+        url.path_segments_mut()
+            .ok()?
+            .pop_if_empty()
+            .extend(path.split('/').filter(|s| is_plain_url_segment(s)));
+        Some(url)
+    }
+}
+
+fn is_plain_url_segment(segment: &str) -> bool {
+    // The URL parser silently removes ASCII tab and newlines, so `.\t.` would become `..` *after*
+    // the `extend` check for dot segments; judge segments by what the parser will see.
+    let seen: String = segment
+        .chars()
+        .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
+        .collect();
+    !matches!(seen.as_str(), "" | "." | "..")
+}
+
+/// (De)serializes a [`Url`] as its string form, so that `url`'s own `serde` feature is not needed.
+mod url_as_string {
+    use std::borrow::Cow;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+    use url::Url;
+
+    pub fn serialize<S: Serializer>(url: &Url, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(url.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Url, D::Error> {
+        let s = Cow::<str>::deserialize(deserializer)?;
+        Url::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A directory on the local file system.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FilesystemSourceConfig {
+    pub id: SourceId,
+    /// Root directory of the symbols.
+    pub path: PathBuf,
+    #[serde(flatten)]
+    pub files: CommonSourceConfig,
+}
+
+impl FilesystemSourceConfig {
+    /// The file system path of `path` (a `/`-separated location) below this source's root.
+    ///
+    /// Segments that are empty, `.` or `..`, or that are not a single plain file name for the
+    /// host OS (e.g. `C:` on Windows), are dropped, mirroring [`HttpSourceConfig::join_url`]. The
+    /// result is therefore always inside `self.path`, even for hostile input.
+    pub fn join_path(&self, path: &str) -> PathBuf {
+        let mut joined = self.path.clone();
+        for segment in path.split('/') {
+            let mut components = Path::new(segment).components();
+            if let (Some(Component::Normal(name)), None) = (components.next(), components.next()) {
+                // Parsing collapses things like a trailing `.`; push the original segment only if
+                // it really is that single name.
+                if name == segment {
+                    joined.push(name);
+                }
+            }
+        }
+        joined
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sources::FileType;
+
+    fn http(url: &str) -> HttpSourceConfig {
+        HttpSourceConfig {
+            id: SourceId::new("test"),
+            url: url.parse().unwrap(),
+            headers: BTreeMap::new(),
+            files: CommonSourceConfig::default(),
+            accept_invalid_certs: false,
+        }
+    }
+
+    fn fs(path: &str) -> FilesystemSourceConfig {
+        FilesystemSourceConfig {
+            id: SourceId::new("local"),
+            path: PathBuf::from(path),
+            files: CommonSourceConfig::default(),
+        }
+    }
+
+    fn join(base: &str, path: &str) -> String {
+        http(base).join_url(path).unwrap().to_string()
+    }
+
+    #[test]
+    fn source_id() {
+        let id = SourceId::new("sentry:microsoft");
+        assert_eq!(id.to_string(), "sentry:microsoft");
+        assert_eq!(id.as_str(), "sentry:microsoft");
+        assert_eq!(serde_json::to_string(&id).unwrap(), "\"sentry:microsoft\"");
+        assert_eq!(
+            serde_json::from_str::<SourceId>("\"abc\"").unwrap(),
+            SourceId::from("abc")
+        );
+    }
+
+    #[test]
+    fn http_source_from_request() {
+        let json = r#"{
+            "type": "http",
+            "id": "sentry:microsoft",
+            "name": "Microsoft",
+            "not-a-field": {"nested": [1, 2, 3]},
+            "url": "https://msdl.microsoft.com/download/symbols/",
+            "headers": {"Authorization": "Bearer x"},
+            "filters": {"filetypes": ["pe", "pdb"], "path_patterns": ["*.dll"], "unknown": true},
+            "layout": {"type": "symstore", "casing": "default", "extra": "x"},
+            "is_public": true
+        }"#;
+        let source: SourceConfig = serde_json::from_str(json).unwrap();
+        assert_eq!(source.id().as_str(), "sentry:microsoft");
+        assert_eq!(source.type_name(), "http");
+        assert!(source.is_builtin());
+        let SourceConfig::Http(ref http) = source else {
+            panic!("not http: {source:?}");
+        };
+        assert_eq!(
+            http.url.as_str(),
+            "https://msdl.microsoft.com/download/symbols/"
+        );
+        assert_eq!(http.headers["Authorization"], "Bearer x");
+        assert!(!http.accept_invalid_certs);
+        let files = source.files();
+        assert_eq!(files.filters.filetypes, vec![FileType::Pe, FileType::Pdb]);
+        assert_eq!(files.layout.ty, DirectoryLayoutType::Symstore);
+        assert_eq!(files.layout.casing, FilenameCasing::Default);
+        assert!(files.is_public);
+        assert!(!files.has_index);
+    }
+
+    #[test]
+    fn defaults() {
+        let source: SourceConfig =
+            serde_json::from_str(r#"{"type": "http", "id": "a", "url": "http://x/"}"#).unwrap();
+        let files = source.files();
+        assert!(files.filters.filetypes.is_empty());
+        assert!(files.filters.path_patterns.is_empty());
+        assert!(!files.filters.requires_checksum);
+        assert_eq!(files.layout, DirectoryLayout::default());
+        assert_eq!(files.layout.ty, DirectoryLayoutType::Native);
+        assert_eq!(files.layout.casing, FilenameCasing::Default);
+        assert!(!files.is_public);
+        assert!(!files.has_index);
+        let SourceConfig::Http(http) = source else {
+            panic!()
+        };
+        assert!(http.headers.is_empty());
+
+        // A layout object may omit either key.
+        let layout: DirectoryLayout = serde_json::from_str(r#"{"casing": "lowercase"}"#).unwrap();
+        assert_eq!(layout.ty, DirectoryLayoutType::Native);
+        assert_eq!(layout.casing, FilenameCasing::Lowercase);
+    }
+
+    #[test]
+    fn filesystem_source() {
+        let json = r#"{"type": "filesystem", "id": "local", "path": "/srv/symbols",
+                       "layout": {"type": "unified"}, "has_index": true, "name": "Local"}"#;
+        let source: SourceConfig = serde_json::from_str(json).unwrap();
+        assert_eq!(source.type_name(), "filesystem");
+        assert!(!source.is_builtin());
+        let SourceConfig::Filesystem(ref fs) = source else {
+            panic!()
+        };
+        assert_eq!(fs.path, Path::new("/srv/symbols"));
+        assert_eq!(source.files().layout.ty, DirectoryLayoutType::Unified);
+        assert!(source.files().has_index);
+    }
+
+    #[test]
+    fn all_layout_names() {
+        for (name, ty) in [
+            ("native", DirectoryLayoutType::Native),
+            ("symstore", DirectoryLayoutType::Symstore),
+            ("symstore_index2", DirectoryLayoutType::SymstoreIndex2),
+            ("ssqp", DirectoryLayoutType::Ssqp),
+            ("debuginfod", DirectoryLayoutType::Debuginfod),
+            ("unified", DirectoryLayoutType::Unified),
+            ("slashsymbols", DirectoryLayoutType::SlashSymbols),
+        ] {
+            let json = format!("\"{name}\"");
+            assert_eq!(
+                serde_json::from_str::<DirectoryLayoutType>(&json).unwrap(),
+                ty
+            );
+            assert_eq!(serde_json::to_string(&ty).unwrap(), json);
+        }
+        assert!(serde_json::from_str::<DirectoryLayoutType>("\"slash_symbols\"").is_err());
+        for (name, casing) in [
+            ("default", FilenameCasing::Default),
+            ("uppercase", FilenameCasing::Uppercase),
+            ("lowercase", FilenameCasing::Lowercase),
+        ] {
+            let json = format!("\"{name}\"");
+            assert_eq!(
+                serde_json::from_str::<FilenameCasing>(&json).unwrap(),
+                casing
+            );
+        }
+    }
+
+    #[test]
+    fn rejected_configs() {
+        // Missing required fields, unknown (not yet supported) types and bad values fail.
+        for json in [
+            r#"{"type": "http", "id": "a"}"#,
+            r#"{"type": "http", "url": "http://x/"}"#,
+            r#"{"type": "http", "id": "a", "url": "not a url"}"#,
+            r#"{"type": "filesystem", "id": "a"}"#,
+            r#"{"type": "ftp", "id": "a", "url": "ftp://x/"}"#,
+            r#"{"id": "a", "url": "http://x/"}"#,
+            r#"{"type": "http", "id": "a", "url": "http://x/", "layout": {"type": "bogus"}}"#,
+            r#"{"type": "http", "id": "a", "url": "http://x/", "filters": {"path_patterns": ["[z-a"]}}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<SourceConfig>(json).is_err(),
+                "{json}"
+            );
+        }
+    }
+
+    /// The server config file is YAML; the same shapes must work there.
+    #[test]
+    fn yaml_config() {
+        let yaml = r#"
+- id: local
+  type: filesystem
+  path: /srv/symbols
+  layout:
+    type: symstore
+    casing: lowercase
+  filters:
+    filetypes: [pe, pdb]
+- id: ms
+  type: http
+  url: https://msdl.microsoft.com/download/symbols/
+  is_public: true
+  comment: ignored
+"#;
+        let sources: Vec<SourceConfig> = serde_yaml::from_str(yaml).unwrap();
+        assert_eq!(sources.len(), 2);
+        assert_eq!(sources[0].files().layout.casing, FilenameCasing::Lowercase);
+        assert_eq!(
+            sources[0].files().filters.filetypes,
+            vec![FileType::Pe, FileType::Pdb]
+        );
+        assert_eq!(sources[1].type_name(), "http");
+        assert!(sources[1].files().is_public);
+    }
+
+    #[test]
+    fn serde_roundtrip() {
+        let json = r#"[
+            {"type": "http", "id": "h", "url": "https://example.org/sym",
+             "headers": {"X": "y"}, "accept_invalid_certs": true,
+             "filters": {"filetypes": ["elf_code"], "path_patterns": ["*libc*"], "requires_checksum": true},
+             "layout": {"type": "ssqp", "casing": "uppercase"}, "is_public": true, "has_index": true},
+            {"type": "filesystem", "id": "f", "path": "/tmp/s"}
+        ]"#;
+        let sources: Vec<SourceConfig> = serde_json::from_str(json).unwrap();
+        let value = serde_json::to_value(&sources).unwrap();
+        assert_eq!(value[0]["type"], "http");
+        assert_eq!(value[0]["url"], "https://example.org/sym");
+        assert_eq!(value[0]["layout"]["type"], "ssqp");
+        assert_eq!(value[0]["layout"]["casing"], "uppercase");
+        assert_eq!(value[0]["filters"]["filetypes"][0], "elf_code");
+        assert_eq!(value[0]["filters"]["requires_checksum"], true);
+        assert_eq!(value[0]["has_index"], true);
+        assert_eq!(value[0]["accept_invalid_certs"], true);
+        assert_eq!(value[1]["type"], "filesystem");
+        assert_eq!(value[1]["path"], "/tmp/s");
+        assert_eq!(value[1]["layout"]["type"], "native");
+
+        let again: Vec<SourceConfig> = serde_json::from_value(value.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&again).unwrap(), value);
+    }
+
+    #[test]
+    fn join_url_like_upstream() {
+        assert_eq!(
+            join("https://example.org/base", ""),
+            "https://example.org/base"
+        );
+        assert_eq!(
+            join("https://example.org/base", "foo bar"),
+            "https://example.org/base/foo%20bar"
+        );
+        assert_eq!(
+            join("https://example.org/base", "foo/bar"),
+            "https://example.org/base/foo/bar"
+        );
+        assert_eq!(
+            join("https://example.org/base/", "foo"),
+            "https://example.org/base/foo"
+        );
+        assert_eq!(
+            join("https://example.org/base", "/foo"),
+            "https://example.org/base/foo"
+        );
+        assert_eq!(
+            join("https://example.org/base", "foo//bar"),
+            "https://example.org/base/foo/bar"
+        );
+        assert_eq!(
+            join("https://example.org/", "foo"),
+            "https://example.org/foo"
+        );
+        assert_eq!(
+            join("https://example.org", "foo"),
+            "https://example.org/foo"
+        );
+        assert_eq!(
+            join("https://example.org/a/b/?token=1", "x/y"),
+            "https://example.org/a/b/x/y?token=1"
+        );
+        assert_eq!(
+            join(
+                "https://msdl.microsoft.com/download/symbols/",
+                "crash.pdb/3249D99D0C4049318610F4E4FB0B69361/crash.pd_"
+            ),
+            "https://msdl.microsoft.com/download/symbols/crash.pdb/3249D99D0C4049318610F4E4FB0B69361/crash.pd_"
+        );
+    }
+
+    #[test]
+    fn join_url_encodes_segments() {
+        assert_eq!(
+            join("https://example.org/s/", "a%2Fb/c?d#e/x\\y"),
+            "https://example.org/s/a%252Fb/c%3Fd%23e/x%5Cy"
+        );
+        assert_eq!(
+            join(
+                "https://example.org/s/",
+                "Slack Helper (GPU)/ABC/Slack Helper (GPU)"
+            ),
+            "https://example.org/s/Slack%20Helper%20(GPU)/ABC/Slack%20Helper%20(GPU)"
+        );
+    }
+
+    #[test]
+    fn join_url_never_leaves_base() {
+        let base = "https://example.org/symbols/";
+        for hostile in [
+            "..",
+            "../..",
+            "../../etc/passwd",
+            "./../x",
+            "a/../../b",
+            "%2e%2e/x",
+            ".%2E/x",
+            ".\t./x",
+            "\n..\r/x",
+            "..\\..\\x",
+        ] {
+            let url = http(base).join_url(hostile).unwrap();
+            // Nothing left to append yields the base itself, as for an empty location.
+            assert!(
+                url.path() == "/symbols" || url.path().starts_with("/symbols/"),
+                "{hostile:?} escaped to {url}"
+            );
+            assert_eq!(url.host_str(), Some("example.org"));
+        }
+        assert_eq!(join(base, "a/../b"), "https://example.org/symbols/a/b");
+        assert_eq!(
+            join(base, "%2e%2e"),
+            "https://example.org/symbols/%252e%252e"
+        );
+    }
+
+    #[test]
+    fn join_url_cannot_be_base() {
+        assert!(http("mailto:someone@example.org").join_url("x").is_none());
+        assert!(http("data:text/plain,hi").join_url("x").is_none());
+    }
+
+    #[test]
+    fn join_path() {
+        let source = fs("/srv/symbols");
+        assert_eq!(
+            source.join_path("crash.pdb/ABC1/crash.pdb"),
+            Path::new("/srv/symbols/crash.pdb/ABC1/crash.pdb")
+        );
+        assert_eq!(source.join_path(""), Path::new("/srv/symbols"));
+        assert_eq!(source.join_path("/a//b/"), Path::new("/srv/symbols/a/b"));
+        assert_eq!(source.join_path("./a/."), Path::new("/srv/symbols/a"));
+        assert_eq!(
+            source.join_path("Slack Helper (GPU)/x"),
+            Path::new("/srv/symbols/Slack Helper (GPU)/x")
+        );
+        // Relative roots stay relative.
+        assert_eq!(fs("syms").join_path("a/b"), Path::new("syms/a/b"));
+    }
+
+    #[test]
+    fn join_path_never_leaves_base() {
+        let source = fs("/srv/symbols");
+        for hostile in [
+            "..",
+            "../../etc/passwd",
+            "/etc/passwd",
+            "a/../../../b",
+            "//etc",
+            "./..",
+        ] {
+            let joined = source.join_path(hostile);
+            assert!(
+                joined.starts_with("/srv/symbols"),
+                "{hostile:?} -> {joined:?}"
+            );
+            assert!(
+                !joined
+                    .components()
+                    .any(|c| matches!(c, Component::ParentDir)),
+                "{hostile:?} -> {joined:?}"
+            );
+        }
+        assert_eq!(
+            source.join_path("../../etc/passwd"),
+            Path::new("/srv/symbols/etc/passwd")
+        );
+        // On Unix a backslash is an ordinary file name character, not a separator.
+        assert_eq!(
+            source.join_path("..\\..\\x"),
+            Path::new("/srv/symbols/..\\..\\x")
+        );
+    }
+}

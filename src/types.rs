@@ -1,0 +1,522 @@
+//! Wire types shared by the endpoints: what clients send and what they get back, field
+//! for field as the upstream Symbolicator speaks them (names, defaults, which fields are
+//! skipped when empty). Internal state does not live here.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::de::{self, Deserializer};
+use serde::{Deserialize, Serialize, Serializer};
+use symbolic::common::{Arch, Language};
+
+use crate::sources::{ObjectType, SourceId};
+
+/// A `u64` that travels as a `"0x…"` string, and is accepted as a hex string, a decimal
+/// string or a JSON number, because SDKs send all three.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HexValue(pub u64);
+
+impl fmt::Display for HexValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}
+
+impl FromStr for HexValue {
+    type Err = std::num::ParseIntError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+            Some(hex) => u64::from_str_radix(hex, 16).map(HexValue),
+            None => s.parse().map(HexValue),
+        }
+    }
+}
+
+impl Serialize for HexValue {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for HexValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl de::Visitor<'_> for Visitor {
+            type Value = HexValue;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an address as a hex string or a number")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<HexValue, E> {
+                Ok(HexValue(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<HexValue, E> {
+                u64::try_from(v)
+                    .map(HexValue)
+                    .map_err(|_| E::custom("negative address"))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<HexValue, E> {
+                v.parse()
+                    .map_err(|_| E::custom(format_args!("invalid address {v:?}")))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// How an address is to be read: absolute in the process' address space, or relative to
+/// the module at an index of the request's module list (Wasm, .NET).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum AddrMode {
+    #[default]
+    Abs,
+    Rel(usize),
+}
+
+impl fmt::Display for AddrMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AddrMode::Abs => f.write_str("abs"),
+            AddrMode::Rel(idx) => write!(f, "rel:{idx}"),
+        }
+    }
+}
+
+impl FromStr for AddrMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "abs" {
+            return Ok(AddrMode::Abs);
+        }
+        s.strip_prefix("rel:")
+            .and_then(|idx| idx.parse().ok())
+            .map(AddrMode::Rel)
+            .ok_or_else(|| format!("invalid address mode {s:?} (expected \"abs\" or \"rel:N\")"))
+    }
+}
+
+impl Serialize for AddrMode {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for AddrMode {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = std::borrow::Cow::<str>::deserialize(deserializer)?;
+        s.parse().map_err(de::Error::custom)
+    }
+}
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
+/// How far a frame's instruction pointer can be trusted (set by stack walkers).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FrameTrust {
+    #[default]
+    None,
+    Scan,
+    CfiScan,
+    Fp,
+    Cfi,
+    PreWalked,
+    Context,
+}
+
+/// OS-specific signal number of the crash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Signal(pub u32);
+
+pub type Registers = BTreeMap<String, HexValue>;
+
+/// A frame as clients send it; the symbolicated frame carries the same fields, filled in.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RawFrame {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub addr_mode: AddrMode,
+    pub instruction_addr: HexValue,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adjust_instruction_addr: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function_id: Option<HexValue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub package: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lang: Option<Language>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symbol: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sym_addr: Option<HexValue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filename: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abs_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineno: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pre_context: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_line: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub post_context: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_link: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_app: Option<bool>,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub trust: FrameTrust,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RawStacktrace {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub is_requesting: Option<bool>,
+    #[serde(default)]
+    pub registers: Registers,
+    pub frames: Vec<RawFrame>,
+}
+
+/// Symbolication outcome of one frame.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FrameStatus {
+    #[default]
+    Symbolicated,
+    MissingSymbol,
+    UnknownImage,
+    Missing,
+    Malformed,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SymbolicatedFrame {
+    pub status: FrameStatus,
+    pub original_index: Option<usize>,
+    #[serde(flatten)]
+    pub raw: RawFrame,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompleteStacktrace {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub is_requesting: Option<bool>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub registers: Registers,
+    pub frames: Vec<SymbolicatedFrame>,
+}
+
+/// A module (loaded image) as clients describe it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RawObjectInfo {
+    #[serde(rename = "type")]
+    pub ty: ObjectType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debug_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debug_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debug_checksum: Option<String>,
+    #[serde(default)]
+    pub image_addr: HexValue,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_size: Option<u64>,
+}
+
+/// Status of fetching the file that serves one purpose (debug info, unwind info).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ObjectFileStatus {
+    Found,
+    #[default]
+    Unused,
+    Missing,
+    Malformed,
+    FetchingFailed,
+    Timeout,
+    TooLarge,
+    Unsupported,
+    Other,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectFeatures {
+    pub has_debug_info: bool,
+    pub has_unwind_info: bool,
+    pub has_symbols: bool,
+    #[serde(default)]
+    pub has_sources: bool,
+}
+
+impl ObjectFeatures {
+    pub fn merge(&mut self, other: &ObjectFeatures) {
+        self.has_debug_info |= other.has_debug_info;
+        self.has_unwind_info |= other.has_unwind_info;
+        self.has_symbols |= other.has_symbols;
+        self.has_sources |= other.has_sources;
+    }
+}
+
+/// What happened when a candidate file was fetched.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum ObjectDownloadInfo {
+    Ok { features: ObjectFeatures },
+    Malformed,
+    NoPerm { details: String },
+    NotFound,
+    Error { details: String },
+}
+
+/// What happened when a fetched candidate was used for one purpose.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum ObjectUseInfo {
+    Ok,
+    Malformed,
+    Error {
+        details: String,
+    },
+    #[default]
+    None,
+}
+
+impl ObjectUseInfo {
+    pub fn is_none(&self) -> bool {
+        matches!(self, ObjectUseInfo::None)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectCandidate {
+    pub source: SourceId,
+    pub location: String,
+    pub download: ObjectDownloadInfo,
+    #[serde(default, skip_serializing_if = "ObjectUseInfo::is_none")]
+    pub unwind: ObjectUseInfo,
+    #[serde(default, skip_serializing_if = "ObjectUseInfo::is_none")]
+    pub debug: ObjectUseInfo,
+}
+
+/// Every file consulted for a module, kept sorted and unique by `(source, location)`
+/// because that is the order upstream reports them in.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllObjectCandidates(Vec<ObjectCandidate>);
+
+impl AllObjectCandidates {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, ObjectCandidate> {
+        self.0.iter()
+    }
+
+    fn position(&self, source: &SourceId, location: &str) -> Result<usize, usize> {
+        self.0
+            .binary_search_by(|c| (&c.source, c.location.as_str()).cmp(&(source, location)))
+    }
+
+    /// Inserts or updates a candidate; use infos only overwrite when they say something.
+    pub fn merge_one(&mut self, candidate: ObjectCandidate) {
+        match self.position(&candidate.source, &candidate.location) {
+            Ok(idx) => {
+                let existing = &mut self.0[idx];
+                existing.download = candidate.download;
+                if !candidate.unwind.is_none() {
+                    existing.unwind = candidate.unwind;
+                }
+                if !candidate.debug.is_none() {
+                    existing.debug = candidate.debug;
+                }
+            }
+            Err(idx) => self.0.insert(idx, candidate),
+        }
+    }
+
+    pub fn merge(&mut self, other: AllObjectCandidates) {
+        for candidate in other.0 {
+            self.merge_one(candidate);
+        }
+    }
+
+    pub fn set_debug(&mut self, source: &SourceId, location: &str, info: ObjectUseInfo) {
+        if let Ok(idx) = self.position(source, location) {
+            self.0[idx].debug = info;
+        }
+    }
+}
+
+impl From<Vec<ObjectCandidate>> for AllObjectCandidates {
+    fn from(candidates: Vec<ObjectCandidate>) -> Self {
+        let mut all = AllObjectCandidates::default();
+        for candidate in candidates {
+            all.merge_one(candidate);
+        }
+        all
+    }
+}
+
+/// A module in a response: what the client sent, plus what we found out.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompleteObjectInfo {
+    pub debug_status: ObjectFileStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unwind_status: Option<ObjectFileStatus>,
+    pub features: ObjectFeatures,
+    pub arch: Arch,
+    #[serde(flatten)]
+    pub raw: RawObjectInfo,
+    #[serde(default, skip_serializing_if = "AllObjectCandidates::is_empty")]
+    pub candidates: AllObjectCandidates,
+}
+
+impl CompleteObjectInfo {
+    pub fn supports_absolute_addresses(&self) -> bool {
+        self.raw.image_addr.0 != 0
+    }
+
+    pub fn abs_to_rel_addr(&self, addr: u64) -> Option<u64> {
+        if self.supports_absolute_addresses() {
+            addr.checked_sub(self.raw.image_addr.0)
+        } else {
+            None
+        }
+    }
+
+    pub fn rel_to_abs_addr(&self, addr: u64) -> Option<u64> {
+        if self.supports_absolute_addresses() {
+            self.raw.image_addr.0.checked_add(addr)
+        } else {
+            None
+        }
+    }
+}
+
+/// Per-request switches that change what is computed or reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct RequestOptions {
+    pub dif_candidates: bool,
+    pub apply_source_context: bool,
+}
+
+impl Default for RequestOptions {
+    fn default() -> Self {
+        RequestOptions {
+            dif_candidates: false,
+            apply_source_context: true,
+        }
+    }
+}
+
+/// Order of frames in the request's stack traces. Each endpoint has its own default,
+/// as upstream does (native stack traces come innermost first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FrameOrder {
+    CallerFirst,
+    CalleeFirst,
+}
+
+/// A finished symbolication, as `/symbolicate`, `/minidump` and friends return it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompletedSymbolicationResponse {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<Signal>,
+    pub stacktraces: Vec<CompleteStacktrace>,
+    pub modules: Vec<CompleteObjectInfo>,
+}
+
+/// Every answer a symbolication request or a poll can get.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum SymbolicationResponse {
+    Pending {
+        request_id: RequestId,
+        retry_after: u64,
+    },
+    Completed(Box<serde_json::Value>),
+    Failed {
+        message: String,
+    },
+    Timeout,
+    InternalError,
+}
+
+/// Opaque id of a request that is still running or recently finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RequestId(pub uuid::Uuid);
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_value_accepts_strings_and_numbers() {
+        let v: Vec<HexValue> = serde_json::from_str(r#"["0x0000000001509530", "42", 7]"#).unwrap();
+        assert_eq!(v, vec![HexValue(0x1509530), HexValue(42), HexValue(7)]);
+        assert_eq!(serde_json::to_string(&v[0]).unwrap(), r#""0x1509530""#);
+        assert!(serde_json::from_str::<HexValue>(r#""0xzz""#).is_err());
+    }
+
+    #[test]
+    fn addr_mode_round_trips() {
+        assert_eq!("rel:3".parse::<AddrMode>().unwrap(), AddrMode::Rel(3));
+        assert_eq!(AddrMode::Rel(0).to_string(), "rel:0");
+        assert!("rel:x".parse::<AddrMode>().is_err());
+    }
+
+    #[test]
+    fn candidates_stay_sorted_and_merge() {
+        let c = |loc: &str, download| ObjectCandidate {
+            source: SourceId::new("s"),
+            location: loc.into(),
+            download,
+            unwind: ObjectUseInfo::None,
+            debug: ObjectUseInfo::None,
+        };
+        let mut all: AllObjectCandidates = vec![
+            c("b", ObjectDownloadInfo::NotFound),
+            c("a", ObjectDownloadInfo::NotFound),
+        ]
+        .into();
+        all.set_debug(&SourceId::new("s"), "b", ObjectUseInfo::Ok);
+        all.merge_one(c("b", ObjectDownloadInfo::Malformed));
+        let locs: Vec<_> = all.iter().map(|c| c.location.as_str()).collect();
+        assert_eq!(locs, ["a", "b"]);
+        assert_eq!(all.iter().nth(1).unwrap().debug, ObjectUseInfo::Ok);
+        assert_eq!(
+            all.iter().nth(1).unwrap().download,
+            ObjectDownloadInfo::Malformed
+        );
+    }
+}
