@@ -1,0 +1,262 @@
+//! Test harness: starts the real `omnisym` binary on a loopback port with a temporary
+//! config and cache, and a real HTTP symbol server (axum) serving a directory.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path as AxPath, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+pub fn manifest() -> Value {
+    let text = std::fs::read_to_string(fixtures().join("native/manifest.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// A running omnisym process; killed on drop.
+pub struct Server {
+    child: Child,
+    pub url: String,
+    pub cache_dir: PathBuf,
+    log: Arc<Mutex<String>>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    /// Starts with a fresh cache; `extra_yaml` is appended to the config.
+    pub fn start(extra_yaml: &str) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let cache_dir = dir.path().join("cache");
+        let mut server = Server::start_in(dir.path(), &cache_dir, extra_yaml);
+        server._dir = Some(dir);
+        server
+    }
+
+    /// Starts on a given cache dir (to restart a server on the same cache).
+    pub fn start_in(work: &Path, cache_dir: &Path, extra_yaml: &str) -> Server {
+        let config = work.join(format!("config-{}.yml", rand_suffix()));
+        std::fs::write(
+            &config,
+            format!(
+                "bind: 127.0.0.1:0\ncache_dir: {}\nconnect_to_reserved_ips: true\n{extra_yaml}",
+                cache_dir.display()
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_omnisym"))
+            .args(["run", "--config"])
+            .arg(&config)
+            .env("RUST_LOG", "omnisym=debug,info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("omnisym starts");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let log2 = log.clone();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix("omnisym listening on ")
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(addr.to_string());
+                }
+                let mut log = log2.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let url = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(url) => url,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("omnisym did not start:\n{}", log.lock().unwrap());
+            }
+        };
+        Server {
+            child,
+            url,
+            cache_dir: cache_dir.to_owned(),
+            log,
+            _dir: None,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// POSTs JSON; returns the status and the parsed body.
+    pub async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
+        self.post_raw(path, serde_json::to_vec(body).unwrap()).await
+    }
+
+    pub async fn post_raw(&self, path: &str, body: Vec<u8>) -> (StatusCode, Value) {
+        let request = client()
+            .post(format!("{}{path}", self.url))
+            .header("content-type", "application/json")
+            .body(body);
+        send(request).await
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, Value) {
+        send(client().get(format!("{}{path}", self.url))).await
+    }
+}
+
+/// Sends a request; returns the status and the body as JSON (or as a JSON string when
+/// it is not JSON).
+async fn send(request: reqwest::RequestBuilder) -> (StatusCode, Value) {
+    let resp = request.send().await.unwrap();
+    let status = StatusCode::from_u16(resp.status().as_u16()).unwrap();
+    let bytes = resp.bytes().await.unwrap();
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    (status, value)
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rand_suffix() -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// One client for all requests: building one (TLS roots included) is slow enough to
+/// serialise a burst of concurrent requests.
+pub fn client() -> reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            reqwest::Client::builder()
+                .no_proxy()
+                .pool_max_idle_per_host(0)
+                .build()
+                .unwrap()
+        })
+        .clone()
+}
+
+/// A symbol server on loopback serving `root`. `/slow/<ms>/<path>` delays, and every
+/// hit is counted so tests can assert what was (not) fetched.
+pub struct SymbolServer {
+    pub url: String,
+    pub hits: Arc<Mutex<Vec<String>>>,
+    pub root: PathBuf,
+    _dir: tempfile::TempDir,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Clone)]
+struct SymState {
+    root: PathBuf,
+    hits: Arc<Mutex<Vec<String>>>,
+}
+
+impl SymbolServer {
+    pub async fn start() -> SymbolServer {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_owned();
+        let hits = Arc::new(Mutex::new(Vec::new()));
+        let state = SymState {
+            root: root.clone(),
+            hits: hits.clone(),
+        };
+        let app = Router::new()
+            .route("/slow/{ms}/{*path}", axum::routing::get(slow))
+            .route("/{*path}", axum::routing::get(serve))
+            .with_state(state);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr: SocketAddr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        SymbolServer {
+            url: format!("http://{addr}/"),
+            hits,
+            root,
+            _dir: dir,
+            task,
+        }
+    }
+
+    /// Places `src` at `rel` under the served root.
+    pub fn put(&self, rel: &str, src: &Path) {
+        let dest = self.root.join(rel);
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        std::fs::copy(src, dest).unwrap();
+    }
+
+    pub fn put_bytes(&self, rel: &str, data: &[u8]) {
+        let dest = self.root.join(rel);
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        std::fs::write(dest, data).unwrap();
+    }
+
+    pub fn remove(&self, rel: &str) {
+        std::fs::remove_file(self.root.join(rel)).unwrap();
+    }
+
+    pub fn hits(&self) -> Vec<String> {
+        self.hits.lock().unwrap().clone()
+    }
+}
+
+impl Drop for SymbolServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn serve(State(state): State<SymState>, AxPath(path): AxPath<String>) -> Response {
+    state.hits.lock().unwrap().push(path.clone());
+    file_response(&state.root, &path)
+}
+
+async fn slow(
+    State(state): State<SymState>,
+    AxPath((ms, path)): AxPath<(u64, String)>,
+) -> Response {
+    state.hits.lock().unwrap().push(format!("slow/{path}"));
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    file_response(&state.root, &path)
+}
+
+fn file_response(root: &Path, path: &str) -> Response {
+    if path.split('/').any(|c| c == "..") {
+        return StatusCode::BAD_REQUEST.into_response();
+    }
+    match std::fs::read(root.join(path)) {
+        Ok(data) => Body::from(data).into_response(),
+        Err(_) => StatusCode::NOT_FOUND.into_response(),
+    }
+}

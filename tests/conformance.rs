@@ -1,0 +1,54 @@
+//! Runs the upstream-conformance corpus (`../shared/conformance`, present beside the
+//! clone in CI) against the real server. The cases this milestone covers must pass; the
+//! score of every other case is printed. Without the corpus the test reports a skip.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+/// Cases that must match upstream exactly (the native `/symbolicate` milestone).
+const REQUIRED: &[&str] = &[
+    "endpoint_symbolicate_no_dif_candidates",
+    "endpoint_symbolicate_unknown_source_config",
+    "endpoint_requests_timeouts",
+    "native_add_bucket",
+    "native_add_bucket_2",
+    "native_remove_bucket",
+    "native_remove_bucket_2",
+    "native_e2e_no_sources",
+    "native_e2e_sources_filetypes",
+    "native_wasm_payload",
+];
+
+#[test]
+fn conformance_corpus() {
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance");
+    if !corpus.join("run.py").exists() {
+        println!("SKIPPED: no conformance corpus at {}", corpus.display());
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(async { common::Server::start("") });
+    let output = Command::new("python3")
+        .arg(corpus.join("run.py"))
+        .args(["--server", &server.url, "--timeout", "60"])
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    println!("{stdout}");
+    let mut failed = Vec::new();
+    for case in REQUIRED {
+        let passed = stdout
+            .lines()
+            .any(|l| l.starts_with("PASS") && l.split_whitespace().any(|w| w == *case));
+        if !passed {
+            failed.push(*case);
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "required conformance cases failed: {failed:?}\nserver log:\n{}",
+        server.log()
+    );
+}
