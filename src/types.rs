@@ -260,6 +260,28 @@ pub enum ObjectFileStatus {
     Other,
 }
 
+/// The version control system a PDB's SRCSRV stream fetches sources from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SrcSrvVcs {
+    Git,
+    Perforce,
+    Other,
+}
+
+impl SrcSrvVcs {
+    pub fn from_vcs_name(name: &str) -> Self {
+        let name = name.to_ascii_lowercase();
+        if name.contains("git") {
+            SrcSrvVcs::Git
+        } else if name.contains("perforce") {
+            SrcSrvVcs::Perforce
+        } else {
+            SrcSrvVcs::Other
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectFeatures {
     pub has_debug_info: bool,
@@ -267,6 +289,8 @@ pub struct ObjectFeatures {
     pub has_symbols: bool,
     #[serde(default)]
     pub has_sources: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub srcsrv_vcs: Option<SrcSrvVcs>,
 }
 
 impl ObjectFeatures {
@@ -275,6 +299,9 @@ impl ObjectFeatures {
         self.has_unwind_info |= other.has_unwind_info;
         self.has_symbols |= other.has_symbols;
         self.has_sources |= other.has_sources;
+        if self.srcsrv_vcs.is_none() {
+            self.srcsrv_vcs.clone_from(&other.srcsrv_vcs);
+        }
     }
 }
 

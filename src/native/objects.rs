@@ -18,6 +18,7 @@ use crate::fetch::{Downloader, RemoteFile, fetch_file};
 use crate::sources::{FileType, ObjectId, SourceConfig, source_locations};
 use crate::types::{
     AllObjectCandidates, ObjectCandidate, ObjectDownloadInfo, ObjectFeatures, ObjectUseInfo,
+    SrcSrvVcs,
 };
 
 pub const OBJECTS: CacheKind = CacheKind {
@@ -62,8 +63,25 @@ impl ObjectMeta {
                 has_unwind_info: object.has_unwind_info(),
                 has_symbols: object.has_symbols(),
                 has_sources: object.has_sources(),
+                srcsrv_vcs: srcsrv_vcs(object),
             },
             arch: object.arch(),
+        }
+    }
+}
+
+/// Which VCS a PDB's SRCSRV stream names, if it has one.
+fn srcsrv_vcs(object: &Object<'_>) -> Option<SrcSrvVcs> {
+    let Object::Pdb(pdb) = object else {
+        return None;
+    };
+    match pdb.debug_session() {
+        Ok(session) => session
+            .srcsrv_vcs_name()
+            .map(|name| SrcSrvVcs::from_vcs_name(&name)),
+        Err(err) => {
+            tracing::debug!(error = %err, "cannot open PDB debug session for SRCSRV");
+            None
         }
     }
 }
