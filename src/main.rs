@@ -36,10 +36,13 @@ fn init_logging(config: &Config) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
+    // Colours only for a person at a terminal; log collectors get plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     match config.logging.format {
         LogFormat::Json => builder.json().init(),
-        LogFormat::Simplified => builder.compact().without_time().init(),
-        LogFormat::Pretty | LogFormat::Auto => builder.init(),
+        LogFormat::Simplified => builder.compact().without_time().with_ansi(ansi).init(),
+        LogFormat::Pretty => builder.with_ansi(true).init(),
+        LogFormat::Auto => builder.with_ansi(ansi).init(),
     }
 }
 

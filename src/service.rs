@@ -3,6 +3,7 @@
 //! minute limit), lets the client wait up to `?timeout=` seconds, and keeps results of
 //! requests that were answered `pending` for a bounded time so they can be polled.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -46,33 +47,54 @@ impl Slot {
     }
 }
 
-struct SlotExpiry;
+/// Finished results whose id was handed out, oldest first. Bounded by bytes and by age;
+/// the oldest go first when the budget is exceeded, so memory stays flat under load.
+struct Finished {
+    order: std::collections::VecDeque<(Instant, RequestId)>,
+    slots: HashMap<RequestId, Arc<Slot>>,
+    bytes: u64,
+    max_bytes: u64,
+}
 
-impl moka::Expiry<RequestId, Arc<Slot>> for SlotExpiry {
-    fn expire_after_create(&self, _: &RequestId, _: &Arc<Slot>, _: Instant) -> Option<Duration> {
-        // Running requests must outlive their own time limit.
-        Some(MAX_REQUEST_DURATION + RESULT_RETENTION)
+impl Finished {
+    fn insert(&mut self, id: RequestId, slot: Arc<Slot>, len: u64) {
+        self.expire(Instant::now());
+        self.order.push_back((Instant::now(), id));
+        self.slots.insert(id, slot);
+        self.bytes += len;
+        // The newest result stays even when it alone exceeds the budget: its client
+        // was just told to poll for it.
+        while self.bytes > self.max_bytes && self.order.len() > 1 {
+            self.pop_oldest();
+        }
     }
 
-    fn expire_after_update(
-        &self,
-        _: &RequestId,
-        slot: &Arc<Slot>,
-        _: Instant,
-        current: Option<Duration>,
-    ) -> Option<Duration> {
-        if slot.body().is_some() {
-            Some(RESULT_RETENTION)
-        } else {
-            current
+    fn expire(&mut self, now: Instant) {
+        while let Some((at, _)) = self.order.front() {
+            if now.duration_since(*at) < RESULT_RETENTION {
+                break;
+            }
+            self.pop_oldest();
         }
+    }
+
+    fn pop_oldest(&mut self) -> bool {
+        let Some((_, id)) = self.order.pop_front() else {
+            return false;
+        };
+        if let Some(slot) = self.slots.remove(&id) {
+            self.bytes -= slot.body().map_or(0, |b| b.len() as u64);
+        }
+        true
     }
 }
 
 struct Inner {
     max_concurrent: usize,
     in_flight: AtomicUsize,
-    requests: moka::sync::Cache<RequestId, Arc<Slot>>,
+    /// Requests still running; at most `max_concurrent` of them.
+    running: Mutex<HashMap<RequestId, Arc<Slot>>>,
+    finished: Mutex<Finished>,
 }
 
 /// Cheap to clone; shared by all handlers.
@@ -92,19 +114,17 @@ impl Drop for InFlightGuard {
 impl RequestService {
     /// `max_kept_bytes` bounds the memory of results waiting to be polled.
     pub fn new(max_concurrent: usize, max_kept_bytes: u64) -> Self {
-        let requests = moka::sync::Cache::builder()
-            .max_capacity(max_kept_bytes)
-            .weigher(|_: &RequestId, slot: &Arc<Slot>| {
-                slot.body()
-                    .map_or(1, |b| u32::try_from(b.len()).unwrap_or(u32::MAX))
-            })
-            .expire_after(SlotExpiry)
-            .build();
         RequestService {
             inner: Arc::new(Inner {
                 max_concurrent,
                 in_flight: AtomicUsize::new(0),
-                requests,
+                running: Mutex::new(HashMap::new()),
+                finished: Mutex::new(Finished {
+                    order: Default::default(),
+                    slots: HashMap::new(),
+                    bytes: 0,
+                    max_bytes: max_kept_bytes,
+                }),
             }),
         }
     }
@@ -128,7 +148,7 @@ impl RequestService {
         }
         let id = RequestId(uuid::Uuid::new_v4());
         let slot = Arc::new(Slot::default());
-        inner.requests.insert(id, slot.clone());
+        inner.running.lock().unwrap().insert(id, slot.clone());
         let handle = RequestHandle {
             id,
             slot: slot.clone(),
@@ -152,17 +172,17 @@ impl RequestService {
                     plain_body(&SymbolicationResponse::InternalError)
                 }
             };
+            let len = body.len() as u64;
             let keep = {
                 let mut state = slot.state.lock().unwrap();
                 state.body = Some(body);
                 state.handed_out
             };
+            // Move to the finished store first, so a poll never finds neither.
             if keep {
-                // Re-insert so the weigher and the retention period see the result.
-                inner.requests.insert(id, slot.clone());
-            } else {
-                inner.requests.invalidate(&id);
+                inner.finished.lock().unwrap().insert(id, slot.clone(), len);
             }
+            inner.running.lock().unwrap().remove(&id);
             slot.done.notify_waiters();
         });
         Ok(handle)
@@ -171,7 +191,15 @@ impl RequestService {
     /// Waits up to `timeout` (forever when `None`) for a polled request's answer. `None`
     /// when the id is unknown or its result has expired.
     pub async fn get_response(&self, id: RequestId, timeout: Option<Duration>) -> Option<Bytes> {
-        let slot = self.inner.requests.get(&id)?;
+        let running = self.inner.running.lock().unwrap().get(&id).cloned();
+        let slot = match running {
+            Some(slot) => slot,
+            None => {
+                let mut finished = self.inner.finished.lock().unwrap();
+                finished.expire(Instant::now());
+                finished.slots.get(&id)?.clone()
+            }
+        };
         Some(Self::wait(RequestHandle { id, slot }, timeout).await)
     }
 
@@ -281,7 +309,6 @@ mod tests {
             serde_json::json!({"status": "completed", "value": 7})
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
-        svc.inner.requests.run_pending_tasks();
         assert!(svc.get_response(id, Some(Duration::ZERO)).await.is_none());
     }
 
@@ -305,6 +332,32 @@ mod tests {
         // Still there for a second poll.
         let again = svc.get_response(id, Some(Duration::ZERO)).await.unwrap();
         assert_eq!(json(&again)["value"], 1);
+    }
+
+    #[tokio::test]
+    async fn finished_results_are_bounded_by_bytes_oldest_first() {
+        let svc = RequestService::new(10, 100);
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            let handle = svc
+                .spawn(async {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    Ok(Answer { value: 1 })
+                })
+                .unwrap();
+            ids.push(handle.id());
+            // Hand the id out, so the result is kept for polling.
+            let pending = RequestService::wait(handle, Some(Duration::ZERO)).await;
+            assert_eq!(json(&pending)["status"], "pending");
+        }
+        for id in &ids {
+            svc.get_response(*id, None).await.unwrap();
+        }
+        // Each result is ~30 bytes: the budget of 100 holds the newest three at most,
+        // and never more than the budget.
+        let finished = svc.inner.finished.lock().unwrap();
+        assert!(finished.bytes <= 100, "{}", finished.bytes);
+        assert!(finished.slots.contains_key(&ids[2]));
     }
 
     #[tokio::test]

@@ -305,6 +305,30 @@ async fn missing_corrupt_and_invalid_modules_each_get_their_status() {
 }
 
 #[tokio::test]
+async fn files_over_the_download_limit_are_too_large() {
+    let symsrv = SymbolServer::start().await;
+    symsrv.put(&pdb_path(), &fixtures().join("native/pe/crash.pdb"));
+    let server = Server::start("max_download_size: 4096\n");
+    let body = json!({
+        "sources": [{"type": "http", "id": "srv", "url": symsrv.url}],
+        "modules": [pe_module()],
+        "stacktraces": [{"frames": [{"instruction_addr": format!("{:#x}", PE_BASE + 0x1000)}]}],
+        "options": {"dif_candidates": true},
+    });
+    let (_, response) = server.post("/symbolicate", &body).await;
+    let module = &response["modules"][0];
+    assert_eq!(module["debug_status"], "too_large", "{module:#}");
+    let pdb = module["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["location"].as_str().unwrap().ends_with("crash.pdb"))
+        .unwrap();
+    assert_eq!(pdb["download"]["status"], "error", "{pdb}");
+    assert_eq!(response["stacktraces"][0]["frames"][0]["status"], "missing");
+}
+
+#[tokio::test]
 async fn bad_request_bodies_get_400_naming_the_problem() {
     let server = Server::start("");
     let (status, body) = server

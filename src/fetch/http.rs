@@ -13,7 +13,7 @@ use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 use url::Url;
 
 use super::reserved_ip::{is_reserved_ip, url_has_reserved_ip_host};
-use super::{Downloader, FetchConfig, is_too_large, redact_url, too_large};
+use super::{Downloader, FetchConfig, redact_url, too_large};
 use crate::cache::{CacheError, CacheResult};
 
 const MAX_REDIRECTS: usize = 10;
@@ -149,7 +149,7 @@ fn status_error(status: StatusCode) -> CacheError {
 fn is_retryable(err: &CacheError) -> bool {
     match err {
         CacheError::Timeout(_) => true,
-        CacheError::DownloadError(msg) => !is_too_large(err) && msg != RESERVED_ADDRESS_MSG,
+        CacheError::DownloadError(msg) => msg != RESERVED_ADDRESS_MSG,
         _ => false,
     }
 }

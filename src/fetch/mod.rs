@@ -23,9 +23,6 @@ pub use decompress::decompress_file;
 pub use remote::{RemoteFile, fetch_file};
 pub use reserved_ip::is_reserved_ip;
 
-/// Prefix of the [`CacheError::DownloadError`] message for size-limit violations.
-const TOO_LARGE: &str = "too large";
-
 /// Limits and identity for outgoing fetches. Field names follow upstream's config keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchConfig {
@@ -92,14 +89,14 @@ impl Downloader {
     }
 }
 
-/// Builds the error for a body or payload over the size limit; see [`is_too_large`].
+/// Builds the error for a body or payload over the size limit.
 fn too_large(detail: impl std::fmt::Display) -> CacheError {
-    CacheError::DownloadError(format!("{TOO_LARGE}: {detail}"))
+    CacheError::TooLarge(detail.to_string())
 }
 
 /// Whether `err` reports a file over `max_download_size`, as opposed to a transfer failure.
 pub fn is_too_large(err: &CacheError) -> bool {
-    matches!(err, CacheError::DownloadError(msg) if msg.starts_with(TOO_LARGE))
+    matches!(err, CacheError::TooLarge(_))
 }
 
 /// `url` without userinfo, query and fragment, for logs: those are where tokens live.

@@ -3,7 +3,9 @@
 //! stackwalking, CFI caches, Apple crash reports and source context will live here too.
 
 mod demangle;
+mod derived;
 pub mod objects;
+mod ppdb;
 mod source_context;
 pub mod symbolicate;
 pub mod symcache;
@@ -20,6 +22,7 @@ use crate::types::{
 };
 use demangle::DemangleCache;
 use objects::ObjectsActor;
+use ppdb::PpdbCacheActor;
 use symbolicate::{ModuleLookup, symbolicate_stacktrace};
 use symcache::SymCacheActor;
 
@@ -45,6 +48,7 @@ pub struct SymbolicateRequest {
 pub struct NativeService {
     objects: Arc<ObjectsActor>,
     symcaches: SymCacheActor,
+    ppdb_caches: PpdbCacheActor,
     demangle: DemangleCache,
 }
 
@@ -53,6 +57,7 @@ impl NativeService {
         let objects = Arc::new(ObjectsActor::new(caches, downloader, max_download_size));
         NativeService {
             symcaches: SymCacheActor::new(caches, objects.clone()),
+            ppdb_caches: PpdbCacheActor::new(caches, objects.clone()),
             objects,
             demangle: DemangleCache::new(10 * 1024 * 1024),
         }
@@ -73,7 +78,13 @@ impl NativeService {
         } = request;
         let mut lookup = ModuleLookup::new(modules);
         lookup
-            .fetch_caches(&self.symcaches, &sources, &scope, &stacktraces)
+            .fetch_caches(
+                &self.symcaches,
+                &self.ppdb_caches,
+                &sources,
+                &scope,
+                &stacktraces,
+            )
             .await;
         let mut stacktraces: Vec<_> = stacktraces
             .into_iter()

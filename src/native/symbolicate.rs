@@ -11,10 +11,11 @@ use symbolic::symcache::SymCache;
 
 use super::demangle::DemangleCache;
 use super::objects::{ObjectHandle, ObjectPurpose, ObjectsActor};
+use super::ppdb::{OwnedPpdbCache, PpdbCacheActor, symbolicate_dotnet_frame};
 use super::source_context::context_lines;
 use super::symcache::{OwnedSymCache, SymCacheActor};
 use crate::cache::{CacheError, CacheResult, Scope};
-use crate::sources::{FileType, ObjectId, SourceConfig};
+use crate::sources::{FileType, ObjectId, ObjectType, SourceConfig};
 use crate::types::{
     AddrMode, CompleteObjectInfo, CompleteStacktrace, FrameStatus, FrameTrust, HexValue,
     ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, Registers, Signal, SymbolicatedFrame,
@@ -31,6 +32,13 @@ pub fn status_for_error(err: &CacheError) -> ObjectFileStatus {
         CacheError::Malformed(_) => ObjectFileStatus::Malformed,
         CacheError::Unsupported(_) => ObjectFileStatus::Unsupported,
         CacheError::InternalError => ObjectFileStatus::Other,
+    }
+}
+
+fn status_of<T>(result: &CacheResult<T>) -> ObjectFileStatus {
+    match result {
+        Ok(_) => ObjectFileStatus::Found,
+        Err(err) => status_for_error(err),
     }
 }
 
@@ -66,12 +74,19 @@ fn parse_ids(raw: &RawObjectInfo) -> Ids {
     })
 }
 
+/// The lookup table of a module: native modules have a SymCache, .NET modules a
+/// PpdbCache.
+enum ModuleCache {
+    SymCache(OwnedSymCache),
+    Ppdb(OwnedPpdbCache),
+}
+
 struct ModuleEntry {
     /// Position in the request's module list (what `rel:N` refers to).
     index: usize,
     info: CompleteObjectInfo,
     ids: Result<ObjectId, String>,
-    cache: CacheResult<OwnedSymCache>,
+    cache: CacheResult<ModuleCache>,
     /// A file with sources (source bundle, embedded sources), if one was found.
     sources: Option<Arc<ObjectHandle>>,
 }
@@ -191,6 +206,7 @@ impl ModuleLookup {
     pub async fn fetch_caches(
         &mut self,
         symcaches: &SymCacheActor,
+        ppdb_caches: &PpdbCacheActor,
         sources: &[SourceConfig],
         scope: &Scope,
         stacktraces: &[RawStacktrace],
@@ -207,18 +223,22 @@ impl ModuleLookup {
             .filter(|m| referenced.contains(&m.index))
             .map(|m| async move {
                 match &m.ids {
+                    Ok(id) if id.object_type == ObjectType::PeDotnet => {
+                        let result = ppdb_caches.fetch(sources, id, scope).await;
+                        m.info.features.merge(&result.features);
+                        m.info.candidates.merge(result.candidates);
+                        m.info.debug_status = status_of(&result.cache);
+                        m.cache = result.cache.map(ModuleCache::Ppdb);
+                    }
                     Ok(id) => {
                         let result = symcaches.fetch(sources, id, scope).await;
                         m.info.features.merge(&result.features);
                         m.info.candidates.merge(result.candidates);
-                        m.info.debug_status = match &result.cache {
-                            Ok(_) => ObjectFileStatus::Found,
-                            Err(err) => status_for_error(err),
-                        };
+                        m.info.debug_status = status_of(&result.cache);
                         if let Ok(cache) = &result.cache {
                             m.info.arch = cache.get().arch();
                         }
-                        m.cache = result.cache;
+                        m.cache = result.cache.map(ModuleCache::SymCache);
                     }
                     Err(msg) => {
                         m.info.debug_status = ObjectFileStatus::Malformed;
@@ -382,7 +402,8 @@ fn symbolicate_frame(
         .ok_or(FrameStatus::UnknownImage)?;
     frame.package.clone_from(&lookup.entry.info.raw.code_file);
     let symcache = match &lookup.entry.cache {
-        Ok(cache) => cache.get(),
+        Ok(ModuleCache::SymCache(cache)) => cache.get(),
+        Ok(ModuleCache::Ppdb(cache)) => return symbolicate_dotnet_frame(cache.get(), frame, index),
         Err(CacheError::Malformed(_)) => return Err(FrameStatus::Malformed),
         Err(_) => return Err(FrameStatus::Missing),
     };

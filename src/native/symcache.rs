@@ -1,7 +1,6 @@
 //! SymCaches: the compact, memory-mappable lookup table built from the best debug file
 //! of a module; what every warm `/symbolicate` reads.
 
-use std::io::BufWriter;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -9,10 +8,10 @@ use symbolic::common::{ByteView, SelfCell};
 use symbolic::symcache::{SymCache, SymCacheConverter};
 use tempfile::NamedTempFile;
 
+use super::derived::{Derived, DerivedLookup, convert_object, fetch_derived};
 use super::objects::{FoundObject, ObjectPurpose, ObjectsActor};
 use crate::cache::{CacheError, CacheItemRequest, CacheKind, CacheResult, Cacher, Caches, Scope};
 use crate::sources::{FileType, ObjectId, SourceConfig};
-use crate::types::{AllObjectCandidates, ObjectFeatures, ObjectUseInfo};
 
 /// Bump when what we write into a SymCache changes; `symbolic`'s own format version is
 /// pinned by a test so an upgrade that changes it forces a bump here.
@@ -33,28 +32,19 @@ impl CacheItemRequest for FetchSymCache {
     type Item = OwnedSymCache;
 
     fn compute<'a>(&'a self, temp_file: &'a mut NamedTempFile) -> BoxFuture<'a, CacheResult<()>> {
-        Box::pin(async move {
-            let handle = self.objects.fetch(&self.found, &self.id).await?;
-            let file = temp_file
-                .as_file()
-                .try_clone()
-                .map_err(CacheError::internal)?;
-            // Conversion is CPU-bound; keep it off the async workers.
-            tokio::task::spawn_blocking(move || {
+        Box::pin(convert_object(
+            &self.objects,
+            &self.found,
+            &self.id,
+            temp_file,
+            |object, writer| {
                 let mut converter = SymCacheConverter::new();
                 converter
-                    .process_object(handle.object())
+                    .process_object(object)
                     .map_err(|e| CacheError::Malformed(e.to_string()))?;
-                let mut writer = BufWriter::new(file);
-                converter
-                    .serialize(&mut writer)
-                    .map_err(CacheError::internal)?;
-                writer.into_inner().map_err(CacheError::internal)?;
-                Ok(())
-            })
-            .await
-            .map_err(CacheError::internal)?
-        })
+                converter.serialize(writer).map_err(CacheError::internal)
+            },
+        ))
     }
 
     fn load(&self, data: ByteView<'static>) -> CacheResult<Self::Item> {
@@ -62,14 +52,6 @@ impl CacheItemRequest for FetchSymCache {
             .map(Arc::new)
             .map_err(|e| CacheError::Malformed(e.to_string()))
     }
-}
-
-/// The outcome of looking for a module's SymCache: the cache (or why there is none),
-/// every candidate consulted, and the features of the file that was used.
-pub struct SymCacheResult {
-    pub cache: CacheResult<OwnedSymCache>,
-    pub candidates: AllObjectCandidates,
-    pub features: ObjectFeatures,
 }
 
 pub struct SymCacheActor {
@@ -90,51 +72,22 @@ impl SymCacheActor {
         sources: &[SourceConfig],
         id: &ObjectId,
         scope: &Scope,
-    ) -> SymCacheResult {
-        let filetypes = FileType::from_object_type(id.object_type);
-        let find = self
-            .objects
-            .find(sources, filetypes, id, scope, ObjectPurpose::Debug)
-            .await;
-        let mut candidates = find.candidates;
-        let Some(found) = find.found else {
-            return SymCacheResult {
-                cache: Err(CacheError::NotFound),
-                candidates,
-                features: ObjectFeatures::default(),
-            };
+    ) -> Derived<OwnedSymCache> {
+        let lookup = DerivedLookup {
+            sources,
+            filetypes: FileType::from_object_type(id.object_type),
+            id,
+            scope,
+            purpose: ObjectPurpose::Debug,
         };
-        let features = match &found.meta {
-            Ok(meta) => meta.features.clone(),
-            Err(err) => {
-                return SymCacheResult {
-                    cache: Err(err.clone()),
-                    candidates,
-                    features: ObjectFeatures::default(),
-                };
+        fetch_derived(&self.objects, &self.symcaches, lookup, |found| {
+            FetchSymCache {
+                objects: self.objects.clone(),
+                found,
+                id: id.clone(),
             }
-        };
-        let key = found.key.derived(SYMCACHES.name);
-        let (source, location) = (found.file.source_id().clone(), found.file.uri());
-        let request = FetchSymCache {
-            objects: self.objects.clone(),
-            found,
-            id: id.clone(),
-        };
-        let cache = self.symcaches.get(key, request).await;
-        let use_info = match &cache {
-            Ok(_) => ObjectUseInfo::Ok,
-            Err(CacheError::Malformed(_)) => ObjectUseInfo::Malformed,
-            Err(err) => ObjectUseInfo::Error {
-                details: err.to_string(),
-            },
-        };
-        candidates.set_debug(&source, &location, use_info);
-        SymCacheResult {
-            cache,
-            candidates,
-            features,
-        }
+        })
+        .await
     }
 }
 

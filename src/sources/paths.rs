@@ -356,17 +356,26 @@ pub fn get_directory_paths(
         }
     }
 
-    if matches!(filetype, FileType::Pe | FileType::Pdb) {
-        paths = paths
-            .into_iter()
-            .flat_map(|path| {
+    // Symbol servers may store PE/PDB files CAB-compressed under the name with its last
+    // character replaced by `_`. Upstream offers that for portable PDBs too, but only for
+    // a `.pdb` file (a Wasm module's portable-PDB path gets no `.was_`).
+    let compressible = |path: &str| match filetype {
+        FileType::Pe | FileType::Pdb => true,
+        FileType::PortablePdb => path.to_ascii_lowercase().ends_with(".pdb"),
+        _ => false,
+    };
+    paths = paths
+        .into_iter()
+        .flat_map(|path| {
+            let compressed = compressible(&path).then(|| {
                 let mut compressed = path.clone();
                 compressed.pop();
                 compressed.push('_');
-                [compressed, path]
-            })
-            .collect();
-    }
+                compressed
+            });
+            compressed.into_iter().chain(Some(path))
+        })
+        .collect();
 
     paths
 }
@@ -587,12 +596,16 @@ mod tests {
                 "crash.exe/5AB380779000/crash.exe",
             ],
         );
-        // Portable PDBs share the PDB layout but are never compressed.
+        // Portable PDBs share the PDB layout, compressed variant included (upstream
+        // lists `.pd_` for them too).
         check(
             Native,
             F::PortablePdb,
             &id,
-            &["crash.pdb/3249D99D0C4049318610F4E4FB0B69361/crash.pdb"],
+            &[
+                "crash.pdb/3249D99D0C4049318610F4E4FB0B69361/crash.pd_",
+                "crash.pdb/3249D99D0C4049318610F4E4FB0B69361/crash.pdb",
+            ],
         );
         check(
             Native,
@@ -754,7 +767,10 @@ mod tests {
             Native,
             F::PortablePdb,
             &id,
-            &["Foo.Bar.pdb/0C1033F78D7E4A33B2E3FD8D8B5D0BF9ffffffff/Foo.Bar.pdb"],
+            &[
+                "Foo.Bar.pdb/0C1033F78D7E4A33B2E3FD8D8B5D0BF9ffffffff/Foo.Bar.pd_",
+                "Foo.Bar.pdb/0C1033F78D7E4A33B2E3FD8D8B5D0BF9ffffffff/Foo.Bar.pdb",
+            ],
         );
         // The Breakpad id keeps the real age, so both source bundle locations differ.
         check(
@@ -863,7 +879,10 @@ mod tests {
             Symstore,
             F::PortablePdb,
             &dotnet(),
-            &["Foo.Bar.pdb/0C1033F78D7E4A33B2E3FD8D8B5D0BF9ffffffff/Foo.Bar.pdb"],
+            &[
+                "Foo.Bar.pdb/0C1033F78D7E4A33B2E3FD8D8B5D0BF9ffffffff/Foo.Bar.pd_",
+                "Foo.Bar.pdb/0C1033F78D7E4A33B2E3FD8D8B5D0BF9ffffffff/Foo.Bar.pdb",
+            ],
         );
         // Source bundles only for native PE, and nothing for the formats symstore lacks.
         check(Symstore, F::SourceBundle, &macho(), &[]);
@@ -956,7 +975,10 @@ mod tests {
             Ssqp,
             F::PortablePdb,
             &dotnet(),
-            &["foo.bar.pdb/0c1033f78d7e4a33b2e3fd8d8b5d0bf9FFFFFFFF/foo.bar.pdb"],
+            &[
+                "foo.bar.pdb/0c1033f78d7e4a33b2e3fd8d8b5d0bf9FFFFFFFF/foo.bar.pd_",
+                "foo.bar.pdb/0c1033f78d7e4a33b2e3fd8d8b5d0bf9FFFFFFFF/foo.bar.pdb",
+            ],
         );
         let mut elf = elf();
         elf.code_file = Some("/lib/LibFoo.SO".into());
@@ -1359,7 +1381,10 @@ mod tests {
         id.debug_checksum = Some("SHA256:abcdef".into());
         assert_eq!(
             source_locations(&files, &[F::PortablePdb], &id),
-            ["Foo.Bar.pdb/0C1033F78D7E4A33B2E3FD8D8B5D0BF9ffffffff/Foo.Bar.pdb"]
+            [
+                "Foo.Bar.pdb/0C1033F78D7E4A33B2E3FD8D8B5D0BF9ffffffff/Foo.Bar.pdb",
+                "Foo.Bar.pdb/0C1033F78D7E4A33B2E3FD8D8B5D0BF9ffffffff/Foo.Bar.pd_",
+            ]
         );
     }
 
