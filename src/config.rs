@@ -27,7 +27,7 @@ pub(crate) fn deserialize_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Du
     }
 }
 
-/// Lifetime rules of one family of cache files (see `docs/caching.md`).
+/// Lifetime rules of one family of cache files (see `docs/architecture.md`).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default)]
 pub struct CacheConfig {
