@@ -113,6 +113,10 @@ pub struct Config {
     pub max_concurrent_requests: usize,
     /// Largest JSON request body accepted, in bytes (larger: 413).
     pub max_request_body_size: usize,
+    /// Largest crash file (minidump, Apple crash report) accepted, in bytes, whether
+    /// uploaded or fetched from a `storage_url`, before and after decompression
+    /// (larger: 413 for uploads, a `failed` answer for fetched ones).
+    pub max_crash_file_size: u64,
     pub logging: LoggingConfig,
     pub caches: CachesConfig,
     /// Sources used when a request carries no `sources` key at all.
@@ -138,6 +142,8 @@ impl Default for Config {
             connect_to_reserved_ips: false,
             max_concurrent_requests: 200,
             max_request_body_size: 5 * 1024 * 1024,
+            // Upstream accepts 100 MiB bodies on its upload endpoints.
+            max_crash_file_size: 100 * 1024 * 1024,
             logging: LoggingConfig::default(),
             caches: CachesConfig::default(),
             sources: Vec::new(),

@@ -393,6 +393,12 @@ impl AllObjectCandidates {
             self.0[idx].debug = info;
         }
     }
+
+    pub fn set_unwind(&mut self, source: &SourceId, location: &str, info: ObjectUseInfo) {
+        if let Ok(idx) = self.position(source, location) {
+            self.0[idx].unwind = info;
+        }
+    }
 }
 
 impl From<Vec<ObjectCandidate>> for AllObjectCandidates {
@@ -417,6 +423,19 @@ pub struct CompleteObjectInfo {
     pub raw: RawObjectInfo,
     #[serde(default, skip_serializing_if = "AllObjectCandidates::is_empty")]
     pub candidates: AllObjectCandidates,
+}
+
+impl From<RawObjectInfo> for CompleteObjectInfo {
+    fn from(raw: RawObjectInfo) -> Self {
+        CompleteObjectInfo {
+            debug_status: ObjectFileStatus::Unused,
+            unwind_status: None,
+            features: Default::default(),
+            arch: Default::default(),
+            raw,
+            candidates: Default::default(),
+        }
+    }
 }
 
 impl CompleteObjectInfo {
@@ -467,13 +486,82 @@ pub enum FrameOrder {
     CalleeFirst,
 }
 
+/// The operating system and CPU a crash report was written on.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SystemInfo {
+    pub os_name: String,
+    pub os_version: String,
+    pub os_build: String,
+    pub cpu_arch: Arch,
+    pub device_model: String,
+}
+
 /// A finished symbolication, as `/symbolicate`, `/minidump` and friends return it.
+/// The crash metadata fields are only set for crash reports (minidumps, Apple crash
+/// reports).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CompletedSymbolicationResponse {
+    /// Unix seconds, as upstream sends it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamp: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<Signal>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_info: Option<SystemInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crashed: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crash_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crash_details: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assertion: Option<String>,
     pub stacktraces: Vec<CompleteStacktrace>,
     pub modules: Vec<CompleteObjectInfo>,
+}
+
+/// One rule of `rewrite_first_module`: a regex and its replacement (`$name` refers to
+/// capture groups).
+#[derive(Clone, Debug)]
+struct RewriteRule {
+    from: regex::Regex,
+    to: String,
+}
+
+impl<'de> Deserialize<'de> for RewriteRule {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Wire {
+            from: String,
+            to: String,
+        }
+        let wire = Wire::deserialize(deserializer)?;
+        let from = regex::Regex::new(&wire.from)
+            .map_err(|e| de::Error::custom(format_args!("invalid regex `from`: {e}")))?;
+        Ok(RewriteRule { from, to: wire.to })
+    }
+}
+
+/// Rules that rename the debug file of the lowest-addressed module for the lookup only
+/// (Electron apps ship renamed main executables whose symbols are uploaded under the
+/// framework's name). The first rule that changes the name wins.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(transparent)]
+pub struct RewriteRules(Vec<RewriteRule>);
+
+impl RewriteRules {
+    pub fn rewrite(&self, debug_file: &str) -> Option<String> {
+        self.0.iter().find_map(
+            |rule| match rule.from.replace(debug_file, rule.to.as_str()) {
+                std::borrow::Cow::Borrowed(_) => None,
+                std::borrow::Cow::Owned(new) => Some(new),
+            },
+        )
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// Every answer a symbolication request or a poll can get.
@@ -513,6 +601,25 @@ mod tests {
         assert_eq!(v, vec![HexValue(0x1509530), HexValue(42), HexValue(7)]);
         assert_eq!(serde_json::to_string(&v[0]).unwrap(), r#""0x1509530""#);
         assert!(serde_json::from_str::<HexValue>(r#""0xzz""#).is_err());
+    }
+
+    #[test]
+    fn rewrite_rules_apply_the_first_matching_rule() {
+        let rules: RewriteRules = serde_json::from_str(
+            r#"[{"from": "[^/\\\\]+ (?<suffix>Helper( \\(.+\\))?)$", "to": "Electron $suffix"},
+                {"from": "[^/\\\\]+\\.exe\\.pdb$", "to": "electron.exe.pdb"}]"#,
+        )
+        .unwrap();
+        assert_eq!(
+            rules.rewrite("My App Helper (Renderer)").as_deref(),
+            Some("Electron Helper (Renderer)")
+        );
+        assert_eq!(
+            rules.rewrite("C:\\out\\myapp.exe.pdb").as_deref(),
+            Some("C:\\out\\electron.exe.pdb")
+        );
+        assert_eq!(rules.rewrite("My App"), None);
+        assert!(serde_json::from_str::<RewriteRules>(r#"[{"from": "(", "to": ""}]"#).is_err());
     }
 
     #[test]

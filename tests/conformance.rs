@@ -7,9 +7,20 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-/// Cases that must match upstream exactly: the native `/symbolicate` milestone, and
-/// every other case that already passes, so none regresses.
+/// Cases that must match upstream exactly: the native `/symbolicate` milestone, the
+/// crash-report endpoints (minidumps, Apple crash reports, `/symbolicate-any`), and every
+/// other case that already passes, so none regresses.
 const REQUIRED: &[&str] = &[
+    "minidump_linux",
+    "minidump_macos",
+    "minidump_macos_broken_cfi",
+    "minidump_windows",
+    "minidump_attachment_download",
+    "endpoint_minidump_basic",
+    "endpoint_applecrashreport_basic",
+    "native_apple_crash_report",
+    "applecrashreport_attachment_download",
+    "native_e2e_minidump_symstore_index",
     "native_source_candidates",
     "native_nuget_source_no_checksum",
     "native_srcsrv_pdb_with_srcsrv",

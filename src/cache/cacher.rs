@@ -24,6 +24,10 @@ pub struct CacheKind {
 pub trait CacheItemRequest: Send + Sync + 'static {
     type Item: Clone + Send + Sync + 'static;
 
+    /// How many times its file size an item takes in memory, for the memory budget.
+    /// Memory-mapped formats are 1; formats parsed into heap structures are more.
+    const MEMORY_FACTOR: u32 = 1;
+
     /// Writes the item's file contents into `temp_file`, which lives in the directory of
     /// the final file so that publishing it is an atomic rename.
     fn compute<'a>(&'a self, temp_file: &'a mut NamedTempFile) -> BoxFuture<'a, CacheResult<()>>;
@@ -225,7 +229,7 @@ impl<R: CacheItemRequest> Cacher<R> {
             touch(path);
         }
         self.stats.disk_hits.fetch_add(1, Ordering::Relaxed);
-        let weight = weight_of(view.len());
+        let weight = weight_of(view.len()).saturating_mul(R::MEMORY_FACTOR);
         Some(match request.load(view) {
             Ok(item) => Entry {
                 value: Ok(item),
@@ -255,7 +259,7 @@ impl<R: CacheItemRequest> Cacher<R> {
         match outcome {
             Ok((item, len)) => Entry {
                 value: Ok(item),
-                weight: weight_of(len),
+                weight: weight_of(len).saturating_mul(R::MEMORY_FACTOR),
                 ttl: None,
             },
             Err(err) => {

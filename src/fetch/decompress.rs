@@ -1,6 +1,7 @@
-//! Unwrapping of compressed downloads. Symbol servers serve gzip/zstd-compressed files,
-//! zips, and Microsoft's CAB-compressed `.pd_`/`.ex_`/`.dl_` files; all of them are
-//! recognised by their content, not their name, because the name often lies.
+//! Unwrapping of compressed downloads and uploads. Symbol servers serve gzip/zstd-
+//! compressed files, zips, and Microsoft's CAB-compressed `.pd_`/`.ex_`/`.dl_` files;
+//! crash reporters upload minidumps compressed with gzip, zstd, xz or bzip2. All of them
+//! are recognised by their content, not their name, because the name often lies.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, Write};
@@ -21,6 +22,8 @@ enum Format {
     Zlib,
     Zip,
     Cab,
+    Xz,
+    Bzip2,
 }
 
 impl Format {
@@ -31,6 +34,8 @@ impl Format {
             Format::Zlib => "zlib",
             Format::Zip => "zip",
             Format::Cab => "CAB",
+            Format::Xz => "xz",
+            Format::Bzip2 => "bzip2",
         }
     }
 }
@@ -46,6 +51,9 @@ fn detect(magic: [u8; 4]) -> Option<Format> {
         // Local file header; an empty zip has nothing worth unwrapping anyway.
         [0x50, 0x4b, 0x03, 0x04] => Some(Format::Zip),
         [b'M', b'S', b'C', b'F'] => Some(Format::Cab),
+        [0xfd, b'7', b'z', b'X'] => Some(Format::Xz),
+        // "BZh" and the block size digit.
+        [b'B', b'Z', b'h', b'1'..=b'9'] => Some(Format::Bzip2),
         _ => None,
     }
 }
@@ -54,8 +62,8 @@ fn malformed(format: Format, err: impl std::fmt::Display) -> CacheError {
     CacheError::Malformed(format!("invalid {} data: {err}", format.name()))
 }
 
-/// Decompresses the file at `path` if it is gzip, zstd, zlib, a zip holding exactly one
-/// file, or a CAB holding exactly one file, writing the payload to a new temp file in
+/// Decompresses the file at `path` if it is gzip, zstd, zlib, xz, bzip2, a zip holding
+/// exactly one file, or a CAB holding exactly one file, writing the payload to a new temp file in
 /// `temp_dir` (so a later persist is a same-filesystem rename) and returning it rewound.
 /// Returns `Ok(None)` if the file is not compressed.
 ///
@@ -102,6 +110,18 @@ pub fn decompress_file(
         }
         Format::Zip => unzip_single(file, out, max_size)?,
         Format::Cab => uncab_single(file, out, max_size)?,
+        Format::Xz => copy_limited(
+            liblzma::read::XzDecoder::new_multi_decoder(file),
+            out,
+            max_size,
+            format,
+        )?,
+        Format::Bzip2 => copy_limited(
+            bzip2::read::MultiBzDecoder::new(file),
+            out,
+            max_size,
+            format,
+        )?,
     };
     out.flush().map_err(CacheError::internal)?;
     out.rewind().map_err(CacheError::internal)?;
@@ -261,6 +281,22 @@ mod tests {
             file.write_all(data.next().unwrap().1).unwrap();
         }
         writer.finish().unwrap().into_inner()
+    }
+
+    #[test]
+    fn xz_and_bzip2_are_unwrapped() {
+        let fx = Fixture::new();
+        let mut xz = liblzma::write::XzEncoder::new(Vec::new(), 6);
+        xz.write_all(PAYLOAD).unwrap();
+        let xz = xz.finish().unwrap();
+        assert_eq!(fx.decompress(&xz, 1 << 20).unwrap().unwrap(), PAYLOAD);
+        let mut bz = bzip2::write::BzEncoder::new(Vec::new(), bzip2::Compression::default());
+        bz.write_all(PAYLOAD).unwrap();
+        let bz = bz.finish().unwrap();
+        assert_eq!(fx.decompress(&bz, 1 << 20).unwrap().unwrap(), PAYLOAD);
+        // A truncated stream is a corrupt upload, not a crash.
+        let err = fx.decompress(&bz[..bz.len() / 2], 1 << 20).unwrap_err();
+        assert!(matches!(err, CacheError::Malformed(_)), "{err:?}");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Getting the raw bytes of a source file onto local disk: HTTP downloads and local
 //! filesystem copies into a caller-owned destination file, under the configured size and
 //! time limits, refusing reserved IP ranges unless `connect_to_reserved_ips` is set; and
-//! decompression of the downloaded payload (gzip, zstd, zlib, zip, CAB) into a temp file.
+//! decompression of the downloaded payload (gzip, zstd, zlib, zip, CAB) into a temp file;
+//! and the `000Admin` indexes of symstore sources (`index`).
 //! Errors are reported as [`CacheError`] so callers can store them as negative cache entries.
 
 use std::sync::Arc;
@@ -14,12 +15,14 @@ use crate::cache::CacheError;
 mod decompress;
 mod filesystem;
 mod http;
+mod index;
 mod remote;
 mod reserved_ip;
 #[cfg(test)]
 mod tests;
 
 pub use decompress::decompress_file;
+pub use index::SymstoreIndexes;
 pub use remote::{RemoteFile, fetch_file};
 pub use reserved_ip::is_reserved_ip;
 

@@ -1,5 +1,5 @@
 //! The shared shape of every cache derived from a debug file (SymCache, PpdbCache,
-//! later CFI): pick the best candidate for the purpose, build or load the derived cache
+//! CFI caches): pick the best candidate for the purpose, build or load the derived cache
 //! from it, and record on that candidate whether it could be used.
 
 use std::fs::File;
@@ -76,7 +76,10 @@ pub async fn fetch_derived<R: CacheItemRequest>(
             details: err.to_string(),
         },
     };
-    candidates.set_debug(&source, &location, use_info);
+    match lookup.purpose {
+        ObjectPurpose::Unwind => candidates.set_unwind(&source, &location, use_info),
+        _ => candidates.set_debug(&source, &location, use_info),
+    }
     Derived {
         cache,
         candidates,

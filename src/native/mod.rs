@@ -1,12 +1,15 @@
-//! Native symbolication: finding debug files for modules (`objects`), SymCaches
-//! (`symcache`), demangling, and symbolicating stack traces (`symbolicate`). Minidump
-//! stackwalking, CFI caches, Apple crash reports and source context will live here too.
+//! Native symbolication: finding debug files for modules (`objects`), the caches
+//! derived from them (`symcache`, `cfi`, `ppdb`), demangling, symbolicating stack traces
+//! (`symbolicate`), minidump stackwalking (`stackwalk`) and source context.
 
+mod apple;
+mod cfi;
 mod demangle;
 mod derived;
 pub mod objects;
 mod ppdb;
 mod source_context;
+mod stackwalk;
 pub mod symbolicate;
 pub mod symcache;
 
@@ -18,11 +21,14 @@ use crate::cache::{Caches, Scope};
 use crate::fetch::Downloader;
 use crate::sources::SourceConfig;
 use crate::types::{
-    CompletedSymbolicationResponse, RawObjectInfo, RawStacktrace, RequestOptions, Signal,
+    CompleteObjectInfo, CompletedSymbolicationResponse, RawObjectInfo, RawStacktrace,
+    RequestOptions, RewriteRules, Signal,
 };
+use cfi::CfiCacheActor;
 use demangle::DemangleCache;
 use objects::ObjectsActor;
 use ppdb::PpdbCacheActor;
+use stackwalk::{Minidump, Stackwalk};
 use symbolicate::{ModuleLookup, symbolicate_stacktrace};
 use symcache::SymCacheActor;
 
@@ -48,8 +54,16 @@ pub struct SymbolicateRequest {
 pub struct NativeService {
     objects: Arc<ObjectsActor>,
     symcaches: SymCacheActor,
+    cficaches: CfiCacheActor,
     ppdb_caches: PpdbCacheActor,
     demangle: DemangleCache,
+}
+
+/// A crash report (minidump or Apple crash report) to symbolicate, and how.
+pub struct CrashReportRequest {
+    pub sources: Arc<[SourceConfig]>,
+    pub options: RequestOptions,
+    pub rewrite_first_module: RewriteRules,
 }
 
 impl NativeService {
@@ -57,6 +71,7 @@ impl NativeService {
         let objects = Arc::new(ObjectsActor::new(caches, downloader, max_download_size));
         NativeService {
             symcaches: SymCacheActor::new(caches, objects.clone()),
+            cficaches: CfiCacheActor::new(caches, objects.clone()),
             ppdb_caches: PpdbCacheActor::new(caches, objects.clone()),
             objects,
             demangle: DemangleCache::new(10 * 1024 * 1024),
@@ -69,20 +84,94 @@ impl NativeService {
         sources: Arc<[SourceConfig]>,
         request: SymbolicateRequest,
     ) -> CompletedSymbolicationResponse {
-        let SymbolicateRequest {
-            signal,
-            stacktraces,
+        let modules = request.modules.into_iter().map(Into::into).collect();
+        self.symbolicate_modules(
+            &scope,
+            &sources,
             modules,
-            options,
-            ..
-        } = request;
-        let mut lookup = ModuleLookup::new(modules);
+            request.stacktraces,
+            request.signal,
+            request.options,
+            &RewriteRules::default(),
+        )
+        .await
+    }
+
+    /// Walks the stacks of a minidump (the file at `path`), then symbolicates them.
+    pub async fn process_minidump(
+        &self,
+        scope: Scope,
+        path: &std::path::Path,
+        request: CrashReportRequest,
+    ) -> anyhow::Result<CompletedSymbolicationResponse> {
+        let view = symbolic::common::ByteView::open(path)?;
+        let minidump = Minidump::read(view)?;
+        let walked = Stackwalk {
+            cfi: &self.cficaches,
+            symcaches: &self.symcaches,
+            scope: &scope,
+            sources: &request.sources,
+            rewrite_first_module: &request.rewrite_first_module,
+        }
+        .walk(&minidump)
+        .await?;
+        let mut response = self
+            .symbolicate_modules(
+                &scope,
+                &request.sources,
+                walked.modules,
+                walked.stacktraces,
+                None,
+                request.options,
+                &request.rewrite_first_module,
+            )
+            .await;
+        walked.state.merge_into(&mut response);
+        Ok(response)
+    }
+
+    /// Parses an Apple crash report (the file at `path`), then symbolicates its threads.
+    pub async fn process_apple_crash_report(
+        &self,
+        scope: Scope,
+        path: &std::path::Path,
+        request: CrashReportRequest,
+    ) -> anyhow::Result<CompletedSymbolicationResponse> {
+        let file = std::fs::File::open(path)?;
+        let report = apple::parse(std::io::BufReader::new(file))?;
+        let mut response = self
+            .symbolicate_modules(
+                &scope,
+                &request.sources,
+                report.modules,
+                report.stacktraces,
+                None,
+                request.options,
+                &request.rewrite_first_module,
+            )
+            .await;
+        report.metadata.merge_into(&mut response);
+        Ok(response)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn symbolicate_modules(
+        &self,
+        scope: &Scope,
+        sources: &[SourceConfig],
+        modules: Vec<CompleteObjectInfo>,
+        stacktraces: Vec<RawStacktrace>,
+        signal: Option<Signal>,
+        options: RequestOptions,
+        rewrite_first_module: &RewriteRules,
+    ) -> CompletedSymbolicationResponse {
+        let mut lookup = ModuleLookup::new(modules, rewrite_first_module);
         lookup
             .fetch_caches(
                 &self.symcaches,
                 &self.ppdb_caches,
-                &sources,
-                &scope,
+                sources,
+                scope,
                 &stacktraces,
             )
             .await;
@@ -92,7 +181,7 @@ impl NativeService {
             .collect();
         if options.apply_source_context {
             lookup
-                .fetch_sources(&self.objects, &sources, &scope, &stacktraces)
+                .fetch_sources(&self.objects, sources, scope, &stacktraces)
                 .await;
             lookup.apply_source_context(&mut stacktraces);
         }
@@ -106,6 +195,7 @@ impl NativeService {
             signal,
             stacktraces,
             modules,
+            ..Default::default()
         }
     }
 }

@@ -14,7 +14,7 @@ use tempfile::NamedTempFile;
 use crate::cache::{
     CacheError, CacheItemRequest, CacheKey, CacheKind, CacheResult, Cacher, Caches, Scope,
 };
-use crate::fetch::{Downloader, RemoteFile, fetch_file};
+use crate::fetch::{Downloader, RemoteFile, SymstoreIndexes, fetch_file};
 use crate::sources::{FileType, ObjectId, SourceConfig, source_locations};
 use crate::types::{
     AllObjectCandidates, ObjectCandidate, ObjectDownloadInfo, ObjectFeatures, ObjectUseInfo,
@@ -216,6 +216,7 @@ pub struct ObjectsActor {
     meta: Cacher<FetchMeta>,
     downloader: Downloader,
     max_download_size: u64,
+    indexes: SymstoreIndexes,
 }
 
 impl ObjectsActor {
@@ -225,6 +226,7 @@ impl ObjectsActor {
             // memory; what is hot lives in the derived caches.
             data: Arc::new(caches.downloaded(OBJECTS, caches.memory_share(1, 8))),
             meta: caches.derived(OBJECT_META, caches.memory_share(1, 64)),
+            indexes: SymstoreIndexes::new(downloader.clone(), caches.memory_share(1, 64)),
             downloader,
             max_download_size,
         }
@@ -232,20 +234,31 @@ impl ObjectsActor {
 
     /// Every location where a file for `id` could be, in the order upstream tries
     /// them: sources in request order, then file types, then each layout's paths from
-    /// the most to the least preferred.
-    fn list_files(
+    /// the most to the least preferred. Sources with a symstore index only offer what
+    /// their index lists.
+    async fn list_files(
+        &self,
         sources: &[SourceConfig],
         filetypes: &[FileType],
         id: &ObjectId,
+        scope: &Scope,
     ) -> Vec<RemoteFile> {
-        sources
-            .iter()
-            .flat_map(|source| {
-                source_locations(source.files(), filetypes, id)
+        let mut files = Vec::new();
+        for source in sources {
+            let mut paths = source_locations(source.files(), filetypes, id);
+            if SymstoreIndexes::applies_to(source)
+                && !paths.is_empty()
+                && let Some(index) = self.indexes.get(source, scope).await
+            {
+                paths.retain(|path| index.contains(path));
+            }
+            files.extend(
+                paths
                     .into_iter()
-                    .map(|path| RemoteFile::new(source.clone(), path))
-            })
-            .collect()
+                    .map(|path| RemoteFile::new(source.clone(), path)),
+            );
+        }
+        files
     }
 
     /// Looks at every candidate and picks the best for `purpose`.
@@ -257,7 +270,7 @@ impl ObjectsActor {
         scope: &Scope,
         purpose: ObjectPurpose,
     ) -> FindResult {
-        let files = Self::list_files(sources, filetypes, id);
+        let files = self.list_files(sources, filetypes, id, scope).await;
         let lookups = future::join_all(files.into_iter().map(|file| async move {
             let key = file.cache_key(scope);
             let request = FetchMeta {

@@ -18,7 +18,8 @@ use crate::cache::{CacheError, CacheResult, Scope};
 use crate::sources::{FileType, ObjectId, ObjectType, SourceConfig};
 use crate::types::{
     AddrMode, CompleteObjectInfo, CompleteStacktrace, FrameStatus, FrameTrust, HexValue,
-    ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, Registers, Signal, SymbolicatedFrame,
+    ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, Registers, RewriteRules, Signal,
+    SymbolicatedFrame,
 };
 
 pub fn status_for_error(err: &CacheError) -> ObjectFileStatus {
@@ -35,7 +36,7 @@ pub fn status_for_error(err: &CacheError) -> ObjectFileStatus {
     }
 }
 
-fn status_of<T>(result: &CacheResult<T>) -> ObjectFileStatus {
+pub fn status_for_result<T>(result: &CacheResult<T>) -> ObjectFileStatus {
     match result {
         Ok(_) => ObjectFileStatus::Found,
         Err(err) => status_for_error(err),
@@ -121,30 +122,25 @@ impl Lookup<'_> {
 }
 
 impl ModuleLookup {
-    pub fn new(modules: Vec<RawObjectInfo>) -> Self {
+    /// `rewrite_first_module` renames the debug file of the lowest-addressed module for
+    /// the lookup only; the response keeps the name the client sent.
+    pub fn new(modules: Vec<CompleteObjectInfo>, rewrite_first_module: &RewriteRules) -> Self {
         let mut modules: Vec<ModuleEntry> = modules
             .into_iter()
             .enumerate()
-            .map(|(index, mut raw)| {
-                let ids = match parse_ids(&raw) {
+            .map(|(index, mut info)| {
+                let ids = match parse_ids(&info.raw) {
                     Ids::Valid(id) => {
                         // Normalise ids to their canonical spelling, as upstream echoes them.
-                        raw.debug_id = id.debug_id.map(|d| d.to_string());
-                        raw.code_id = id.code_id.as_ref().map(|c| c.to_string());
+                        info.raw.debug_id = id.debug_id.map(|d| d.to_string());
+                        info.raw.code_id = id.code_id.as_ref().map(|c| c.to_string());
                         Ok(id)
                     }
                     Ids::Invalid(msg) => Err(msg),
                 };
                 ModuleEntry {
                     index,
-                    info: CompleteObjectInfo {
-                        debug_status: ObjectFileStatus::Unused,
-                        unwind_status: None,
-                        features: Default::default(),
-                        arch: Default::default(),
-                        raw,
-                        candidates: Default::default(),
-                    },
+                    info,
                     ids,
                     cache: Err(CacheError::NotFound),
                     sources: None,
@@ -159,6 +155,14 @@ impl ModuleLookup {
             if info.image_size.unwrap_or(0) == 0 {
                 info.image_size = Some(next - info.image_addr.0);
             }
+        }
+        if let Some(Ok(id)) = modules.first_mut().map(|m| &mut m.ids)
+            && let Some(renamed) = id
+                .debug_file
+                .as_deref()
+                .and_then(|f| rewrite_first_module.rewrite(f))
+        {
+            id.debug_file = Some(renamed);
         }
         ModuleLookup { modules }
     }
@@ -227,14 +231,14 @@ impl ModuleLookup {
                         let result = ppdb_caches.fetch(sources, id, scope).await;
                         m.info.features.merge(&result.features);
                         m.info.candidates.merge(result.candidates);
-                        m.info.debug_status = status_of(&result.cache);
+                        m.info.debug_status = status_for_result(&result.cache);
                         m.cache = result.cache.map(ModuleCache::Ppdb);
                     }
                     Ok(id) => {
                         let result = symcaches.fetch(sources, id, scope).await;
                         m.info.features.merge(&result.features);
                         m.info.candidates.merge(result.candidates);
-                        m.info.debug_status = status_of(&result.cache);
+                        m.info.debug_status = status_for_result(&result.cache);
                         if let Ok(cache) = &result.cache {
                             m.info.arch = cache.get().arch();
                         }
@@ -577,7 +581,11 @@ mod tests {
     use super::*;
 
     fn modules(json: &str) -> ModuleLookup {
-        ModuleLookup::new(serde_json::from_str(json).unwrap())
+        let raw: Vec<RawObjectInfo> = serde_json::from_str(json).unwrap();
+        ModuleLookup::new(
+            raw.into_iter().map(Into::into).collect(),
+            &RewriteRules::default(),
+        )
     }
 
     #[test]

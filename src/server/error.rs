@@ -30,6 +30,14 @@ impl ApiError {
         }
     }
 
+    /// A failure on our side; the detail was logged where it happened.
+    pub fn internal() -> Self {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: "internal error".into(),
+        }
+    }
+
     pub fn overloaded() -> Self {
         ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,

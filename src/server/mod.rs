@@ -2,6 +2,7 @@
 //! the mapping of errors to statuses. Handlers parse and validate, then hand work to
 //! the RequestService; they never symbolicate themselves.
 
+mod crash;
 mod error;
 mod requests;
 mod symbolicate;
@@ -33,18 +34,26 @@ pub struct AppState {
     pub native: Arc<NativeService>,
     /// Used when a request carries no `sources` key.
     pub default_sources: Arc<[SourceConfig]>,
+    /// Fetches crash files named by `storage_url`.
+    pub downloader: Downloader,
+    pub crash_files: crash::CrashFiles,
 }
 
 impl AppState {
     pub fn new(config: &Config) -> anyhow::Result<Self> {
         let caches = Caches::from_config(config);
         let downloader = Downloader::new(config.fetch_config())?;
-        let native = NativeService::new(&caches, downloader, config.max_download_size);
+        let native = NativeService::new(&caches, downloader.clone(), config.max_download_size);
         Ok(AppState {
             // Results waiting to be polled may hold at most 64 MiB.
             service: RequestService::new(config.max_concurrent_requests, 64 * 1024 * 1024),
             native: Arc::new(native),
             default_sources: config.sources.clone().into(),
+            downloader,
+            crash_files: crash::CrashFiles {
+                dir: config.cache_dir.join("tmp"),
+                max_size: config.max_crash_file_size,
+            },
         })
     }
 }
@@ -53,8 +62,18 @@ pub fn router(state: AppState, config: &Config) -> Router {
     Router::new()
         .route("/healthcheck", get(|| async { "ok" }))
         .route("/symbolicate", post(symbolicate::symbolicate))
+        .route("/symbolicate-any", post(crash::symbolicate_any))
         .route("/requests/{id}", get(requests::poll))
         .layer(DefaultBodyLimit::max(config.max_request_body_size))
+        // Uploads count their own bytes against `max_crash_file_size` as they stream.
+        .route(
+            "/minidump",
+            post(crash::minidump).layer(DefaultBodyLimit::disable()),
+        )
+        .route(
+            "/applecrashreport",
+            post(crash::apple_crash_report).layer(DefaultBodyLimit::disable()),
+        )
         .with_state(state)
 }
 

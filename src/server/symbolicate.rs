@@ -15,11 +15,8 @@ pub async fn symbolicate(
 ) -> Result<Response, ApiError> {
     let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let timeout = params.timeout()?;
-    let request: SymbolicateRequest = parse_json(&body)?;
-    let sources = match &request.sources {
-        Some(sources) => sources.clone().into(),
-        None => state.default_sources.clone(),
-    };
+    let mut request: SymbolicateRequest = parse_json(&body)?;
+    let sources = state.sources_or_default(request.sources.take());
     let scope = params.scope();
     let native = state.native.clone();
     let handle = state

@@ -1,8 +1,9 @@
 //! Symbol sources: how sources are configured (`SourceConfig` and its per-type configs),
 //! which file types exist and which ones an object needs (`FileType`, `ObjectType`,
-//! `ObjectId`), which sources may be asked at all (`SourceFilters`), and where on a source a
-//! file is expected (`get_directory_paths` for every directory layout and casing, plus joining
-//! such a location onto an HTTP base URL or a filesystem root).
+//! `ObjectId`), which sources may be asked at all (`SourceFilters`), what a symstore's own
+//! index lists (`index`), and where on a source a file is expected (`get_directory_paths`
+//! for every directory layout and casing, plus joining such a location onto an HTTP base
+//! URL or a filesystem root).
 //!
 //! Everything here is pure and mirrors upstream Symbolicator's `symbolicator-sources` crate,
 //! so that request JSON and probed locations are wire-compatible.
@@ -27,6 +28,7 @@
 mod config;
 mod filetype;
 mod filters;
+pub mod index;
 mod paths;
 mod types;
 

@@ -1,0 +1,229 @@
+//! Apple crash reports (the `.crash` text macOS and iOS write): parsed into modules and
+//! threads, symbolicated like any native event, and answered with the report's system
+//! and crash metadata.
+
+use std::io::Read;
+use std::sync::LazyLock;
+
+use anyhow::Context;
+use apple_crash_report_parser::AppleCrashReport;
+use symbolic::common::{Arch, CodeId, DebugId};
+
+use crate::sources::ObjectType;
+use crate::types::{
+    CompleteObjectInfo, CompletedSymbolicationResponse, HexValue, RawFrame, RawObjectInfo,
+    RawStacktrace, SystemInfo,
+};
+
+/// A parsed report: what to symbolicate, and what to add to the answer afterwards.
+pub struct ParsedReport {
+    pub modules: Vec<CompleteObjectInfo>,
+    pub stacktraces: Vec<RawStacktrace>,
+    pub metadata: ReportMetadata,
+}
+
+/// The report's metadata, kept aside while its stacks are symbolicated.
+pub struct ReportMetadata {
+    timestamp: Option<u64>,
+    system_info: SystemInfo,
+    crash_reason: Option<String>,
+    crash_details: Option<String>,
+}
+
+/// How Unreal Engine on macOS writes the OS version.
+static MAC_OS_X: LazyLock<regex::Regex> = LazyLock::new(|| {
+    regex::Regex::new(r"^Mac OS X (?P<version>\d+\.\d+\.\d+)( \((?P<build>[a-fA-F0-9]+)\))?$")
+        .expect("the pattern is valid")
+});
+
+pub fn parse(reader: impl Read) -> anyhow::Result<ParsedReport> {
+    let report =
+        AppleCrashReport::from_reader(reader).context("failed to parse apple crash report")?;
+    let mut metadata = report.metadata;
+    let arch: Arch = report
+        .code_type
+        .as_deref()
+        .and_then(|code_type| code_type.split(' ').next())
+        .and_then(|word| word.parse().ok())
+        .unwrap_or_default();
+
+    let modules = report
+        .binary_images
+        .into_iter()
+        .map(|image| {
+            CompleteObjectInfo::from(RawObjectInfo {
+                ty: ObjectType::Macho,
+                code_id: Some(CodeId::from_binary(image.uuid.as_bytes()).to_string()),
+                code_file: Some(image.path.clone()),
+                debug_id: Some(DebugId::from_uuid(image.uuid).to_string()),
+                debug_file: Some(image.path),
+                debug_checksum: None,
+                image_addr: HexValue(image.addr.0),
+                image_size: (image.size != 0).then_some(image.size),
+            })
+        })
+        .collect();
+
+    let stacktraces = report
+        .threads
+        .into_iter()
+        .map(|thread| RawStacktrace {
+            thread_id: Some(thread.id),
+            thread_name: thread.name,
+            is_requesting: Some(thread.crashed),
+            registers: thread
+                .registers
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(name, addr)| (name, HexValue(addr.0)))
+                .collect(),
+            frames: thread
+                .frames
+                .into_iter()
+                .map(|frame| RawFrame {
+                    instruction_addr: HexValue(frame.instruction_addr.0),
+                    package: frame.module,
+                    ..RawFrame::default()
+                })
+                .collect(),
+        })
+        .collect();
+
+    let mut system_info = SystemInfo {
+        os_name: metadata.remove("OS Version").unwrap_or_default(),
+        device_model: metadata.remove("Hardware Model").unwrap_or_default(),
+        cpu_arch: arch,
+        ..SystemInfo::default()
+    };
+    if let Some(captures) = MAC_OS_X.captures(&system_info.os_name) {
+        let group = |name| {
+            captures
+                .name(name)
+                .map(|m| m.as_str().to_owned())
+                .unwrap_or_default()
+        };
+        system_info.os_version = group("version");
+        system_info.os_build = group("build");
+        system_info.os_name = "macOS".to_owned();
+    }
+
+    // Where each piece lives: https://developer.apple.com/library/archive/technotes/tn2151/
+    let crash_reason = metadata.remove("Exception Type");
+    let crash_details = report
+        .application_specific_information
+        .or_else(|| metadata.remove("Exception Message"))
+        .or_else(|| metadata.remove("Exception Subtype"))
+        .or_else(|| metadata.remove("Exception Codes"));
+
+    Ok(ParsedReport {
+        modules,
+        stacktraces,
+        metadata: ReportMetadata {
+            timestamp: report
+                .timestamp
+                .and_then(|t| u64::try_from(t.timestamp()).ok()),
+            system_info,
+            crash_reason,
+            crash_details,
+        },
+    })
+}
+
+impl ReportMetadata {
+    pub fn merge_into(self, response: &mut CompletedSymbolicationResponse) {
+        let mut state = self;
+        // A report without a code type still tells its architecture through its modules.
+        if state.system_info.cpu_arch == Arch::Unknown {
+            state.system_info.cpu_arch = response
+                .modules
+                .iter()
+                .map(|m| m.arch)
+                .find(|a| *a != Arch::Unknown)
+                .unwrap_or_default();
+        }
+        response.timestamp = state.timestamp;
+        response.system_info = Some(state.system_info);
+        response.crash_reason = state.crash_reason;
+        response.crash_details = state.crash_details;
+        response.crashed = Some(true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REPORT: &str = "Incident Identifier: 5C32DF84-31A0-43E7-87D0-239F7F594940
+CrashReporter Key:   TODO
+Hardware Model:      MacBookPro14,3
+Process:         example [64745]
+Path:            /Users/user/example
+Identifier:      example
+Version:         1.0
+Code Type:       X86-64 (Native)
+Parent Process:  zsh [1]
+Date/Time:       2019-01-09 17:44:22.000 +0100
+OS Version:      Mac OS X 10.14.0 (18A391)
+Report Version:  12
+
+Exception Type:  EXC_BAD_ACCESS (SIGSEGV)
+Exception Codes: KERN_INVALID_ADDRESS at 0x0000000000000000
+
+Thread 0 Crashed:
+0   example                       0x000000010bbd0f21 main + 17
+
+Thread 0 crashed with X86 Thread State:
+  rax: 0x0000000000000000  rbx: 0x0000000000000000  rcx: 0x00007ffee4030ed8  rdx: 0x00007ffee4030e30
+  rip: 0x000000010bbd0f21
+
+Binary Images:
+       0x10bbd0000 -        0x10bbd0fff +example x86_64  <6c6f9b8d0d693b1eb6f87ed8e3e5f5bc> /Users/user/example
+";
+
+    #[test]
+    fn metadata_and_images_are_mapped_as_upstream_does() {
+        let ParsedReport {
+            modules,
+            stacktraces,
+            metadata,
+        } = parse(REPORT.as_bytes()).unwrap();
+        assert_eq!(modules.len(), 1);
+        let raw = &modules[0].raw;
+        assert_eq!(raw.ty, ObjectType::Macho);
+        assert_eq!(
+            raw.debug_id.as_deref(),
+            Some("6c6f9b8d-0d69-3b1e-b6f8-7ed8e3e5f5bc")
+        );
+        assert_eq!(
+            raw.code_id.as_deref(),
+            Some("6c6f9b8d0d693b1eb6f87ed8e3e5f5bc")
+        );
+        assert_eq!(raw.image_addr, HexValue(0x10bbd0000));
+        assert_eq!(stacktraces.len(), 1);
+        assert_eq!(stacktraces[0].is_requesting, Some(true));
+        assert_eq!(
+            stacktraces[0].frames[0].instruction_addr,
+            HexValue(0x10bbd0f21)
+        );
+        assert_eq!(stacktraces[0].registers["rip"], HexValue(0x10bbd0f21));
+
+        let mut response = CompletedSymbolicationResponse::default();
+        metadata.merge_into(&mut response);
+        let info = response.system_info.unwrap();
+        assert_eq!(info.os_name, "macOS");
+        assert_eq!(info.os_version, "10.14.0");
+        assert_eq!(info.os_build, "18A391");
+        assert_eq!(info.device_model, "MacBookPro14,3");
+        assert_eq!(info.cpu_arch, Arch::Amd64);
+        assert_eq!(
+            response.crash_reason.as_deref(),
+            Some("EXC_BAD_ACCESS (SIGSEGV)")
+        );
+        assert_eq!(
+            response.crash_details.as_deref(),
+            Some("KERN_INVALID_ADDRESS at 0x0000000000000000")
+        );
+        assert_eq!(response.crashed, Some(true));
+        assert!(response.timestamp.is_some());
+    }
+}

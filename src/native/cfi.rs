@@ -1,0 +1,179 @@
+//! CFI caches: the unwind information of a module (ELF `.eh_frame`/`.debug_frame`,
+//! Mach-O compact unwind, PE `.pdata`, PDB frame data, Breakpad `STACK` records) in
+//! Breakpad's text form, wrapped in symbolic's `CfiCache` container, and parsed into a
+//! `minidump_unwind::SymbolFile` that the stack walker evaluates.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use minidump::Module;
+use minidump_unwind::{FrameWalker, SymbolFile};
+use symbolic::cfi::CfiCache;
+use symbolic::common::{ByteView, DebugId};
+use symbolic::debuginfo::breakpad::BreakpadModuleRecord;
+use tempfile::NamedTempFile;
+
+use super::derived::{Derived, DerivedLookup, convert_object, fetch_derived};
+use super::objects::{FoundObject, ObjectPurpose, ObjectsActor};
+use crate::cache::{CacheError, CacheItemRequest, CacheKind, CacheResult, Cacher, Caches, Scope};
+use crate::sources::{FileType, ObjectId, SourceConfig};
+
+/// Bump when what we write changes; symbolic's own container version is pinned by a
+/// test so an upgrade that changes it forces a bump here.
+pub const CFICACHES: CacheKind = CacheKind {
+    name: "cficaches",
+    version: 1,
+};
+
+/// Unwind rules of one module, ready for the stack walker.
+pub struct CfiModule {
+    symbols: SymbolFile,
+    /// The ids the file names in its `MODULE` record; used to fill in what a
+    /// minidump's module list lacks.
+    pub debug_id: Option<DebugId>,
+    pub debug_file: Option<String>,
+}
+
+impl CfiModule {
+    /// Whether the rules cover `relative_addr`. A module with rules that do not cover
+    /// an address cannot have code there, which is what rejects scanned frames.
+    pub fn covers(&self, relative_addr: u64) -> bool {
+        self.symbols.cfi_stack_info.is_empty()
+            || self.symbols.cfi_stack_info.get(relative_addr).is_some()
+    }
+
+    pub fn walk_frame(&self, module: &dyn Module, walker: &mut dyn FrameWalker) -> Option<()> {
+        self.symbols.walk_frame(module, walker)
+    }
+}
+
+/// `None` when the module's file has no unwind information at all.
+pub type CfiItem = Option<Arc<CfiModule>>;
+
+struct FetchCfiCache {
+    objects: Arc<ObjectsActor>,
+    found: FoundObject,
+    id: ObjectId,
+}
+
+fn parse_cfi(data: ByteView<'static>) -> CacheResult<CfiItem> {
+    let malformed = |e: &dyn std::fmt::Display| CacheError::Malformed(e.to_string());
+    let cache = CfiCache::from_bytes(data).map_err(|e| malformed(&e))?;
+    let text = cache.as_slice();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let symbols = SymbolFile::from_bytes(text).map_err(|e| malformed(&e))?;
+    let first_line = text.split(|b| *b == b'\n').next().unwrap_or_default();
+    let record = BreakpadModuleRecord::parse(first_line).ok();
+    Ok(Some(Arc::new(CfiModule {
+        symbols,
+        debug_id: record.as_ref().and_then(|r| r.id.parse().ok()),
+        debug_file: record.map(|r| r.name.to_owned()),
+    })))
+}
+
+impl CacheItemRequest for FetchCfiCache {
+    type Item = CfiItem;
+
+    /// The parsed rules live on the heap, several times the size of their text.
+    const MEMORY_FACTOR: u32 = 8;
+
+    fn compute<'a>(&'a self, temp_file: &'a mut NamedTempFile) -> BoxFuture<'a, CacheResult<()>> {
+        Box::pin(convert_object(
+            &self.objects,
+            &self.found,
+            &self.id,
+            temp_file,
+            |object, writer| {
+                let cache = CfiCache::from_object(object)
+                    .map_err(|e| CacheError::Malformed(e.to_string()))?;
+                cache.write_to(writer).map_err(CacheError::internal)
+            },
+        ))
+    }
+
+    fn load(&self, data: ByteView<'static>) -> CacheResult<Self::Item> {
+        parse_cfi(data)
+    }
+}
+
+pub struct CfiCacheActor {
+    objects: Arc<ObjectsActor>,
+    cficaches: Cacher<FetchCfiCache>,
+}
+
+impl CfiCacheActor {
+    pub fn new(caches: &Caches, objects: Arc<ObjectsActor>) -> Self {
+        CfiCacheActor {
+            objects,
+            cficaches: caches.derived(CFICACHES, caches.memory_share(1, 16)),
+        }
+    }
+
+    pub async fn fetch(
+        &self,
+        sources: &[SourceConfig],
+        id: &ObjectId,
+        scope: &Scope,
+    ) -> Derived<CfiItem> {
+        let lookup = DerivedLookup {
+            sources,
+            filetypes: FileType::from_object_type(id.object_type),
+            id,
+            scope,
+            purpose: ObjectPurpose::Unwind,
+        };
+        fetch_derived(&self.objects, &self.cficaches, lookup, |found| {
+            FetchCfiCache {
+                objects: self.objects.clone(),
+                found,
+                id: id.clone(),
+            }
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cficache_format_is_the_one_our_version_was_written_for() {
+        // If this fails, symbolic changed the CfiCache format: bump CFICACHES.version.
+        assert_eq!(symbolic::cfi::CFICACHE_LATEST_VERSION, 2);
+    }
+
+    #[test]
+    fn breakpad_stack_records_parse_into_rules() {
+        let sym = b"MODULE Linux x86_64 C0BCC3F19827FE653058404B2831D9E60 crash\n\
+                    STACK CFI INIT 1000 20 .cfa: $rsp 8 + .ra: .cfa -8 + ^\n";
+        let object = symbolic::debuginfo::Object::parse(sym).unwrap();
+        let cache = CfiCache::from_object(&object).unwrap();
+        let mut bytes = Vec::new();
+        cache.write_to(&mut bytes).unwrap();
+        let module = parse_cfi(ByteView::from_vec(bytes)).unwrap().unwrap();
+        assert!(module.covers(0x1010));
+        assert!(!module.covers(0x2000));
+        // symbolic names the module only for PE files (whose dumps may lack the PDB
+        // name); the other formats carry their ids in the dump's module list.
+        assert_eq!(module.debug_file, None);
+    }
+
+    #[test]
+    fn pe_unwind_info_names_its_pdb() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/native/pe/crash.exe");
+        let data = std::fs::read(path).unwrap();
+        let object = symbolic::debuginfo::Object::parse(&data).unwrap();
+        let cache = CfiCache::from_object(&object).unwrap();
+        let mut bytes = Vec::new();
+        cache.write_to(&mut bytes).unwrap();
+        let module = parse_cfi(ByteView::from_vec(bytes)).unwrap().unwrap();
+        assert_eq!(module.debug_file.as_deref(), Some("crash.pdb"));
+        assert_eq!(
+            module.debug_id.unwrap().to_string(),
+            "8e0a63ce-e693-fdc7-4c4c-44205044422e-1"
+        );
+    }
+}

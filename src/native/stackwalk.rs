@@ -1,0 +1,425 @@
+//! Minidump stackwalking: rust-minidump's processor walks every thread, asking us for
+//! unwind rules module by module (CFI caches fetched on demand from the sources); the
+//! result is raw stack traces plus the module list with unwind statuses and candidates,
+//! ready for ordinary symbolication.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::UNIX_EPOCH;
+
+use async_trait::async_trait;
+use minidump::system_info::{Cpu, Os};
+use minidump::{MinidumpContext, MinidumpModule, MinidumpModuleList, MinidumpSystemInfo, Module};
+use minidump_unwind::{
+    FileError, FileKind, FillSymbolError, FrameSymbolizer, FrameWalker, SymbolProvider,
+};
+use symbolic::common::{Arch, ByteView, DebugId};
+use tokio::sync::OnceCell;
+
+use super::cfi::{CfiCacheActor, CfiItem};
+use super::derived::Derived;
+use super::symbolicate::status_for_result;
+use super::symcache::{OwnedSymCache, SymCacheActor};
+use crate::cache::{CacheResult, Scope};
+use crate::sources::{ObjectId, ObjectType, SourceConfig};
+use crate::types::{
+    CompleteObjectInfo, CompletedSymbolicationResponse, FrameTrust, HexValue, ObjectFileStatus,
+    RawFrame, RawObjectInfo, RawStacktrace, Registers, RewriteRules, SystemInfo,
+};
+
+pub type Minidump = minidump::Minidump<'static, ByteView<'static>>;
+
+/// Upstream (and Sentry's ingestion) cut stack traces to this many frames.
+const MAX_FRAMES: usize = 256;
+
+/// What the minidump says about the crash, beside its threads and modules.
+pub struct MinidumpState {
+    timestamp: u64,
+    system_info: SystemInfo,
+    crashed: bool,
+    crash_reason: String,
+    assertion: String,
+}
+
+impl MinidumpState {
+    fn of(state: &minidump_processor::ProcessState) -> Self {
+        let info = &state.system_info;
+        let cpu_arch = match info.cpu {
+            Cpu::X86 => Arch::X86,
+            Cpu::X86_64 => Arch::Amd64,
+            Cpu::Ppc => Arch::Ppc,
+            Cpu::Ppc64 => Arch::Ppc64,
+            Cpu::Arm => Arch::Arm,
+            Cpu::Arm64 => Arch::Arm64,
+            Cpu::Mips => Arch::Mips,
+            Cpu::Mips64 => Arch::Mips64,
+            _ => Arch::Unknown,
+        };
+        MinidumpState {
+            timestamp: state
+                .time
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or_default(),
+            system_info: SystemInfo {
+                os_name: os_name(info.os).to_owned(),
+                os_version: info.os_version.clone().unwrap_or_default(),
+                os_build: info.os_build.clone().unwrap_or_default(),
+                cpu_arch,
+                device_model: String::new(),
+            },
+            crashed: state.crashed(),
+            crash_reason: state
+                .exception_info
+                .as_ref()
+                .map(|e| format!("{} / {:#x}", e.reason, e.address.0))
+                .unwrap_or_default(),
+            assertion: state.assertion.clone().unwrap_or_default(),
+        }
+    }
+
+    pub fn merge_into(mut self, response: &mut CompletedSymbolicationResponse) {
+        // A dump from an unknown CPU still tells its architecture through its modules.
+        if self.system_info.cpu_arch == Arch::Unknown {
+            self.system_info.cpu_arch = response
+                .modules
+                .iter()
+                .map(|m| m.arch)
+                .find(|a| *a != Arch::Unknown)
+                .unwrap_or_default();
+        }
+        response.timestamp = Some(self.timestamp);
+        response.system_info = Some(self.system_info);
+        response.crashed = Some(self.crashed);
+        response.crash_reason = Some(self.crash_reason);
+        response.assertion = Some(self.assertion);
+    }
+}
+
+fn os_name(os: Os) -> &'static str {
+    match os {
+        Os::Windows => "Windows",
+        Os::MacOs => "macOS",
+        Os::Ios => "iOS",
+        Os::Linux => "Linux",
+        Os::Solaris => "Solaris",
+        Os::Android => "Android",
+        Os::Ps3 => "PS3",
+        Os::NaCl => "NaCl",
+        Os::Unknown(_) => "",
+    }
+}
+
+fn object_type_for(os: Os) -> ObjectType {
+    match os {
+        Os::Windows => ObjectType::Pe,
+        Os::MacOs | Os::Ios => ObjectType::Macho,
+        Os::Linux | Os::Solaris | Os::Android => ObjectType::Elf,
+        _ => ObjectType::Unknown,
+    }
+}
+
+fn trust(trust: minidump_unwind::FrameTrust) -> FrameTrust {
+    use minidump_unwind::FrameTrust as T;
+    match trust {
+        T::None => FrameTrust::None,
+        T::Scan => FrameTrust::Scan,
+        T::CfiScan => FrameTrust::CfiScan,
+        T::FramePointer => FrameTrust::Fp,
+        T::CallFrameInfo => FrameTrust::Cfi,
+        T::PreWalked => FrameTrust::PreWalked,
+        T::Context => FrameTrust::Context,
+    }
+}
+
+fn registers(context: &MinidumpContext) -> Registers {
+    context
+        .valid_registers()
+        .map(|(name, value)| (name.to_owned(), HexValue(value)))
+        .collect()
+}
+
+fn non_empty(name: &str) -> Option<String> {
+    (!name.is_empty()).then(|| name.to_owned())
+}
+
+/// Modules are told apart by where they are mapped, as the processor sees them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct ModuleKey {
+    base: u64,
+    size: u64,
+}
+
+impl ModuleKey {
+    fn of(module: &dyn Module) -> Self {
+        ModuleKey {
+            base: module.base_address(),
+            size: module.size(),
+        }
+    }
+}
+
+/// One computation per module however often (and concurrently) the walker asks.
+struct Memo<T>(Mutex<HashMap<ModuleKey, Arc<OnceCell<T>>>>);
+
+impl<T: Clone> Memo<T> {
+    fn new() -> Self {
+        Memo(Mutex::new(HashMap::new()))
+    }
+
+    async fn get_or_init<F: Future<Output = T>>(&self, key: ModuleKey, init: F) -> T {
+        let cell = self.0.lock().unwrap().entry(key).or_default().clone();
+        cell.get_or_init(|| init).await.clone()
+    }
+}
+
+/// Feeds the stack walker from our caches, for one minidump.
+struct Provider<'a> {
+    cfi: &'a CfiCacheActor,
+    symcaches: &'a SymCacheActor,
+    scope: &'a Scope,
+    sources: &'a [SourceConfig],
+    object_type: ObjectType,
+    first_module_debug_id: Option<DebugId>,
+    rewrite_first_module: &'a RewriteRules,
+    cfi_modules: Memo<Arc<Derived<CfiItem>>>,
+    symcache_modules: Memo<CacheResult<OwnedSymCache>>,
+}
+
+impl Provider<'_> {
+    fn object_id(&self, module: &dyn Module) -> ObjectId {
+        let mut debug_file = module.debug_file().as_deref().and_then(non_empty);
+        if module.debug_identifier() == self.first_module_debug_id
+            && let Some(renamed) = debug_file
+                .as_deref()
+                .and_then(|f| self.rewrite_first_module.rewrite(f))
+        {
+            debug_file = Some(renamed);
+        }
+        ObjectId {
+            debug_id: module.debug_identifier().filter(|id| !id.is_nil()),
+            code_id: module.code_identifier().filter(|id| !id.is_nil()),
+            debug_file,
+            code_file: non_empty(&module.code_file()),
+            debug_checksum: None,
+            object_type: self.object_type,
+        }
+    }
+
+    async fn cfi_module(&self, module: &(dyn Module + Sync)) -> Arc<Derived<CfiItem>> {
+        self.cfi_modules
+            .get_or_init(ModuleKey::of(module), async {
+                let id = self.object_id(module);
+                Arc::new(self.cfi.fetch(self.sources, &id, self.scope).await)
+            })
+            .await
+    }
+
+    async fn symcache(&self, module: &(dyn Module + Sync)) -> CacheResult<OwnedSymCache> {
+        self.symcache_modules
+            .get_or_init(ModuleKey::of(module), async {
+                let id = self.object_id(module);
+                self.symcaches
+                    .fetch(self.sources, &id, self.scope)
+                    .await
+                    .cache
+            })
+            .await
+    }
+
+    /// `false` only when we hold unwind rules for the module and they do not cover the
+    /// address: then there is no code there, and a scanned frame there is not real.
+    async fn plausible_by_cfi(&self, module: &(dyn Module + Sync), addr: u64) -> bool {
+        match &self.cfi_module(module).await.cache {
+            Ok(Some(cfi)) => cfi.covers(addr - module.base_address()),
+            _ => true,
+        }
+    }
+
+    /// The same check against the module's symbols.
+    async fn plausible_by_symbols(&self, module: &(dyn Module + Sync), addr: u64) -> bool {
+        match self.symcache(module).await {
+            Ok(symcache) => symcache
+                .get()
+                .lookup(addr - module.base_address())
+                .next()
+                .is_some(),
+            Err(_) => true,
+        }
+    }
+}
+
+#[async_trait]
+impl SymbolProvider for Provider<'_> {
+    async fn fill_symbol(
+        &self,
+        module: &(dyn Module + Sync),
+        frame: &mut (dyn FrameSymbolizer + Send),
+    ) -> Result<(), FillSymbolError> {
+        let addr = frame.get_instruction();
+        // We do not name frames here (symbolication does, later). An error means "no
+        // opinion", which keeps the scanner going; success without a name makes the
+        // scanner drop the candidate frame.
+        if self.plausible_by_cfi(module, addr).await
+            || self.plausible_by_symbols(module, addr).await
+        {
+            Err(FillSymbolError {})
+        } else {
+            Ok(())
+        }
+    }
+
+    async fn walk_frame(
+        &self,
+        module: &(dyn Module + Sync),
+        walker: &mut (dyn FrameWalker + Send),
+    ) -> Option<()> {
+        let cfi = self.cfi_module(module).await;
+        cfi.cache
+            .as_ref()
+            .ok()?
+            .as_ref()?
+            .walk_frame(module, walker)
+    }
+
+    async fn get_file_path(
+        &self,
+        _module: &(dyn Module + Sync),
+        _kind: FileKind,
+    ) -> Result<PathBuf, FileError> {
+        Err(FileError::NotFound)
+    }
+}
+
+fn module_info(ty: ObjectType, module: &MinidumpModule) -> RawObjectInfo {
+    RawObjectInfo {
+        ty,
+        code_id: module
+            .code_identifier()
+            .filter(|id| !id.is_nil())
+            .map(|id| id.to_string().to_lowercase()),
+        code_file: non_empty(&module.code_file()),
+        debug_id: module
+            .debug_identifier()
+            .filter(|id| !id.is_nil())
+            .map(|id| id.to_string()),
+        debug_file: module.debug_file().as_deref().and_then(non_empty),
+        debug_checksum: None,
+        image_addr: HexValue(module.base_address()),
+        image_size: match module.size() {
+            0 => None,
+            size => Some(size),
+        },
+    }
+}
+
+/// A walked minidump, before symbolication.
+pub struct Walked {
+    pub modules: Vec<CompleteObjectInfo>,
+    pub stacktraces: Vec<RawStacktrace>,
+    pub state: MinidumpState,
+}
+
+pub struct Stackwalk<'a> {
+    pub cfi: &'a CfiCacheActor,
+    pub symcaches: &'a SymCacheActor,
+    pub scope: &'a Scope,
+    pub sources: &'a [SourceConfig],
+    pub rewrite_first_module: &'a RewriteRules,
+}
+
+impl Stackwalk<'_> {
+    pub async fn walk(&self, minidump: &Minidump) -> anyhow::Result<Walked> {
+        let system_info = minidump
+            .get_stream::<MinidumpSystemInfo>()
+            .map_err(|_| minidump_processor::ProcessError::MissingSystemInfo)?;
+        let object_type = object_type_for(system_info.os);
+        let first_module_debug_id = minidump
+            .get_stream::<MinidumpModuleList>()
+            .ok()
+            .and_then(|modules| modules.by_addr().next()?.debug_identifier());
+        let provider = Provider {
+            cfi: self.cfi,
+            symcaches: self.symcaches,
+            scope: self.scope,
+            sources: self.sources,
+            object_type,
+            first_module_debug_id,
+            rewrite_first_module: self.rewrite_first_module,
+            cfi_modules: Memo::new(),
+            symcache_modules: Memo::new(),
+        };
+        let process_state = minidump_processor::process_minidump(minidump, &provider).await?;
+        let state = MinidumpState::of(&process_state);
+
+        let requesting = process_state.requesting_thread;
+        let stacktraces = process_state
+            .threads
+            .into_iter()
+            .enumerate()
+            .map(|(index, thread)| RawStacktrace {
+                thread_id: Some(thread.thread_id.into()),
+                thread_name: thread.thread_name,
+                is_requesting: requesting.map(|r| r == index),
+                registers: thread
+                    .frames
+                    .first()
+                    .map(|f| registers(&f.context))
+                    .unwrap_or_default(),
+                frames: thread
+                    .frames
+                    .into_iter()
+                    .take(MAX_FRAMES)
+                    .map(|frame| RawFrame {
+                        instruction_addr: HexValue(frame.resume_address),
+                        package: frame.module.and_then(|m| non_empty(&m.code_file())),
+                        trust: trust(frame.trust),
+                        ..RawFrame::default()
+                    })
+                    .collect(),
+            })
+            .collect();
+
+        // Every module the walker asked about has an entry in `cfi_modules`; the others
+        // are listed only when they have an id to go by.
+        let cfi_modules = provider.cfi_modules.0.into_inner().unwrap();
+        let mut modules = Vec::new();
+        for module in process_state.modules.by_addr() {
+            let cfi = cfi_modules
+                .get(&ModuleKey::of(module))
+                .and_then(|cell| cell.get());
+            if cfi.is_none()
+                && module.debug_identifier().is_none()
+                && module.code_identifier().is_none()
+            {
+                continue;
+            }
+            let mut info = CompleteObjectInfo::from(module_info(object_type, module));
+            info.unwind_status = Some(match cfi {
+                Some(cfi) => {
+                    info.features.merge(&cfi.features);
+                    info.candidates = cfi.candidates.clone();
+                    if let Ok(Some(rules)) = &cfi.cache {
+                        // The unwind file names the debug file a stripped dump may lack.
+                        if info.raw.debug_id.is_none() {
+                            info.raw.debug_id = rules.debug_id.map(|id| id.to_string());
+                        }
+                        if info.raw.debug_file.is_none() {
+                            info.raw.debug_file.clone_from(&rules.debug_file);
+                        }
+                    }
+                    status_for_result(&cfi.cache)
+                }
+                None => ObjectFileStatus::Unused,
+            });
+            modules.push(info);
+        }
+        Ok(Walked {
+            modules,
+            stacktraces,
+            state,
+        })
+    }
+}

@@ -1,0 +1,414 @@
+//! Crash-file endpoints: `POST /minidump` and `POST /applecrashreport` (multipart
+//! uploads), and `POST /symbolicate-any` (the same files fetched from a `storage_url`).
+//! Files are streamed to disk under the size limit, unpacked if compressed, and handed
+//! to the native pipeline as a path.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::extract::multipart::{Field, MultipartError};
+use axum::extract::{Multipart, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::Response;
+use bytes::Bytes;
+use serde::Deserialize;
+use tempfile::NamedTempFile;
+use tokio::io::AsyncWriteExt;
+use url::Url;
+
+use super::error::parse_json;
+use super::{ApiError, AppState, RequestParams, json_bytes};
+use crate::cache::{CacheError, Scope};
+use crate::fetch::decompress_file;
+use crate::native::CrashReportRequest;
+use crate::service::RequestService;
+use crate::sources::SourceConfig;
+use crate::types::{RequestOptions, RewriteRules};
+
+/// JSON form fields (sources, options, ...) are small; upstream caps them at 1 MiB.
+const MAX_FORM_FIELD: usize = 1024 * 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CrashKind {
+    Minidump,
+    AppleCrashReport,
+}
+
+impl CrashKind {
+    fn upload_field(self) -> &'static str {
+        match self {
+            CrashKind::Minidump => "upload_file_minidump",
+            CrashKind::AppleCrashReport => "apple_crash_report",
+        }
+    }
+}
+
+/// Where uploads and attachments are spooled, and how big they may get.
+#[derive(Clone, Debug)]
+pub struct CrashFiles {
+    pub dir: PathBuf,
+    pub max_size: u64,
+}
+
+impl CrashFiles {
+    fn too_large(&self) -> ApiError {
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            message: format!(
+                "crash file exceeds the limit of {} bytes (max_crash_file_size)",
+                self.max_size
+            ),
+        }
+    }
+
+    fn temp_file(&self) -> Result<NamedTempFile, ApiError> {
+        std::fs::create_dir_all(&self.dir)
+            .and_then(|()| tempfile::Builder::new().prefix(".upload").tempfile_in(&self.dir))
+            .map_err(|err| {
+                tracing::error!(error = %err, dir = %self.dir.display(), "cannot create upload file");
+                ApiError::internal()
+            })
+    }
+
+    /// Unpacks `file` in place if it is compressed (gzip, zstd, xz, bzip2, ...).
+    async fn unpack(&self, file: NamedTempFile) -> Result<NamedTempFile, CacheError> {
+        let (dir, max) = (self.dir.clone(), self.max_size);
+        tokio::task::spawn_blocking(move || {
+            Ok(decompress_file(file.path(), &dir, max)?.unwrap_or(file))
+        })
+        .await
+        .map_err(CacheError::internal)?
+    }
+}
+
+fn multipart_error(err: MultipartError) -> ApiError {
+    ApiError {
+        status: err.status(),
+        message: format!("invalid multipart body: {}", err.body_text()),
+    }
+}
+
+async fn read_field(mut field: Field<'_>, name: &str) -> Result<Bytes, ApiError> {
+    let mut data = Vec::new();
+    while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
+        if data.len() + chunk.len() > MAX_FORM_FIELD {
+            return Err(ApiError {
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                message: format!("form field `{name}` exceeds {MAX_FORM_FIELD} bytes"),
+            });
+        }
+        data.extend_from_slice(&chunk);
+    }
+    Ok(data.into())
+}
+
+/// A form field that holds JSON; a parse error names the field and the path in it.
+async fn json_field<T: serde::de::DeserializeOwned>(
+    field: Field<'_>,
+    name: &str,
+) -> Result<T, ApiError> {
+    let data = read_field(field, name).await?;
+    parse_json(&data)
+        .map_err(|e| ApiError::bad_request(format!("form field `{name}`: {}", e.message)))
+}
+
+/// Streams an uploaded file to disk, refusing it as soon as it passes the limit.
+async fn save_field(mut field: Field<'_>, files: &CrashFiles) -> Result<NamedTempFile, ApiError> {
+    let temp = files.temp_file()?;
+    let std_file = temp.as_file().try_clone().map_err(|err| {
+        tracing::error!(error = %err, "cannot reopen upload file");
+        ApiError::internal()
+    })?;
+    let mut out = tokio::io::BufWriter::new(tokio::fs::File::from_std(std_file));
+    let mut written: u64 = 0;
+    while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
+        written += chunk.len() as u64;
+        if written > files.max_size {
+            return Err(files.too_large());
+        }
+        out.write_all(&chunk).await.map_err(|err| {
+            tracing::error!(error = %err, "cannot write upload file");
+            ApiError::internal()
+        })?;
+    }
+    out.flush().await.map_err(|err| {
+        tracing::error!(error = %err, "cannot write upload file");
+        ApiError::internal()
+    })?;
+    Ok(temp)
+}
+
+/// The fields of an upload form; unknown fields are skipped, as upstream does.
+struct CrashForm {
+    file: Option<NamedTempFile>,
+    sources: Option<Vec<SourceConfig>>,
+    options: RequestOptions,
+    rewrite_first_module: RewriteRules,
+}
+
+async fn read_form(
+    mut multipart: Multipart,
+    kind: CrashKind,
+    files: &CrashFiles,
+) -> Result<CrashForm, ApiError> {
+    let mut form = CrashForm {
+        file: None,
+        sources: None,
+        options: RequestOptions::default(),
+        rewrite_first_module: RewriteRules::default(),
+    };
+    while let Some(field) = multipart.next_field().await.map_err(multipart_error)? {
+        let Some(name) = field.name().map(str::to_owned) else {
+            continue;
+        };
+        match name.as_str() {
+            n if n == kind.upload_field() => form.file = Some(save_field(field, files).await?),
+            "sources" => form.sources = Some(json_field(field, &name).await?),
+            "options" => form.options = json_field(field, &name).await?,
+            "rewrite_first_module" if kind == CrashKind::Minidump => {
+                form.rewrite_first_module = json_field(field, &name).await?
+            }
+            _ => {}
+        }
+    }
+    Ok(form)
+}
+
+/// A body that announces more than the file limit plus room for the form fields is
+/// refused before a byte of it is read.
+fn check_content_length(headers: &HeaderMap, files: &CrashFiles) -> Result<(), ApiError> {
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    match announced {
+        Some(len) if len > files.max_size.saturating_add(4 * MAX_FORM_FIELD as u64) => {
+            Err(files.too_large())
+        }
+        _ => Ok(()),
+    }
+}
+
+fn unpack_error(err: CacheError, files: &CrashFiles) -> ApiError {
+    match err {
+        CacheError::TooLarge(_) => files.too_large(),
+        CacheError::Malformed(msg) => ApiError::bad_request(msg),
+        _ => ApiError::internal(),
+    }
+}
+
+/// Runs the native pipeline on a crash file in the request service.
+fn spawn_crash(
+    state: &AppState,
+    scope: Scope,
+    kind: CrashKind,
+    file: CrashFile,
+    request: CrashReportRequest,
+) -> Result<crate::service::RequestHandle, ApiError> {
+    let native = state.native.clone();
+    let files = state.crash_files.clone();
+    let downloader = state.downloader.clone();
+    state
+        .service
+        .spawn(async move {
+            let file = match file {
+                CrashFile::Local(file) => file,
+                CrashFile::Remote { url, token } => {
+                    fetch_attachment(&downloader, &files, &url, token.as_deref()).await?
+                }
+            };
+            match kind {
+                CrashKind::Minidump => native.process_minidump(scope, file.path(), request).await,
+                CrashKind::AppleCrashReport => {
+                    native
+                        .process_apple_crash_report(scope, file.path(), request)
+                        .await
+                }
+            }
+        })
+        .map_err(|_| ApiError::overloaded())
+}
+
+enum CrashFile {
+    Local(NamedTempFile),
+    Remote { url: Url, token: Option<String> },
+}
+
+async fn fetch_attachment(
+    downloader: &crate::fetch::Downloader,
+    files: &CrashFiles,
+    url: &Url,
+    token: Option<&str>,
+) -> anyhow::Result<NamedTempFile> {
+    let temp = files.temp_file().map_err(|e| anyhow::anyhow!(e.message))?;
+    let mut out = tokio::fs::File::from_std(temp.as_file().try_clone()?);
+    let mut headers = BTreeMap::new();
+    if let Some(token) = token {
+        headers.insert("Authorization".to_owned(), format!("Bearer {token}"));
+    }
+    let len = downloader
+        .download_http(url, &headers, &mut out)
+        .await
+        .map_err(|err| anyhow::anyhow!("cannot fetch the crash file from storage_url: {err}"))?;
+    out.flush().await?;
+    if len > files.max_size {
+        anyhow::bail!("crash file exceeds the limit of {} bytes", files.max_size);
+    }
+    files
+        .unpack(temp)
+        .await
+        .map_err(|err| anyhow::anyhow!("cannot unpack the crash file: {err}"))
+}
+
+async fn upload(
+    state: AppState,
+    params: Result<Query<RequestParams>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+    multipart: Multipart,
+    kind: CrashKind,
+) -> Result<Response, ApiError> {
+    let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let timeout = params.timeout()?;
+    let files = &state.crash_files;
+    check_content_length(&headers, files)?;
+    let form = read_form(multipart, kind, files).await?;
+    let file = form.file.ok_or_else(|| {
+        ApiError::bad_request(format!("missing form field `{}`", kind.upload_field()))
+    })?;
+    let file = files
+        .unpack(file)
+        .await
+        .map_err(|err| unpack_error(err, files))?;
+    if kind == CrashKind::Minidump && starts_with(file.path(), b"--") {
+        // A client that nested a whole form inside the file field.
+        return Err(ApiError::bad_request(
+            "minidump contains multipart form data",
+        ));
+    }
+    let request = CrashReportRequest {
+        sources: state.sources_or_default(form.sources),
+        options: form.options,
+        rewrite_first_module: form.rewrite_first_module,
+    };
+    let handle = spawn_crash(
+        &state,
+        params.scope(),
+        kind,
+        CrashFile::Local(file),
+        request,
+    )?;
+    Ok(json_bytes(RequestService::wait(handle, timeout).await))
+}
+
+fn starts_with(path: &Path, prefix: &[u8]) -> bool {
+    use std::io::Read;
+    let mut buf = vec![0u8; prefix.len()];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .is_ok_and(|()| buf == prefix)
+}
+
+/// `POST /minidump`: a minidump upload, walked and symbolicated.
+pub async fn minidump(
+    State(state): State<AppState>,
+    params: Result<Query<RequestParams>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+    multipart: Multipart,
+) -> Result<Response, ApiError> {
+    upload(state, params, headers, multipart, CrashKind::Minidump).await
+}
+
+/// `POST /applecrashreport`: an Apple crash report upload, symbolicated.
+pub async fn apple_crash_report(
+    State(state): State<AppState>,
+    params: Result<Query<RequestParams>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+    multipart: Multipart,
+) -> Result<Response, ApiError> {
+    upload(
+        state,
+        params,
+        headers,
+        multipart,
+        CrashKind::AppleCrashReport,
+    )
+    .await
+}
+
+#[derive(Deserialize)]
+struct SymbolicateAnyRequest {
+    #[serde(default)]
+    sources: Option<Vec<SourceConfig>>,
+    #[serde(default)]
+    options: RequestOptions,
+    symbolicate: AttachmentRequest,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+enum AttachmentRequest {
+    Minidump {
+        storage_url: Url,
+        #[serde(default)]
+        storage_token: Option<String>,
+        #[serde(default)]
+        rewrite_first_module: RewriteRules,
+    },
+    AppleCrashreport {
+        storage_url: Url,
+        #[serde(default)]
+        storage_token: Option<String>,
+    },
+}
+
+/// `POST /symbolicate-any`: a crash file held in remote storage, fetched by the server
+/// (under the same reserved-IP rules as symbol sources) and processed like an upload.
+pub async fn symbolicate_any(
+    State(state): State<AppState>,
+    params: Result<Query<RequestParams>, axum::extract::rejection::QueryRejection>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let timeout = params.timeout()?;
+    let request: SymbolicateAnyRequest = parse_json(&body)?;
+    let (kind, url, token, rewrite_first_module) = match request.symbolicate {
+        AttachmentRequest::Minidump {
+            storage_url,
+            storage_token,
+            rewrite_first_module,
+        } => (
+            CrashKind::Minidump,
+            storage_url,
+            storage_token,
+            rewrite_first_module,
+        ),
+        AttachmentRequest::AppleCrashreport {
+            storage_url,
+            storage_token,
+        } => (
+            CrashKind::AppleCrashReport,
+            storage_url,
+            storage_token,
+            RewriteRules::default(),
+        ),
+    };
+    let crash_request = CrashReportRequest {
+        sources: state.sources_or_default(request.sources),
+        options: request.options,
+        rewrite_first_module,
+    };
+    let file = CrashFile::Remote { url, token };
+    let handle = spawn_crash(&state, params.scope(), kind, file, crash_request)?;
+    Ok(json_bytes(RequestService::wait(handle, timeout).await))
+}
+
+impl AppState {
+    /// The request's sources, or the configured ones when it names none.
+    pub fn sources_or_default(&self, sources: Option<Vec<SourceConfig>>) -> Arc<[SourceConfig]> {
+        match sources {
+            Some(sources) => sources.into(),
+            None => self.default_sources.clone(),
+        }
+    }
+}
