@@ -15,7 +15,7 @@ use crate::cache::{
     CacheError, CacheItemRequest, CacheKey, CacheKind, CacheResult, Cacher, Caches, Scope,
 };
 use crate::fetch::{Downloader, RemoteFile, fetch_file};
-use crate::sources::{FileType, ObjectId, SourceConfig, source_locations};
+use crate::sources::{FileType, ObjectId, SourceConfig};
 use crate::types::{
     AllObjectCandidates, ObjectCandidate, ObjectDownloadInfo, ObjectFeatures, ObjectUseInfo,
     SrcSrvVcs,
@@ -232,20 +232,22 @@ impl ObjectsActor {
 
     /// Every location where a file for `id` could be, in the order upstream tries
     /// them: sources in request order, then file types, then each layout's paths from
-    /// the most to the least preferred.
-    fn list_files(
+    /// the most to the least preferred (Sentry sources: their search's order).
+    async fn list_files(
+        &self,
         sources: &[SourceConfig],
         filetypes: &[FileType],
         id: &ObjectId,
     ) -> Vec<RemoteFile> {
-        sources
-            .iter()
-            .flat_map(|source| {
-                source_locations(source.files(), filetypes, id)
-                    .into_iter()
-                    .map(|path| RemoteFile::new(source.clone(), path))
-            })
-            .collect()
+        future::join_all(
+            sources
+                .iter()
+                .map(|source| self.downloader.list_files(source, filetypes, id)),
+        )
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
     }
 
     /// Looks at every candidate and picks the best for `purpose`.
@@ -257,7 +259,7 @@ impl ObjectsActor {
         scope: &Scope,
         purpose: ObjectPurpose,
     ) -> FindResult {
-        let files = Self::list_files(sources, filetypes, id);
+        let files = self.list_files(sources, filetypes, id).await;
         let lookups = future::join_all(files.into_iter().map(|file| async move {
             let key = file.cache_key(scope);
             let request = FetchMeta {
