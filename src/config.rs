@@ -60,12 +60,25 @@ pub struct InMemoryConfig {
     /// Bytes of parsed cache items (SymCaches, object metadata) kept in memory. The items
     /// are memory-mapped, so this bounds address space and page cache pressure, not heap.
     pub capacity: u64,
+    /// Sentry debug-file search answers kept (per query and token), and how long.
+    pub sentry_index_capacity: u64,
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub sentry_index_ttl: Duration,
+    /// S3 clients kept, one per region, endpoint and credentials.
+    pub s3_client_capacity: u64,
+    /// GCS OAuth tokens kept, one per credentials.
+    pub gcs_token_capacity: u64,
 }
 
 impl Default for InMemoryConfig {
     fn default() -> Self {
+        let fetch = FetchConfig::default();
         InMemoryConfig {
             capacity: 2 * 1024 * 1024 * 1024,
+            sentry_index_capacity: fetch.sentry_index_capacity,
+            sentry_index_ttl: fetch.sentry_index_ttl,
+            s3_client_capacity: fetch.s3_client_capacity,
+            gcs_token_capacity: fetch.gcs_token_capacity,
         }
     }
 }
@@ -131,6 +144,8 @@ pub struct Config {
     pub max_download_timeout: Duration,
     /// Largest debug file downloaded, in bytes (compressed and decompressed).
     pub max_download_size: u64,
+    /// Downloads from one source running at once (omnisym only).
+    pub max_concurrent_downloads_per_source: usize,
 }
 
 impl Default for Config {
@@ -152,6 +167,7 @@ impl Default for Config {
             streaming_timeout: fetch.streaming_timeout,
             max_download_timeout: fetch.max_download_timeout,
             max_download_size: fetch.max_download_size,
+            max_concurrent_downloads_per_source: fetch.max_concurrent_downloads_per_source,
         }
     }
 }
@@ -216,6 +232,11 @@ impl Config {
                 "max_concurrent_requests must be at least 1".into(),
             ));
         }
+        if self.max_concurrent_downloads_per_source == 0 {
+            return Err(ConfigError::Semantic(
+                "max_concurrent_downloads_per_source must be at least 1".into(),
+            ));
+        }
         let mut ids = std::collections::HashSet::new();
         for source in &self.sources {
             if !ids.insert(source.id().to_string()) {
@@ -236,6 +257,11 @@ impl Config {
             max_download_timeout: self.max_download_timeout,
             max_download_size: self.max_download_size,
             connect_to_reserved_ips: self.connect_to_reserved_ips,
+            max_concurrent_downloads_per_source: self.max_concurrent_downloads_per_source,
+            sentry_index_capacity: self.caches.in_memory.sentry_index_capacity,
+            sentry_index_ttl: self.caches.in_memory.sentry_index_ttl,
+            s3_client_capacity: self.caches.in_memory.s3_client_capacity,
+            gcs_token_capacity: self.caches.in_memory.gcs_token_capacity,
             ..FetchConfig::default()
         }
     }
@@ -277,6 +303,23 @@ mod tests {
         assert_eq!(
             config.caches.derived.retry_malformed_after,
             Duration::from_secs(3600)
+        );
+    }
+
+    #[test]
+    fn source_fetch_keys() {
+        let yaml = "max_concurrent_downloads_per_source: 4\ncaches:\n  in_memory:\n    sentry_index_ttl: 5m\n    s3_client_capacity: 7\n";
+        let (config, ignored) = Config::from_yaml(yaml).unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        let fetch = config.fetch_config();
+        assert_eq!(fetch.max_concurrent_downloads_per_source, 4);
+        assert_eq!(fetch.sentry_index_ttl, Duration::from_secs(300));
+        assert_eq!(fetch.s3_client_capacity, 7);
+        assert_eq!(fetch.gcs_token_capacity, 100);
+        let err = Config::from_yaml("max_concurrent_downloads_per_source: 0\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("max_concurrent_downloads_per_source")
         );
     }
 

@@ -8,24 +8,13 @@ use std::io::Write;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use common::{Server, SymbolServer, fixtures, manifest};
+use common::{ELF_BASE, Server, SymbolServer, elf_debug_path, elf_module, fixtures, object};
 use serde_json::{Value, json};
 
-const ELF_BASE: u64 = 0x7f00_0000_0000;
 const PE_BASE: u64 = 0x1_4000_0000;
 
 fn hex(s: &str) -> u64 {
     u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap()
-}
-
-fn object(name: &str) -> Value {
-    manifest()["objects"][name].clone()
-}
-
-/// Native-layout path of the ELF debug file (GDB build-id convention).
-fn elf_debug_path() -> String {
-    let code_id = object("elf")["code_id"].as_str().unwrap().to_owned();
-    format!("{}/{}.debug", &code_id[..2], &code_id[2..])
 }
 
 /// Symstore path of the PDB.
@@ -33,19 +22,6 @@ fn pdb_path() -> String {
     let pe = object("pe");
     let id = pe["breakpad_id"].as_str().unwrap();
     format!("crash.pdb/{id}/crash.pdb")
-}
-
-fn elf_module() -> Value {
-    let elf = object("elf");
-    json!({
-        "type": "elf",
-        "debug_id": elf["debug_id"],
-        "code_id": elf["code_id"],
-        "code_file": "/usr/bin/crash",
-        "debug_file": "crash",
-        "image_addr": format!("{ELF_BASE:#x}"),
-        "image_size": elf["image_size"],
-    })
 }
 
 fn pe_module() -> Value {

@@ -2,57 +2,31 @@
 
 use std::collections::BTreeMap;
 use std::error::Error as StdError;
-use std::fmt;
-use std::net::SocketAddr;
 use std::time::Duration;
 
+use futures::TryStreamExt;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{StatusCode, redirect};
-use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 use url::Url;
 
-use super::reserved_ip::{is_reserved_ip, url_has_reserved_ip_host};
-use super::{Downloader, FetchConfig, redact_url, too_large};
+use super::reserved_ip::{
+    RESERVED_ADDRESS_MSG, ReservedAddress, resolve_public, url_has_reserved_ip_host,
+};
+use super::transfer::{log_download, retrying, truncate, within_download_timeout, write_body};
+use super::{Downloader, FetchConfig, redact_url};
 use crate::cache::{CacheError, CacheResult};
 
 const MAX_REDIRECTS: usize = 10;
-const MAX_TRIES: u32 = 3;
-const RETRY_DELAY: Duration = Duration::from_millis(20);
-/// Floor of the size-scaled streaming timeout, so small files are not cut off by latency.
-const MIN_STREAMING_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Why a connection was refused; surfaces as the root cause of the reqwest error.
-#[derive(Debug)]
-struct ReservedAddress;
-
-const RESERVED_ADDRESS_MSG: &str = "refusing to connect to a reserved IP address";
-
-impl fmt::Display for ReservedAddress {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(RESERVED_ADDRESS_MSG)
-    }
-}
-
-impl StdError for ReservedAddress {}
-
-/// Resolves with the system resolver and drops reserved addresses, so a public name
-/// pointing at an internal address (or rebinding to one) cannot be used to reach it.
+/// Resolves through [`resolve_public`].
 struct PublicOnlyResolver;
 
 impl Resolve for PublicOnlyResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            let resolved = tokio::net::lookup_host((host.as_str(), 0)).await?;
-            let (allowed, refused): (Vec<SocketAddr>, Vec<SocketAddr>) =
-                resolved.partition(|addr| !is_reserved_ip(addr.ip()));
-            if !refused.is_empty() {
-                tracing::debug!(%host, ?refused, "dropped reserved addresses from resolution");
-            }
-            if allowed.is_empty() {
-                return Err(Box::new(ReservedAddress) as Box<dyn StdError + Send + Sync>);
-            }
+            let allowed = resolve_public(&host).await?;
             Ok(Box::new(allowed.into_iter()) as Addrs)
         })
     }
@@ -121,16 +95,8 @@ pub(super) fn build_client(
     Ok(builder.build()?)
 }
 
-/// Per-attempt body timeout for a body of `content_length` bytes, as upstream scales it.
-pub(super) fn streaming_timeout(content_length: u64, per_gb: Duration) -> Duration {
-    let gb = content_length as f64 / (1024.0 * 1024.0 * 1024.0);
-    Duration::try_from_secs_f64(per_gb.as_secs_f64() * gb)
-        .unwrap_or(Duration::MAX)
-        .max(MIN_STREAMING_TIMEOUT)
-}
-
 /// Upstream's mapping of a non-success status.
-fn status_error(status: StatusCode) -> CacheError {
+pub(super) fn status_error(status: StatusCode) -> CacheError {
     if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
         CacheError::PermissionDenied(status.to_string())
     } else if status.is_client_error() {
@@ -140,17 +106,6 @@ fn status_error(status: StatusCode) -> CacheError {
         CacheError::PermissionDenied("Potential login page detected".to_owned())
     } else {
         CacheError::DownloadError(status.to_string())
-    }
-}
-
-/// Whether another attempt could plausibly succeed. Upstream retries everything but
-/// not-found and permission errors; size and reserved-address refusals are deterministic
-/// too, and a local write failure will not heal in 20ms.
-fn is_retryable(err: &CacheError) -> bool {
-    match err {
-        CacheError::Timeout(_) => true,
-        CacheError::DownloadError(msg) => msg != RESERVED_ADDRESS_MSG,
-        _ => false,
     }
 }
 
@@ -201,41 +156,16 @@ impl Downloader {
             &self.inner.client
         };
         let headers = to_header_map(headers);
-        let max = config.max_download_timeout;
-        let result =
-            match tokio::time::timeout(max, self.retry_http(client, url, &headers, dest)).await {
-                Ok(result) => result,
-                Err(_) => Err(CacheError::Timeout(max)),
-            };
-        match &result {
-            Ok(bytes) => tracing::debug!(url = %redact_url(url), bytes, "downloaded"),
-            Err(err) => tracing::debug!(url = %redact_url(url), error = %err, "download failed"),
-        }
+        let what = redact_url(url);
+        let transfer = async {
+            retrying!(&what, {
+                truncate(dest).await?;
+                self.attempt_http(client, url, &headers, dest).await
+            })
+        };
+        let result = within_download_timeout(config, transfer).await;
+        log_download(&what, &result);
         result
-    }
-
-    async fn retry_http(
-        &self,
-        client: &reqwest::Client,
-        url: &Url,
-        headers: &HeaderMap,
-        dest: &mut tokio::fs::File,
-    ) -> CacheResult<u64> {
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            // A failed attempt leaves a partial body behind.
-            dest.rewind().await.map_err(CacheError::internal)?;
-            dest.set_len(0).await.map_err(CacheError::internal)?;
-            let result = self.attempt_http(client, url, headers, dest).await;
-            match &result {
-                Err(err) if tries < MAX_TRIES && is_retryable(err) => {
-                    tracing::debug!(url = %redact_url(url), error = %err, tries, "retrying download");
-                    tokio::time::sleep(RETRY_DELAY).await;
-                }
-                _ => return result,
-            }
-        }
     }
 
     async fn attempt_http(
@@ -245,6 +175,22 @@ impl Downloader {
         headers: &HeaderMap,
         dest: &mut tokio::fs::File,
     ) -> CacheResult<u64> {
+        let config = &self.inner.config;
+        let response = self.send_checked(client, url, headers).await?;
+        let content_length = response.content_length();
+        let body = response.bytes_stream().map_err(|e| self.reqwest_error(e));
+        write_body(body, content_length, dest, config).await
+    }
+
+    /// Sends one GET and returns the response if its status is a success: the part of an
+    /// attempt that the head timeout covers. Also refuses reserved IP literals, which the
+    /// filtering resolver never sees.
+    pub(super) async fn send_checked(
+        &self,
+        client: &reqwest::Client,
+        url: &Url,
+        headers: &HeaderMap,
+    ) -> CacheResult<reqwest::Response> {
         let config = &self.inner.config;
         if !config.connect_to_reserved_ips && url_has_reserved_ip_host(url) {
             return Err(CacheError::DownloadError(RESERVED_ADDRESS_MSG.to_owned()));
@@ -256,59 +202,23 @@ impl Downloader {
             .map_err(|e| self.reqwest_error(e))?;
 
         let head = config.head_timeout;
-        let mut response = match tokio::time::timeout(head, client.execute(request)).await {
+        let response = match tokio::time::timeout(head, client.execute(request)).await {
             Err(_) => return Err(CacheError::Timeout(head)),
             Ok(Err(e)) => return Err(self.reqwest_error(e)),
             Ok(Ok(response)) => response,
         };
-
         let status = response.status();
         if !status.is_success() {
             tracing::debug!(url = %redact_url(url), %status, "unsuccessful status");
             return Err(status_error(status));
         }
-
-        let max_size = config.max_download_size;
-        let content_length = response.content_length();
-        if let Some(len) = content_length
-            && len > max_size
-        {
-            return Err(too_large(format!(
-                "Content-Length {len} exceeds the limit of {max_size} bytes"
-            )));
-        }
-
-        let body = async {
-            let mut written: u64 = 0;
-            while let Some(chunk) = response.chunk().await.map_err(|e| self.reqwest_error(e))? {
-                written += chunk.len() as u64;
-                if written > max_size {
-                    return Err(too_large(format!(
-                        "body exceeds the limit of {max_size} bytes"
-                    )));
-                }
-                dest.write_all(&chunk).await.map_err(CacheError::internal)?;
-            }
-            dest.flush().await.map_err(CacheError::internal)?;
-            Ok(written)
-        };
-
-        // Without a known size only the overall download timeout bounds the body, as upstream.
-        match content_length {
-            Some(len) => {
-                let timeout = streaming_timeout(len, config.streaming_timeout);
-                tokio::time::timeout(timeout, body)
-                    .await
-                    .map_err(|_| CacheError::Timeout(timeout))?
-            }
-            None => body.await,
-        }
+        Ok(response)
     }
 
     /// Converts a transport error, reporting its root cause as upstream does: the outer
     /// layers only say "error sending request", and reqwest's own text embeds the URL,
     /// whose query may hold a token.
-    fn reqwest_error(&self, err: reqwest::Error) -> CacheError {
+    pub(super) fn reqwest_error(&self, err: reqwest::Error) -> CacheError {
         if err.is_connect() && err.is_timeout() {
             return CacheError::Timeout(self.inner.config.connect_timeout);
         }
@@ -323,19 +233,9 @@ impl Downloader {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::net::SocketAddr;
 
-    #[test]
-    fn streaming_timeout_scales_with_size() {
-        let per_gb = Duration::from_secs(30);
-        let gb = 1024 * 1024 * 1024;
-        assert_eq!(streaming_timeout(100, per_gb), MIN_STREAMING_TIMEOUT);
-        assert_eq!(streaming_timeout(gb / 2, per_gb), per_gb / 2);
-        assert_eq!(streaming_timeout(gb, per_gb), per_gb);
-        assert_eq!(streaming_timeout(gb * 3 / 2, per_gb), per_gb.mul_f64(1.5));
-        // Must not panic on absurd sizes or settings.
-        assert_eq!(streaming_timeout(u64::MAX, Duration::MAX), Duration::MAX);
-    }
+    use super::*;
 
     #[test]
     fn status_mapping() {

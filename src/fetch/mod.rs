@@ -1,25 +1,34 @@
-//! Getting the raw bytes of a source file onto local disk: HTTP downloads and local
-//! filesystem copies into a caller-owned destination file, under the configured size and
-//! time limits, refusing reserved IP ranges unless `connect_to_reserved_ips` is set; and
-//! decompression of the downloaded payload (gzip, zstd, zlib, zip, CAB) into a temp file;
-//! and the `000Admin` indexes of symstore sources (`index`).
-//! Errors are reported as [`CacheError`] so callers can store them as negative cache entries.
+//! Getting the raw bytes of a source file onto local disk: one backend per source kind
+//! (filesystem copies; HTTP, Sentry, S3 and GCS downloads) writing into a caller-owned
+//! destination file under the configured size and time limits, with bounded retries, a
+//! concurrency limit per source, and refusal of reserved IP ranges unless
+//! `connect_to_reserved_ips` is set; listing what a source has for an object (Sentry's
+//! search; the directory layouts for the others); and decompression of the downloaded
+//! payload (gzip, zstd, zlib, zip, CAB, xz, bzip2) into a temp file; and the `000Admin`
+//! indexes of symstore sources (`index`). Credentials never reach logs or errors. Errors
+//! are reported as [`CacheError`] so callers can store them as negative cache entries.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use url::Url;
 
-use crate::cache::CacheError;
+use crate::cache::{CacheError, CacheResult};
+use crate::sources::SourceId;
 
 mod decompress;
 mod filesystem;
+mod gcs;
 mod http;
 mod index;
 mod remote;
 mod reserved_ip;
+mod s3;
+mod sentry;
 #[cfg(test)]
 mod tests;
+mod transfer;
 
 pub use decompress::decompress_file;
 pub use index::SymstoreIndexes;
@@ -42,6 +51,15 @@ pub struct FetchConfig {
     /// Whether sources may point at loopback, private and other reserved addresses.
     pub connect_to_reserved_ips: bool,
     pub user_agent: String,
+    /// Downloads from one source (by id) running at once; more wait their turn.
+    pub max_concurrent_downloads_per_source: usize,
+    /// Sentry search answers kept, and for how long.
+    pub sentry_index_capacity: u64,
+    pub sentry_index_ttl: Duration,
+    /// S3 clients (one per region, endpoint and credentials) kept.
+    pub s3_client_capacity: u64,
+    /// GCS OAuth tokens (one per credentials) kept.
+    pub gcs_token_capacity: u64,
 }
 
 impl Default for FetchConfig {
@@ -56,6 +74,12 @@ impl Default for FetchConfig {
             max_download_size: u64::MAX,
             connect_to_reserved_ips: false,
             user_agent: concat!("omnisym/", env!("CARGO_PKG_VERSION")).to_owned(),
+            max_concurrent_downloads_per_source: 32,
+            // Upstream's defaults.
+            sentry_index_capacity: 100_000,
+            sentry_index_ttl: Duration::from_secs(3600),
+            s3_client_capacity: 100,
+            gcs_token_capacity: 100,
         }
     }
 }
@@ -66,29 +90,82 @@ pub struct Downloader {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
 struct Inner {
     config: FetchConfig,
     client: reqwest::Client,
     /// Only for sources configured with `accept_invalid_certs`.
     insecure_client: reqwest::Client,
+    /// Only for the server's own credential endpoints (GCE metadata is a reserved address).
+    trusted_client: reqwest::Client,
+    source_limits: moka::sync::Cache<SourceId, Arc<Semaphore>>,
+    sentry_index: sentry::SentryIndex,
+    s3_http: aws_sdk_s3::config::SharedHttpClient,
+    s3_clients: s3::S3Clients,
+    gcs_tokens: gcs::GcsTokens,
+    gcs_env: gcs::GcsEnv,
 }
+
+// Hand-written so that no cached token or client state can ever be printed.
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Downloader")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Sources a server talks to at once are few; this bounds a flood of made-up source ids.
+const MAX_TRACKED_SOURCES: u64 = 10_000;
 
 impl Downloader {
     pub fn new(config: FetchConfig) -> anyhow::Result<Self> {
         let client = http::build_client(&config, false)?;
         let insecure_client = http::build_client(&config, true)?;
+        let trusted_client = http::build_client(
+            &FetchConfig {
+                connect_to_reserved_ips: true,
+                ..config.clone()
+            },
+            false,
+        )?;
         Ok(Self {
             inner: Arc::new(Inner {
-                config,
                 client,
                 insecure_client,
+                trusted_client,
+                source_limits: moka::sync::Cache::builder()
+                    .max_capacity(MAX_TRACKED_SOURCES)
+                    .time_to_idle(Duration::from_secs(600))
+                    .build(),
+                sentry_index: sentry::new_index(
+                    config.sentry_index_capacity,
+                    config.sentry_index_ttl,
+                ),
+                s3_http: s3::http_client(&config),
+                s3_clients: moka::future::Cache::new(config.s3_client_capacity),
+                gcs_tokens: moka::future::Cache::new(config.gcs_token_capacity),
+                gcs_env: gcs::GcsEnv::from_env(),
+                config,
             }),
         })
     }
 
     pub fn config(&self) -> &FetchConfig {
         &self.inner.config
+    }
+
+    /// Waits for a download slot of `source`. A semaphore evicted while in use only means
+    /// that a few more downloads than the limit may run for a moment.
+    async fn source_permit(&self, source: &SourceId) -> CacheResult<OwnedSemaphorePermit> {
+        let limit = self.inner.config.max_concurrent_downloads_per_source.max(1);
+        let semaphore = self
+            .inner
+            .source_limits
+            .get_with_by_ref(source, || Arc::new(Semaphore::new(limit)));
+        semaphore
+            .acquire_owned()
+            .await
+            .map_err(CacheError::internal)
     }
 }
 

@@ -4,13 +4,16 @@ use tempfile::NamedTempFile;
 
 use super::{Downloader, decompress_file};
 use crate::cache::{CacheError, CacheKey, CacheResult, Scope};
-use crate::sources::{SourceConfig, SourceId};
+use crate::sources::{
+    FileType, ObjectId, SourceConfig, SourceId, sentry_file_uri, source_locations,
+};
 
 /// One file at one source: where a debug file could be. Its `uri` is what candidate
-/// reports show, so it never carries credentials (headers stay in the source config).
+/// reports show, so it never carries credentials (those stay in the source config).
 #[derive(Clone, Debug)]
 pub struct RemoteFile {
     pub source: SourceConfig,
+    /// The location in the source's layout; for a Sentry source, Sentry's file id.
     pub path: String,
 }
 
@@ -30,6 +33,9 @@ impl RemoteFile {
                 None => format!("{}{}", http.url, self.path),
             },
             SourceConfig::Filesystem(fs) => fs.join_path(&self.path).display().to_string(),
+            SourceConfig::Sentry(_) => sentry_file_uri(&self.path),
+            SourceConfig::S3(s3) => s3.uri(&self.path),
+            SourceConfig::Gcs(gcs) => gcs.uri(&self.path),
         }
     }
 
@@ -45,6 +51,35 @@ impl RemoteFile {
     }
 }
 
+impl Downloader {
+    /// Every file `source` could have for `id`, most preferred first: the source's layout
+    /// paths, or what Sentry's search finds. A failed search lists nothing, as upstream,
+    /// and is logged without the token.
+    pub async fn list_files(
+        &self,
+        source: &SourceConfig,
+        filetypes: &[FileType],
+        id: &ObjectId,
+    ) -> Vec<RemoteFile> {
+        let paths = match source {
+            SourceConfig::Sentry(sentry) => {
+                match self.sentry_file_ids(sentry, filetypes, id).await {
+                    Ok(ids) => ids,
+                    Err(err) => {
+                        tracing::warn!(source = %sentry.id, error = %err, "Sentry search failed");
+                        Vec::new()
+                    }
+                }
+            }
+            _ => source_locations(source.files(), filetypes, id),
+        };
+        paths
+            .into_iter()
+            .map(|path| RemoteFile::new(source.clone(), path))
+            .collect()
+    }
+}
+
 /// Downloads `file` into `dest` and unpacks it if it is compressed, so `dest` ends up
 /// holding the plain file.
 pub async fn fetch_file(
@@ -55,6 +90,7 @@ pub async fn fetch_file(
 ) -> CacheResult<()> {
     let mut out =
         tokio::fs::File::from_std(dest.as_file().try_clone().map_err(CacheError::internal)?);
+    let permit = downloader.source_permit(file.source_id()).await?;
     match &file.source {
         SourceConfig::Http(http) => {
             let url = http.join_url(&file.path).ok_or(CacheError::NotFound)?;
@@ -67,7 +103,24 @@ pub async fn fetch_file(
                 .copy_file(&fs.join_path(&file.path), &mut out)
                 .await?;
         }
+        SourceConfig::Sentry(sentry) => {
+            downloader
+                .download_sentry(sentry, &file.path, &mut out)
+                .await?;
+        }
+        SourceConfig::S3(s3) => {
+            downloader
+                .download_s3(s3, &s3.key(&file.path), &mut out)
+                .await?;
+        }
+        SourceConfig::Gcs(gcs) => {
+            downloader
+                .download_gcs(gcs, &gcs.key(&file.path), &mut out)
+                .await?;
+        }
     }
+    // Decompression is local work; the slot is for the source's sake.
+    drop(permit);
     use tokio::io::AsyncWriteExt;
     out.flush().await.map_err(CacheError::internal)?;
     drop(out);

@@ -3,9 +3,43 @@
 //! Sources come from untrusted symbolication requests, so without this a request could
 //! make the server fetch from its own network (cloud metadata endpoints, admin APIs).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::error::Error as StdError;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use url::{Host, Url};
+
+pub(super) const RESERVED_ADDRESS_MSG: &str = "refusing to connect to a reserved IP address";
+
+/// Why a connection was refused; surfaces as the root cause of a client's error.
+#[derive(Debug)]
+pub(super) struct ReservedAddress;
+
+impl fmt::Display for ReservedAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(RESERVED_ADDRESS_MSG)
+    }
+}
+
+impl StdError for ReservedAddress {}
+
+/// Resolves `host` with the system resolver and drops reserved addresses, so a public name
+/// pointing at an internal address (or rebinding to one) cannot be used to reach it. Every
+/// HTTP client that talks to request-supplied hosts resolves through this.
+pub(super) async fn resolve_public(
+    host: &str,
+) -> Result<Vec<SocketAddr>, Box<dyn StdError + Send + Sync>> {
+    let resolved = tokio::net::lookup_host((host, 0)).await?;
+    let (allowed, refused): (Vec<SocketAddr>, Vec<SocketAddr>) =
+        resolved.partition(|addr| !is_reserved_ip(addr.ip()));
+    if !refused.is_empty() {
+        tracing::debug!(%host, ?refused, "dropped reserved addresses from resolution");
+    }
+    if allowed.is_empty() {
+        return Err(Box::new(ReservedAddress));
+    }
+    Ok(allowed)
+}
 
 /// IPv4 blocks that are not reachable public unicast. Upstream's list, plus TEST-NET-3,
 /// and the whole of 192.0.0.0/24 rather than its /29: the few anycast services in that

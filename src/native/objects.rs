@@ -15,7 +15,7 @@ use crate::cache::{
     CacheError, CacheItemRequest, CacheKey, CacheKind, CacheResult, Cacher, Caches, Scope,
 };
 use crate::fetch::{Downloader, RemoteFile, SymstoreIndexes, fetch_file};
-use crate::sources::{FileType, ObjectId, SourceConfig, source_locations};
+use crate::sources::{FileType, ObjectId, SourceConfig};
 use crate::types::{
     AllObjectCandidates, ObjectCandidate, ObjectDownloadInfo, ObjectFeatures, ObjectUseInfo,
     SrcSrvVcs,
@@ -234,8 +234,8 @@ impl ObjectsActor {
 
     /// Every location where a file for `id` could be, in the order upstream tries
     /// them: sources in request order, then file types, then each layout's paths from
-    /// the most to the least preferred. Sources with a symstore index only offer what
-    /// their index lists.
+    /// the most to the least preferred (Sentry sources: their search's order). Sources
+    /// with a symstore index only offer what their index lists.
     async fn list_files(
         &self,
         sources: &[SourceConfig],
@@ -243,22 +243,20 @@ impl ObjectsActor {
         id: &ObjectId,
         scope: &Scope,
     ) -> Vec<RemoteFile> {
-        let mut files = Vec::new();
-        for source in sources {
-            let mut paths = source_locations(source.files(), filetypes, id);
+        future::join_all(sources.iter().map(|source| async move {
+            let mut files = self.downloader.list_files(source, filetypes, id).await;
             if SymstoreIndexes::applies_to(source)
-                && !paths.is_empty()
+                && !files.is_empty()
                 && let Some(index) = self.indexes.get(source, scope).await
             {
-                paths.retain(|path| index.contains(path));
+                files.retain(|file| index.contains(&file.path));
             }
-            files.extend(
-                paths
-                    .into_iter()
-                    .map(|path| RemoteFile::new(source.clone(), path)),
-            );
-        }
-        files
+            files
+        }))
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
     }
 
     /// Looks at every candidate and picks the best for `purpose`.

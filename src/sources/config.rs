@@ -3,12 +3,15 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use url::Url;
 
 use super::filters::SourceFilters;
+use super::gcs::GcsSourceConfig;
+use super::s3::S3SourceConfig;
+use super::sentry::SentrySourceConfig;
 
 /// Identifier of a source, chosen freely by whoever configures it (e.g. `sentry:microsoft`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -55,6 +58,12 @@ pub enum SourceConfig {
     Filesystem(Arc<FilesystemSourceConfig>),
     /// An HTTP(S) symbol server.
     Http(Arc<HttpSourceConfig>),
+    /// Sentry's debug-file store, searched by id.
+    Sentry(Arc<SentrySourceConfig>),
+    /// An S3 or S3-compatible bucket.
+    S3(Arc<S3SourceConfig>),
+    /// A Google Cloud Storage bucket.
+    Gcs(Arc<GcsSourceConfig>),
 }
 
 // The wire mirrors exist so that the public enum can hold `Arc`s without requiring serde's `rc`
@@ -64,6 +73,9 @@ pub enum SourceConfig {
 enum OwnedSourceConfig {
     Filesystem(FilesystemSourceConfig),
     Http(HttpSourceConfig),
+    Sentry(SentrySourceConfig),
+    S3(S3SourceConfig),
+    Gcs(GcsSourceConfig),
 }
 
 #[derive(Serialize)]
@@ -71,6 +83,9 @@ enum OwnedSourceConfig {
 enum BorrowedSourceConfig<'a> {
     Filesystem(&'a FilesystemSourceConfig),
     Http(&'a HttpSourceConfig),
+    Sentry(&'a SentrySourceConfig),
+    S3(&'a S3SourceConfig),
+    Gcs(&'a GcsSourceConfig),
 }
 
 impl<'de> Deserialize<'de> for SourceConfig {
@@ -78,6 +93,9 @@ impl<'de> Deserialize<'de> for SourceConfig {
         Ok(match OwnedSourceConfig::deserialize(deserializer)? {
             OwnedSourceConfig::Filesystem(c) => SourceConfig::Filesystem(Arc::new(c)),
             OwnedSourceConfig::Http(c) => SourceConfig::Http(Arc::new(c)),
+            OwnedSourceConfig::Sentry(c) => SourceConfig::Sentry(Arc::new(c)),
+            OwnedSourceConfig::S3(c) => SourceConfig::S3(Arc::new(c)),
+            OwnedSourceConfig::Gcs(c) => SourceConfig::Gcs(Arc::new(c)),
         })
     }
 }
@@ -87,6 +105,9 @@ impl Serialize for SourceConfig {
         let wire = match self {
             SourceConfig::Filesystem(c) => BorrowedSourceConfig::Filesystem(c),
             SourceConfig::Http(c) => BorrowedSourceConfig::Http(c),
+            SourceConfig::Sentry(c) => BorrowedSourceConfig::Sentry(c),
+            SourceConfig::S3(c) => BorrowedSourceConfig::S3(c),
+            SourceConfig::Gcs(c) => BorrowedSourceConfig::Gcs(c),
         };
         wire.serialize(serializer)
     }
@@ -97,6 +118,9 @@ impl SourceConfig {
         match self {
             SourceConfig::Filesystem(c) => &c.id,
             SourceConfig::Http(c) => &c.id,
+            SourceConfig::Sentry(c) => &c.id,
+            SourceConfig::S3(c) => &c.id,
+            SourceConfig::Gcs(c) => &c.id,
         }
     }
 
@@ -105,14 +129,22 @@ impl SourceConfig {
         match self {
             SourceConfig::Filesystem(_) => "filesystem",
             SourceConfig::Http(_) => "http",
+            SourceConfig::Sentry(_) => "sentry",
+            SourceConfig::S3(_) => "s3",
+            SourceConfig::Gcs(_) => "gcs",
         }
     }
 
-    /// Filters and layout shared by all bucket-like sources.
+    /// Filters and layout shared by all bucket-like sources. Sentry sources have none (files
+    /// are found by search, never shared across scopes), so they get the defaults.
     pub fn files(&self) -> &CommonSourceConfig {
+        static SEARCHED: LazyLock<CommonSourceConfig> = LazyLock::new(CommonSourceConfig::default);
         match self {
             SourceConfig::Filesystem(c) => &c.files,
             SourceConfig::Http(c) => &c.files,
+            SourceConfig::Sentry(_) => &SEARCHED,
+            SourceConfig::S3(c) => &c.files,
+            SourceConfig::Gcs(c) => &c.files,
         }
     }
 
@@ -244,7 +276,7 @@ fn is_plain_url_segment(segment: &str) -> bool {
 }
 
 /// (De)serializes a [`Url`] as its string form, so that `url`'s own `serde` feature is not needed.
-mod url_as_string {
+pub(super) mod url_as_string {
     use std::borrow::Cow;
 
     use serde::{Deserialize, Deserializer, Serializer};
@@ -257,6 +289,27 @@ mod url_as_string {
     pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Url, D::Error> {
         let s = Cow::<str>::deserialize(deserializer)?;
         Url::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// [`url_as_string`] for optional URLs.
+pub(super) mod optional_url_as_string {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use url::Url;
+
+    pub fn serialize<S: Serializer>(url: &Option<Url>, serializer: S) -> Result<S::Ok, S::Error> {
+        match url {
+            Some(url) => serializer.serialize_some(url.as_str()),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Url>, D::Error> {
+        Option::<String>::deserialize(deserializer)?
+            .map(|s| Url::parse(&s).map_err(serde::de::Error::custom))
+            .transpose()
     }
 }
 

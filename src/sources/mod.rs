@@ -1,9 +1,11 @@
-//! Symbol sources: how sources are configured (`SourceConfig` and its per-type configs),
+//! Symbol sources: how sources are configured (`SourceConfig` and its per-type configs:
+//! filesystem, http, sentry, s3, gcs, with credentials kept in `Secret`s that never print),
 //! which file types exist and which ones an object needs (`FileType`, `ObjectType`,
 //! `ObjectId`), which sources may be asked at all (`SourceFilters`), what a symstore's own
-//! index lists (`index`), and where on a source a file is expected (`get_directory_paths`
-//! for every directory layout and casing, plus joining such a location onto an HTTP base
-//! URL or a filesystem root).
+//! index lists (`index`), and where on a source a
+//! file is expected (`get_directory_paths` for every directory layout and casing, plus joining
+//! such a location onto an HTTP base URL, a filesystem root or a bucket prefix), and the pure
+//! parts of the Sentry search protocol (query URLs, answers, pagination links).
 //!
 //! Everything here is pure and mirrors upstream Symbolicator's `symbolicator-sources` crate,
 //! so that request JSON and probed locations are wire-compatible.
@@ -25,11 +27,16 @@
 //!    segments or single path components. This holds for any input string, not just
 //!    generated locations.
 
+mod bucket;
 mod config;
 mod filetype;
 mod filters;
+mod gcs;
 pub mod index;
 mod paths;
+mod s3;
+mod secret;
+mod sentry;
 mod types;
 
 pub use config::{
@@ -38,5 +45,9 @@ pub use config::{
 };
 pub use filetype::FileType;
 pub use filters::{Glob, SourceFilters, matches_path_patterns};
+pub use gcs::{GOOGLE_TOKEN_URI, GcsAuth, GcsSourceConfig, google_token_uri};
 pub use paths::{get_directory_paths, parse_symstore_path, source_locations};
+pub use s3::{AwsCredentialsProvider, S3Region, S3SourceConfig};
+pub use secret::Secret;
+pub use sentry::{SentryFileInfo, SentrySourceConfig, next_page, sentry_file_uri};
 pub use types::{ObjectId, ObjectType};

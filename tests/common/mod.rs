@@ -27,6 +27,33 @@ pub fn manifest() -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// Where the tests load the ELF fixture.
+pub const ELF_BASE: u64 = 0x7f00_0000_0000;
+
+pub fn object(name: &str) -> Value {
+    manifest()["objects"][name].clone()
+}
+
+/// Native-layout path of the ELF debug file (GDB build-id convention).
+pub fn elf_debug_path() -> String {
+    let code_id = object("elf")["code_id"].as_str().unwrap().to_owned();
+    format!("{}/{}.debug", &code_id[..2], &code_id[2..])
+}
+
+/// The ELF fixture as a request module, loaded at [`ELF_BASE`].
+pub fn elf_module() -> Value {
+    let elf = object("elf");
+    serde_json::json!({
+        "type": "elf",
+        "debug_id": elf["debug_id"],
+        "code_id": elf["code_id"],
+        "code_file": "/usr/bin/crash",
+        "debug_file": "crash",
+        "image_addr": format!("{ELF_BASE:#x}"),
+        "image_size": elf["image_size"],
+    })
+}
+
 /// A running omnisym process; killed on drop.
 pub struct Server {
     child: Child,
@@ -49,10 +76,17 @@ impl Server {
     /// Starts on a given cache dir (to restart a server on the same cache).
     pub fn start_in(work: &Path, cache_dir: &Path, extra_yaml: &str) -> Server {
         let config = work.join(format!("config-{}.yml", rand_suffix()));
+        // Every test server is on loopback, so reserved addresses are allowed unless a test
+        // says otherwise.
+        let reserved = if extra_yaml.contains("connect_to_reserved_ips") {
+            ""
+        } else {
+            "connect_to_reserved_ips: true\n"
+        };
         std::fs::write(
             &config,
             format!(
-                "bind: 127.0.0.1:0\ncache_dir: {}\nconnect_to_reserved_ips: true\n{extra_yaml}",
+                "bind: 127.0.0.1:0\ncache_dir: {}\n{reserved}{extra_yaml}",
                 cache_dir.display()
             ),
         )

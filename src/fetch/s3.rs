@@ -1,0 +1,231 @@
+//! S3 and S3-compatible buckets through the AWS SDK: one client per (region, endpoint,
+//! credentials), kept in a bounded cache; the SDK's own retries are off so that the shared
+//! retry, timeout and size rules apply, and its connections resolve names through the
+//! reserved-IP filter.
+
+use std::error::Error as StdError;
+use std::sync::Arc;
+
+use aws_credential_types::provider::error::CredentialsError;
+use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::config::timeout::TimeoutConfig;
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region, SharedHttpClient};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::operation::get_object::GetObjectError;
+use aws_smithy_http_client::tls;
+use aws_smithy_runtime_api::client::dns::{DnsFuture, ResolveDns, ResolveDnsError};
+use url::Url;
+
+use super::reserved_ip::{RESERVED_ADDRESS_MSG, resolve_public, url_has_reserved_ip_host};
+use super::transfer::{log_download, retrying, truncate, within_download_timeout, write_body};
+use super::{Downloader, FetchConfig};
+use crate::cache::{CacheError, CacheResult};
+use crate::sources::{S3SourceConfig, Secret};
+
+/// What distinguishes one S3 client from another.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct S3ClientKey {
+    region: String,
+    endpoint: Option<Url>,
+    /// `None`: the default credential chain.
+    keys: Option<(String, Secret)>,
+}
+
+pub(super) type S3Clients = moka::future::Cache<S3ClientKey, Arc<aws_sdk_s3::Client>>;
+
+/// Resolves through [`resolve_public`].
+#[derive(Clone, Debug)]
+struct PublicOnlyDns;
+
+impl ResolveDns for PublicOnlyDns {
+    fn resolve_dns<'a>(&'a self, name: &'a str) -> DnsFuture<'a> {
+        DnsFuture::new(async move {
+            let addrs = resolve_public(name).await.map_err(ResolveDnsError::new)?;
+            Ok(addrs.into_iter().map(|addr| addr.ip()).collect())
+        })
+    }
+}
+
+/// The connection pool every S3 client shares.
+pub(super) fn http_client(config: &FetchConfig) -> SharedHttpClient {
+    let builder = aws_smithy_http_client::Builder::new().tls_provider(tls::Provider::Rustls(
+        tls::rustls_provider::CryptoMode::AwsLc,
+    ));
+    if config.connect_to_reserved_ips {
+        builder.build_https()
+    } else {
+        builder.build_with_resolver(PublicOnlyDns)
+    }
+}
+
+fn root_cause(err: &(dyn StdError + 'static)) -> String {
+    let mut root = err;
+    while let Some(source) = root.source() {
+        root = source;
+    }
+    root.to_string()
+}
+
+fn credentials_error<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a CredentialsError> {
+    let mut current = Some(err);
+    while let Some(err) = current {
+        if let Some(found) = err.downcast_ref::<CredentialsError>() {
+            return Some(found);
+        }
+        current = err.source();
+    }
+    None
+}
+
+impl Downloader {
+    async fn s3_client(&self, source: &S3SourceConfig) -> Arc<aws_sdk_s3::Client> {
+        let key = S3ClientKey {
+            region: source.region.name.clone(),
+            endpoint: source.region.endpoint.clone(),
+            keys: source
+                .static_keys()
+                .map(|(access, secret)| (access.to_owned(), secret.clone())),
+        };
+        let init = async {
+            let mut loader = aws_config::defaults(BehaviorVersion::latest())
+                .region(Region::new(key.region.clone()));
+            if let Some((access, secret)) = &key.keys {
+                loader = loader.credentials_provider(Credentials::new(
+                    access.clone(),
+                    secret.expose().to_owned(),
+                    None,
+                    None,
+                    "omnisym-source",
+                ));
+            }
+            // The credential providers keep their own HTTP client: instance and container
+            // metadata live at reserved addresses by design, and they are the server's own.
+            let shared = loader.load().await;
+            let config = self.config();
+            let mut builder = aws_sdk_s3::config::Builder::from(&shared)
+                .http_client(self.inner.s3_http.clone())
+                .retry_config(RetryConfig::disabled())
+                .timeout_config(
+                    TimeoutConfig::builder()
+                        .connect_timeout(config.connect_timeout)
+                        .build(),
+                );
+            if let Some(endpoint) = &key.endpoint {
+                // S3-compatible stores often lack virtual-host addressing.
+                builder = builder
+                    .endpoint_url(endpoint.as_str().trim_end_matches('/'))
+                    .force_path_style(true);
+            }
+            Arc::new(aws_sdk_s3::Client::from_conf(builder.build()))
+        };
+        self.inner.s3_clients.get_with_by_ref(&key, init).await
+    }
+
+    /// Streams the object `key` of the source's bucket into `dest`.
+    pub(super) async fn download_s3(
+        &self,
+        source: &S3SourceConfig,
+        key: &str,
+        dest: &mut tokio::fs::File,
+    ) -> CacheResult<u64> {
+        let config = self.config();
+        if let Some(endpoint) = &source.region.endpoint
+            && !config.connect_to_reserved_ips
+            && url_has_reserved_ip_host(endpoint)
+        {
+            return Err(CacheError::DownloadError(RESERVED_ADDRESS_MSG.to_owned()));
+        }
+        let client = self.s3_client(source).await;
+        let what = format!("s3://{}/{key}", source.bucket);
+        let transfer = async {
+            retrying!(&what, {
+                truncate(dest).await?;
+                self.attempt_s3(&client, &source.bucket, key, dest).await
+            })
+        };
+        let result = within_download_timeout(config, transfer).await;
+        log_download(&what, &result);
+        result
+    }
+
+    async fn attempt_s3(
+        &self,
+        client: &aws_sdk_s3::Client,
+        bucket: &str,
+        key: &str,
+        dest: &mut tokio::fs::File,
+    ) -> CacheResult<u64> {
+        let config = self.config();
+        let head = config.head_timeout;
+        let request = client.get_object().bucket(bucket).key(key).send();
+        let output = match tokio::time::timeout(head, request).await {
+            Err(_) => return Err(CacheError::Timeout(head)),
+            Ok(Err(err)) => return Err(self.s3_error(err)),
+            Ok(Ok(output)) => output,
+        };
+        let content_length = output.content_length().and_then(|l| u64::try_from(l).ok());
+        // As upstream: stores answer some missing keys with an empty object.
+        if content_length == Some(0) {
+            return Err(CacheError::NotFound);
+        }
+        let body = futures::stream::unfold(output.body, |mut body| async move {
+            let chunk = body.next().await?;
+            Some((
+                chunk.map_err(|e| CacheError::DownloadError(root_cause(&e))),
+                body,
+            ))
+        });
+        write_body(body, content_length, dest, config).await
+    }
+
+    /// Upstream's mapping: missing keys and buckets are not found, refused credentials are
+    /// permission errors, everything else a (retryable) download error. S3's messages name
+    /// neither keys nor signatures, so they are safe to report.
+    fn s3_error(&self, err: SdkError<GetObjectError>) -> CacheError {
+        match &err {
+            SdkError::TimeoutError(_) => return CacheError::Timeout(self.config().head_timeout),
+            SdkError::DispatchFailure(failure) if failure.is_timeout() => {
+                return CacheError::Timeout(self.config().connect_timeout);
+            }
+            SdkError::ServiceError(service) => {
+                let status = service.raw().status().as_u16();
+                let code = service.err().code();
+                let detail = service
+                    .err()
+                    .message()
+                    .or(code)
+                    .unwrap_or("access denied")
+                    .to_owned();
+                if matches!(status, 401 | 403)
+                    || matches!(
+                        code,
+                        Some(
+                            "AccessDenied"
+                                | "AuthorizationHeaderMalformed"
+                                | "InvalidAccessKeyId"
+                                | "SignatureDoesNotMatch"
+                        )
+                    )
+                {
+                    return CacheError::PermissionDenied(detail);
+                }
+                if status == 404 || matches!(code, Some("NoSuchKey" | "NoSuchBucket" | "NotFound"))
+                {
+                    return CacheError::NotFound;
+                }
+                return CacheError::DownloadError(format!(
+                    "S3 answered {status} {}",
+                    code.unwrap_or_default()
+                ));
+            }
+            _ => {}
+        }
+        if let Some(creds) = credentials_error(&err) {
+            return CacheError::PermissionDenied(format!(
+                "no usable AWS credentials: {}",
+                root_cause(creds)
+            ));
+        }
+        CacheError::DownloadError(root_cause(&err))
+    }
+}

