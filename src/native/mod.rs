@@ -15,6 +15,8 @@ pub mod symcache;
 
 use std::sync::Arc;
 
+use futures::future;
+
 use serde::Deserialize;
 
 use crate::cache::{Caches, Scope};
@@ -28,8 +30,9 @@ use cfi::CfiCacheActor;
 use demangle::DemangleCache;
 use objects::ObjectsActor;
 use ppdb::PpdbCacheActor;
+use source_context::{SourceFiles, sourcelink_candidate};
 use stackwalk::{Minidump, Stackwalk};
-use symbolicate::{ModuleLookup, symbolicate_stacktrace};
+use symbolicate::{ModuleLookup, set_context, symbolicate_stacktrace};
 use symcache::SymCacheActor;
 
 /// The JSON body of `POST /symbolicate`. Unknown fields are ignored, as upstream does.
@@ -56,6 +59,7 @@ pub struct NativeService {
     symcaches: SymCacheActor,
     cficaches: CfiCacheActor,
     ppdb_caches: PpdbCacheActor,
+    source_files: SourceFiles,
     demangle: DemangleCache,
 }
 
@@ -68,10 +72,15 @@ pub struct CrashReportRequest {
 
 impl NativeService {
     pub fn new(caches: &Caches, downloader: Downloader, max_download_size: u64) -> Self {
-        let objects = Arc::new(ObjectsActor::new(caches, downloader, max_download_size));
+        let objects = Arc::new(ObjectsActor::new(
+            caches,
+            downloader.clone(),
+            max_download_size,
+        ));
         NativeService {
             symcaches: SymCacheActor::new(caches, objects.clone()),
             cficaches: CfiCacheActor::new(caches, objects.clone()),
+            source_files: SourceFiles::new(caches, downloader),
             ppdb_caches: PpdbCacheActor::new(caches, objects.clone()),
             objects,
             demangle: DemangleCache::new(10 * 1024 * 1024),
@@ -183,7 +192,21 @@ impl NativeService {
             lookup
                 .fetch_sources(&self.objects, sources, scope, &stacktraces)
                 .await;
-            lookup.apply_source_context(&mut stacktraces);
+            let remote = lookup.apply_source_context(&mut stacktraces);
+            let fetched = future::join_all(remote.into_iter().map(|source| async {
+                let result = self.source_files.fetch(scope, &source.url).await;
+                (source, result)
+            }))
+            .await;
+            for (source, result) in fetched {
+                if let Ok(bytes) = &result {
+                    let text = String::from_utf8_lossy(bytes);
+                    for &(t, f) in &source.frames {
+                        set_context(&mut stacktraces[t].frames[f].raw, &text);
+                    }
+                }
+                lookup.add_candidate(source.module, sourcelink_candidate(&source.url, &result));
+            }
         }
         let mut modules = lookup.into_modules();
         if !options.dif_candidates {

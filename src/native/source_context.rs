@@ -1,6 +1,20 @@
 //! Source context: the lines around a frame's line, from sources that a debug file or a
-//! source bundle carries. Lines are trimmed as upstream trims them, so long (minified
-//! or generated) lines do not bloat responses.
+//! source bundle carries, or that they link to (SourceLink URLs, fetched through the
+//! fetch layer and cached as `sourcefiles`). Lines are trimmed as upstream trims them, so
+//! long (minified or generated) lines do not bloat responses.
+
+use std::collections::BTreeMap;
+
+use futures::future::BoxFuture;
+use symbolic::common::ByteView;
+use tempfile::NamedTempFile;
+use url::Url;
+
+use crate::cache::{
+    CacheError, CacheItemRequest, CacheKey, CacheKind, CacheResult, Cacher, Caches, Scope,
+};
+use crate::fetch::Downloader;
+use crate::types::{ObjectCandidate, ObjectDownloadInfo, ObjectFeatures, ObjectUseInfo};
 
 /// Lines of context before and after the frame's line.
 pub const CONTEXT_LINES: usize = 5;
@@ -27,6 +41,109 @@ pub fn context_lines(
         .map(|l| trim_line(l, column))
         .collect();
     Some((pre, line, post))
+}
+
+/// Source files downloaded from the links in debug files.
+pub const SOURCEFILES: CacheKind = CacheKind {
+    name: "sourcefiles",
+    version: 1,
+};
+
+/// No source file worth showing context from is this big; a link to one is a mistake
+/// or an attack.
+const MAX_SOURCE_FILE: u64 = 10 * 1024 * 1024;
+
+struct FetchSourceFile {
+    downloader: Downloader,
+    url: Url,
+}
+
+impl CacheItemRequest for FetchSourceFile {
+    type Item = ByteView<'static>;
+
+    fn compute<'a>(&'a self, temp_file: &'a mut NamedTempFile) -> BoxFuture<'a, CacheResult<()>> {
+        Box::pin(async move {
+            let file = temp_file
+                .as_file()
+                .try_clone()
+                .map_err(CacheError::internal)?;
+            let mut out = tokio::fs::File::from_std(file);
+            // Links are data from the debug file: the same reserved-IP rules as for
+            // sources apply inside the downloader.
+            let len = self
+                .downloader
+                .download_http(&self.url, &BTreeMap::new(), &mut out)
+                .await?;
+            if len > MAX_SOURCE_FILE {
+                return Err(CacheError::TooLarge(format!(
+                    "source file of {len} bytes exceeds {MAX_SOURCE_FILE} bytes"
+                )));
+            }
+            Ok(())
+        })
+    }
+
+    fn load(&self, data: ByteView<'static>) -> CacheResult<Self::Item> {
+        Ok(data)
+    }
+}
+
+/// Fetches and caches the source files that SourceLink (and source bundle) entries
+/// point to.
+pub struct SourceFiles {
+    downloader: Downloader,
+    cache: Cacher<FetchSourceFile>,
+}
+
+impl SourceFiles {
+    pub fn new(caches: &Caches, downloader: Downloader) -> Self {
+        SourceFiles {
+            downloader,
+            cache: caches.downloaded(SOURCEFILES, caches.memory_share(1, 64)),
+        }
+    }
+
+    pub async fn fetch(&self, scope: &Scope, url: &Url) -> CacheResult<ByteView<'static>> {
+        let key = CacheKey::new(scope.clone(), &[url.as_str()]);
+        let request = FetchSourceFile {
+            downloader: self.downloader.clone(),
+            url: url.clone(),
+        };
+        self.cache.get(key, request).await
+    }
+}
+
+/// Only web links are followed: a `file://` link would read the server's own disk.
+pub fn fetchable_link(url: &str) -> Option<Url> {
+    let url = Url::parse(url).ok()?;
+    matches!(url.scheme(), "http" | "https").then_some(url)
+}
+
+/// The candidate that reports a linked source download, as upstream lists it.
+pub fn sourcelink_candidate(url: &Url, result: &CacheResult<ByteView<'static>>) -> ObjectCandidate {
+    let download = match result {
+        Ok(_) => ObjectDownloadInfo::Ok {
+            features: ObjectFeatures {
+                has_sources: true,
+                ..Default::default()
+            },
+        },
+        Err(CacheError::NotFound) => ObjectDownloadInfo::NotFound,
+        Err(CacheError::PermissionDenied(details)) => ObjectDownloadInfo::NoPerm {
+            details: details.clone(),
+        },
+        Err(CacheError::Malformed(_)) => ObjectDownloadInfo::Malformed,
+        Err(err) => ObjectDownloadInfo::Error {
+            details: err.to_string(),
+        },
+    };
+    ObjectCandidate {
+        source: "sourcelink".into(),
+        location: crate::fetch::redact_url(url),
+        download,
+        unwind: ObjectUseInfo::None,
+        debug: ObjectUseInfo::None,
+    }
 }
 
 /// Keeps about 140 bytes of a line longer than 150, centred 60 bytes before `column`,
@@ -90,6 +207,14 @@ mod tests {
         assert!(post.is_empty());
         assert!(context_lines(&src, 21, 0).is_none());
         assert!(context_lines(&src, 0, 0).is_none());
+    }
+
+    #[test]
+    fn only_web_links_are_fetched() {
+        assert!(fetchable_link("https://raw.example.com/a.cs").is_some());
+        assert!(fetchable_link("http://example.com/a.c").is_some());
+        assert!(fetchable_link("file:///etc/passwd").is_none());
+        assert!(fetchable_link("/etc/passwd").is_none());
     }
 
     #[test]

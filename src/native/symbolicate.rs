@@ -2,24 +2,25 @@
 //! SymCaches of the modules that frames reference, look up addresses (with the
 //! instruction-address adjustment rules), expand inlined frames, demangle.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::future;
 use symbolic::common::{InstructionInfo, Language, split_path};
 use symbolic::symcache::SymCache;
+use url::Url;
 
 use super::demangle::DemangleCache;
 use super::objects::{ObjectHandle, ObjectPurpose, ObjectsActor};
 use super::ppdb::{OwnedPpdbCache, PpdbCacheActor, symbolicate_dotnet_frame};
-use super::source_context::context_lines;
+use super::source_context::{context_lines, fetchable_link};
 use super::symcache::{OwnedSymCache, SymCacheActor};
 use crate::cache::{CacheError, CacheResult, Scope};
 use crate::sources::{FileType, ObjectId, ObjectType, SourceConfig};
 use crate::types::{
     AddrMode, CompleteObjectInfo, CompleteStacktrace, FrameStatus, FrameTrust, HexValue,
-    ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, Registers, RewriteRules, Signal,
-    SymbolicatedFrame,
+    ObjectCandidate, ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, Registers,
+    RewriteRules, Signal, SymbolicatedFrame,
 };
 
 pub fn status_for_error(err: &CacheError) -> ObjectFileStatus {
@@ -298,35 +299,57 @@ impl ModuleLookup {
     }
 
     /// Fills in `pre_context`/`context_line`/`post_context` of frames whose module has
-    /// a file with sources that knows the frame's path.
-    pub fn apply_source_context(&self, stacktraces: &mut [CompleteStacktrace]) {
-        let mut sessions = std::collections::HashMap::new();
-        for frame in stacktraces.iter_mut().flat_map(|s| s.frames.iter_mut()) {
-            let raw = &mut frame.raw;
-            let (Some(abs_path), Some(lineno)) = (raw.abs_path.as_deref(), raw.lineno) else {
-                continue;
-            };
-            let Some(entry) = self.entry_for(raw.instruction_addr.0, raw.addr_mode) else {
-                continue;
-            };
-            let Some(handle) = &entry.sources else {
-                continue;
-            };
-            let session = sessions
-                .entry(entry.index)
-                .or_insert_with(|| handle.object().debug_session().ok());
-            let Some(session) = session else { continue };
-            let Ok(Some(descriptor)) = session.source_by_path(abs_path) else {
-                continue;
-            };
-            let Some(text) = descriptor.contents() else {
-                continue;
-            };
-            if let Some((pre, line, post)) = context_lines(text, lineno as usize, 0) {
-                raw.pre_context = pre;
-                raw.context_line = Some(line);
-                raw.post_context = post;
+    /// a file with sources that knows the frame's path, and `source_link` where that
+    /// file links the source. Sources that are only linked are returned, to be fetched.
+    pub fn apply_source_context(
+        &self,
+        stacktraces: &mut [CompleteStacktrace],
+    ) -> Vec<RemoteSource> {
+        let mut sessions = HashMap::new();
+        let mut remote: HashMap<Url, RemoteSource> = HashMap::new();
+        for (t, trace) in stacktraces.iter_mut().enumerate() {
+            for (f, frame) in trace.frames.iter_mut().enumerate() {
+                let raw = &mut frame.raw;
+                let (Some(abs_path), Some(_)) = (raw.abs_path.as_deref(), raw.lineno) else {
+                    continue;
+                };
+                let Some(entry) = self.entry_for(raw.instruction_addr.0, raw.addr_mode) else {
+                    continue;
+                };
+                let Some(handle) = &entry.sources else {
+                    continue;
+                };
+                let session = sessions
+                    .entry(entry.index)
+                    .or_insert_with(|| handle.object().debug_session().ok());
+                let Some(session) = session else { continue };
+                let Ok(Some(descriptor)) = session.source_by_path(abs_path) else {
+                    continue;
+                };
+                let link = descriptor.url().and_then(fetchable_link);
+                raw.source_link = link.as_ref().map(Url::to_string);
+                match (descriptor.contents(), link) {
+                    (Some(text), _) => set_context(raw, text),
+                    (None, Some(url)) => remote
+                        .entry(url.clone())
+                        .or_insert_with(|| RemoteSource {
+                            url,
+                            module: entry.index,
+                            frames: Vec::new(),
+                        })
+                        .frames
+                        .push((t, f)),
+                    (None, None) => {}
+                }
             }
+        }
+        remote.into_values().collect()
+    }
+
+    /// Reports a linked source download on the module whose frames needed it.
+    pub fn add_candidate(&mut self, module: usize, candidate: ObjectCandidate) {
+        if let Some(entry) = self.modules.iter_mut().find(|m| m.index == module) {
+            entry.info.candidates.merge_one(candidate);
         }
     }
 
@@ -334,6 +357,24 @@ impl ModuleLookup {
     pub fn into_modules(mut self) -> Vec<CompleteObjectInfo> {
         self.modules.sort_by_key(|m| m.index);
         self.modules.into_iter().map(|m| m.info).collect()
+    }
+}
+
+/// A source file that frames' debug info links to instead of embedding.
+pub struct RemoteSource {
+    pub url: Url,
+    /// The request index of the module whose candidates report the download.
+    pub module: usize,
+    /// `(stack trace, frame)` positions that want its lines.
+    pub frames: Vec<(usize, usize)>,
+}
+
+pub fn set_context(frame: &mut RawFrame, text: &str) {
+    let Some(lineno) = frame.lineno else { return };
+    if let Some((pre, line, post)) = context_lines(text, lineno as usize, 0) {
+        frame.pre_context = pre;
+        frame.context_line = Some(line);
+        frame.post_context = post;
     }
 }
 
