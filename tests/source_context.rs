@@ -217,3 +217,55 @@ async fn links_to_reserved_addresses_are_refused_unless_allowed() {
     // Embedded sources are unaffected.
     assert!(frames[0].get("context_line").is_some());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dwarf_embedded_sources_give_context() {
+    use symbolic::debuginfo::Object;
+
+    let path = fixtures().join("native-embedded/crash.debug");
+    let data = std::fs::read(&path).unwrap();
+    let object = Object::parse(&data).unwrap();
+    let code_id = object.code_id().unwrap().to_string();
+    // The first line record of `dispatch`, straight from the DWARF.
+    let session = object.debug_session().unwrap();
+    let function = session
+        .functions()
+        .map(Result::unwrap)
+        .find(|f| f.name.as_str() == "dispatch")
+        .expect("the fixture has dispatch()");
+    let line = function.lines.first().unwrap();
+    let (addr, lineno) = (line.address, line.line);
+    let crash_c = std::fs::read_to_string(fixtures().join("native/crash.c")).unwrap();
+
+    let symbols = SymbolServer::start().await;
+    symbols.put(&format!("{}/{}.debug", &code_id[..2], &code_id[2..]), &path);
+    let server = Server::start("");
+    let base = 0x5555_0000_0000u64;
+    let request = json!({
+        "sources": [{"type": "http", "id": "symbols", "url": symbols.url, "layout": {"type": "native"}}],
+        "modules": [{
+            "type": "elf",
+            "code_id": code_id,
+            "debug_id": object.debug_id().to_string(),
+            "image_addr": format!("{base:#x}"),
+            "image_size": 0x10000,
+        }],
+        "stacktraces": [{"frames": [{
+            "instruction_addr": format!("{:#x}", base + addr),
+            "adjust_instruction_addr": false,
+        }]}],
+    });
+    let (status, body) = server.post("/symbolicate", &request).await;
+    assert_eq!(status, 200, "{body}");
+    let module = &body["modules"][0];
+    assert_eq!(module["features"]["has_sources"], true, "{body}");
+    let frame = &body["stacktraces"][0]["frames"][0];
+    assert_eq!(frame["function"], "dispatch");
+    assert_eq!(frame["lineno"], lineno);
+    assert_eq!(frame["context_line"], line_of(&crash_c, lineno), "{frame}");
+    assert_eq!(
+        frame["post_context"][0],
+        line_of(&crash_c, lineno + 1),
+        "{frame}"
+    );
+}

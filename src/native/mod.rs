@@ -6,6 +6,7 @@ mod apple;
 mod cfi;
 mod demangle;
 mod derived;
+mod embedded_sources;
 pub mod objects;
 mod ppdb;
 mod source_context;

@@ -2,8 +2,9 @@
 //! source, fetch each candidate's metadata (which downloads it once), pick the best one
 //! for the purpose, and report every candidate and what happened to it.
 
+use std::collections::HashMap;
 use std::io::{Seek, Write};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use futures::future::{self, BoxFuture};
 use serde::{Deserialize, Serialize};
@@ -11,6 +12,7 @@ use symbolic::common::{Arch, ByteView, SelfCell};
 use symbolic::debuginfo::{Archive, Object};
 use tempfile::NamedTempFile;
 
+use super::embedded_sources::{embedded_sources, has_embedded_sources};
 use crate::cache::{
     CacheError, CacheItemRequest, CacheKey, CacheKind, CacheResult, Cacher, Caches, Scope,
 };
@@ -25,25 +27,39 @@ pub const OBJECTS: CacheKind = CacheKind {
     name: "objects",
     version: 1,
 };
+/// 2: `has_sources` also counts sources embedded in DWARF line tables.
 pub const OBJECT_META: CacheKind = CacheKind {
     name: "object_meta",
-    version: 1,
+    version: 2,
 };
 
 /// A parsed debug file, backed by a memory-mapped cache file.
 pub struct ObjectHandle {
     inner: SelfCell<ByteView<'static>, Object<'static>>,
+    /// Read on first use: most handles are never asked for sources.
+    embedded_sources: OnceLock<HashMap<String, String>>,
 }
 
 impl ObjectHandle {
     fn parse(data: ByteView<'static>) -> CacheResult<Self> {
         let inner = SelfCell::try_new(data, |bytes| Object::parse(unsafe { &*bytes }))
             .map_err(|err| CacheError::Malformed(err.to_string()))?;
-        Ok(ObjectHandle { inner })
+        Ok(ObjectHandle {
+            inner,
+            embedded_sources: OnceLock::new(),
+        })
     }
 
     pub fn object(&self) -> &Object<'_> {
         self.inner.get()
+    }
+
+    /// A source file embedded in the DWARF line table, by absolute path.
+    pub fn embedded_source(&self, path: &str) -> Option<&str> {
+        self.embedded_sources
+            .get_or_init(|| embedded_sources(self.object()))
+            .get(path)
+            .map(String::as_str)
     }
 }
 
@@ -62,7 +78,7 @@ impl ObjectMeta {
                 has_debug_info: object.has_debug_info(),
                 has_unwind_info: object.has_unwind_info(),
                 has_symbols: object.has_symbols(),
-                has_sources: object.has_sources(),
+                has_sources: object.has_sources() || has_embedded_sources(object),
                 srcsrv_vcs: srcsrv_vcs(object),
             },
             arch: object.arch(),

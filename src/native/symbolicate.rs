@@ -286,8 +286,19 @@ impl ModuleLookup {
                         )
                         .await;
                     m.info.candidates.merge(find.candidates);
-                    if let Some(found) = find.found
-                        && found.meta.is_ok()
+                    let mut found = find.found.filter(|f| f.meta.is_ok());
+                    if found.is_none() {
+                        // The debug file itself may carry the sources (DWARF 5 embedded
+                        // sources); this lookup lists the same files as the debug lookup,
+                        // so it adds no candidates.
+                        let filetypes = FileType::from_object_type(id.object_type);
+                        found = objects
+                            .find(sources, filetypes, &id, scope, ObjectPurpose::Source)
+                            .await
+                            .found
+                            .filter(|f| f.meta.as_ref().is_ok_and(|m| m.features.has_sources));
+                    }
+                    if let Some(found) = found
                         && let Ok(handle) = objects.fetch(&found, &id).await
                     {
                         m.info.features.has_sources = true;
@@ -324,6 +335,9 @@ impl ModuleLookup {
                     .or_insert_with(|| handle.object().debug_session().ok());
                 let Some(session) = session else { continue };
                 let Ok(Some(descriptor)) = session.source_by_path(abs_path) else {
+                    if let Some(text) = handle.embedded_source(abs_path) {
+                        set_context(raw, text);
+                    }
                     continue;
                 };
                 let link = descriptor.url().and_then(fetchable_link);
