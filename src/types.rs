@@ -316,6 +316,24 @@ pub enum ObjectDownloadInfo {
     Error { details: String },
 }
 
+impl ObjectDownloadInfo {
+    /// The report for a fetch that gave `features`, or failed with an error.
+    pub fn from_result(result: Result<ObjectFeatures, &crate::cache::CacheError>) -> Self {
+        use crate::cache::CacheError;
+        match result {
+            Ok(features) => ObjectDownloadInfo::Ok { features },
+            Err(CacheError::NotFound) => ObjectDownloadInfo::NotFound,
+            Err(CacheError::PermissionDenied(details)) => ObjectDownloadInfo::NoPerm {
+                details: details.clone(),
+            },
+            Err(CacheError::Malformed(_)) => ObjectDownloadInfo::Malformed,
+            Err(err) => ObjectDownloadInfo::Error {
+                details: err.to_string(),
+            },
+        }
+    }
+}
+
 /// What happened when a fetched candidate was used for one purpose.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "lowercase")]
@@ -494,6 +512,19 @@ pub struct SystemInfo {
     pub os_build: String,
     pub cpu_arch: Arch,
     pub device_model: String,
+}
+
+impl SystemInfo {
+    /// A crash file that does not name its CPU still tells it through its modules.
+    pub fn fill_arch_from(&mut self, modules: &[CompleteObjectInfo]) {
+        if self.cpu_arch == Arch::Unknown {
+            self.cpu_arch = modules
+                .iter()
+                .map(|m| m.arch)
+                .find(|a| *a != Arch::Unknown)
+                .unwrap_or_default();
+        }
+    }
 }
 
 /// A finished symbolication, as `/symbolicate`, `/minidump` and friends return it.

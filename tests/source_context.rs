@@ -56,13 +56,13 @@ fn inlined_probe() -> Value {
         .clone()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn embedded_and_linked_sources_give_context() {
+/// A symbol server with the ELF debug file, a source bundle beside it that embeds
+/// `helpers.h` and links `crash.c` to `<server>/linked/crash.c`, and that file.
+async fn linked_bundle_server() -> (SymbolServer, String, String) {
     let elf = object("elf");
     let code_id = elf["code_id"].as_str().unwrap();
     let helpers = std::fs::read_to_string(fixtures().join("native/helpers.h")).unwrap();
     let crash_c = std::fs::read_to_string(fixtures().join("native/crash.c")).unwrap();
-
     let symbols = SymbolServer::start().await;
     symbols.put(
         &elf_debug_path(),
@@ -83,23 +83,33 @@ async fn embedded_and_linked_sources_give_context() {
         &format!("{}/{}.src.zip", &code_id[..2], &code_id[2..]),
         &bundle,
     );
+    (symbols, helpers, crash_c)
+}
 
-    let server = Server::start("");
+/// A request for the inlined probe's exact address against `source`.
+fn inlined_probe_request(source: Value) -> Value {
     let probe = inlined_probe();
-    let rel = u64::from_str_radix(
-        probe["rel_addr"].as_str().unwrap().trim_start_matches("0x"),
-        16,
-    )
-    .unwrap();
-    let request = json!({
-        "sources": [{"type": "http", "id": "symbols", "url": symbols.url, "layout": {"type": "native"}}],
+    let rel = probe["rel_addr"].as_str().unwrap().trim_start_matches("0x");
+    let rel = u64::from_str_radix(rel, 16).unwrap();
+    json!({
+        "sources": [source],
         "modules": [elf_module()],
         "stacktraces": [{"frames": [{
             "instruction_addr": format!("{:#x}", ELF_BASE + rel),
             "adjust_instruction_addr": false,
         }]}],
         "options": {"dif_candidates": true},
-    });
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn embedded_and_linked_sources_give_context() {
+    let (symbols, helpers, crash_c) = linked_bundle_server().await;
+    let server = Server::start("");
+    let probe = inlined_probe();
+    let request = inlined_probe_request(
+        json!({"type": "http", "id": "symbols", "url": symbols.url, "layout": {"type": "native"}}),
+    );
     let (status, body) = server.post("/symbolicate", &request).await;
     assert_eq!(status, 200, "{body}");
     let frames = body["stacktraces"][0]["frames"].as_array().unwrap();
@@ -156,48 +166,13 @@ async fn embedded_and_linked_sources_give_context() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn links_to_reserved_addresses_are_refused_unless_allowed() {
-    let elf = object("elf");
-    let code_id = elf["code_id"].as_str().unwrap();
-    let crash_c = std::fs::read_to_string(fixtures().join("native/crash.c")).unwrap();
-    let helpers = std::fs::read_to_string(fixtures().join("native/helpers.h")).unwrap();
-    let symbols = SymbolServer::start().await;
-    symbols.put(
-        &elf_debug_path(),
-        &fixtures()
-            .join("native")
-            .join(elf["files"]["debug"].as_str().unwrap()),
-    );
-    symbols.put_bytes("linked/crash.c", crash_c.as_bytes());
-    let bundle = source_bundle(
-        elf["debug_id"].as_str().unwrap(),
-        &[("/build/omnisym-fixtures/helpers.h", &helpers)],
-        &[(
-            "/build/omnisym-fixtures/*",
-            format!("{}linked/*", symbols.url),
-        )],
-    );
-    symbols.put_bytes(
-        &format!("{}/{}.src.zip", &code_id[..2], &code_id[2..]),
-        &bundle,
-    );
+    let (symbols, _, _) = linked_bundle_server().await;
     // The symbol source is a filesystem copy of the same tree, so only the link points
     // at a loopback address.
     let server = Server::start("connect_to_reserved_ips: false\n");
-    let probe = inlined_probe();
-    let rel = u64::from_str_radix(
-        probe["rel_addr"].as_str().unwrap().trim_start_matches("0x"),
-        16,
-    )
-    .unwrap();
-    let request = json!({
-        "sources": [{"type": "filesystem", "id": "local", "path": symbols.root, "layout": {"type": "native"}}],
-        "modules": [elf_module()],
-        "stacktraces": [{"frames": [{
-            "instruction_addr": format!("{:#x}", ELF_BASE + rel),
-            "adjust_instruction_addr": false,
-        }]}],
-        "options": {"dif_candidates": true},
-    });
+    let request = inlined_probe_request(
+        json!({"type": "filesystem", "id": "local", "path": symbols.root, "layout": {"type": "native"}}),
+    );
     let (status, body) = server.post("/symbolicate", &request).await;
     assert_eq!(status, 200, "{body}");
     assert!(

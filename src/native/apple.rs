@@ -132,15 +132,7 @@ pub fn parse(reader: impl Read) -> anyhow::Result<ParsedReport> {
 impl ReportMetadata {
     pub fn merge_into(self, response: &mut CompletedSymbolicationResponse) {
         let mut state = self;
-        // A report without a code type still tells its architecture through its modules.
-        if state.system_info.cpu_arch == Arch::Unknown {
-            state.system_info.cpu_arch = response
-                .modules
-                .iter()
-                .map(|m| m.arch)
-                .find(|a| *a != Arch::Unknown)
-                .unwrap_or_default();
-        }
+        state.system_info.fill_arch_from(&response.modules);
         response.timestamp = state.timestamp;
         response.system_info = Some(state.system_info);
         response.crash_reason = state.crash_reason;

@@ -368,19 +368,8 @@ fn create_candidates(sources: &[SourceConfig], lookups: &[FoundObject]) -> AllOb
     let mut candidates = Vec::with_capacity(lookups.len() + quiet_sources.len());
     for lookup in lookups {
         quiet_sources.retain(|id| id != lookup.file.source_id());
-        let download = match &lookup.meta {
-            Ok(meta) => ObjectDownloadInfo::Ok {
-                features: meta.features.clone(),
-            },
-            Err(CacheError::NotFound) => ObjectDownloadInfo::NotFound,
-            Err(CacheError::PermissionDenied(details)) => ObjectDownloadInfo::NoPerm {
-                details: details.clone(),
-            },
-            Err(CacheError::Malformed(_)) => ObjectDownloadInfo::Malformed,
-            Err(err) => ObjectDownloadInfo::Error {
-                details: err.to_string(),
-            },
-        };
+        let download =
+            ObjectDownloadInfo::from_result(lookup.meta.as_ref().map(|meta| meta.features.clone()));
         candidates.push(ObjectCandidate {
             source: lookup.file.source_id().clone(),
             location: lookup.file.uri(),

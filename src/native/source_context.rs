@@ -121,22 +121,10 @@ pub fn fetchable_link(url: &str) -> Option<Url> {
 
 /// The candidate that reports a linked source download, as upstream lists it.
 pub fn sourcelink_candidate(url: &Url, result: &CacheResult<ByteView<'static>>) -> ObjectCandidate {
-    let download = match result {
-        Ok(_) => ObjectDownloadInfo::Ok {
-            features: ObjectFeatures {
-                has_sources: true,
-                ..Default::default()
-            },
-        },
-        Err(CacheError::NotFound) => ObjectDownloadInfo::NotFound,
-        Err(CacheError::PermissionDenied(details)) => ObjectDownloadInfo::NoPerm {
-            details: details.clone(),
-        },
-        Err(CacheError::Malformed(_)) => ObjectDownloadInfo::Malformed,
-        Err(err) => ObjectDownloadInfo::Error {
-            details: err.to_string(),
-        },
-    };
+    let download = ObjectDownloadInfo::from_result(result.as_ref().map(|_| ObjectFeatures {
+        has_sources: true,
+        ..Default::default()
+    }));
     ObjectCandidate {
         source: "sourcelink".into(),
         location: crate::fetch::redact_url(url),

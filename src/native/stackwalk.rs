@@ -81,15 +81,7 @@ impl MinidumpState {
     }
 
     pub fn merge_into(mut self, response: &mut CompletedSymbolicationResponse) {
-        // A dump from an unknown CPU still tells its architecture through its modules.
-        if self.system_info.cpu_arch == Arch::Unknown {
-            self.system_info.cpu_arch = response
-                .modules
-                .iter()
-                .map(|m| m.arch)
-                .find(|a| *a != Arch::Unknown)
-                .unwrap_or_default();
-        }
+        self.system_info.fill_arch_from(&response.modules);
         response.timestamp = Some(self.timestamp);
         response.system_info = Some(self.system_info);
         response.crashed = Some(self.crashed);
