@@ -19,6 +19,9 @@ pub struct Derived<T> {
     pub cache: CacheResult<T>,
     pub candidates: AllObjectCandidates,
     pub features: ObjectFeatures,
+    /// The file the cache was built from, when it also carries sources (embedded in
+    /// DWARF, a portable PDB), so source context needs no second lookup.
+    pub with_sources: Option<FoundObject>,
 }
 
 /// What a derived cache needs besides the generic flow.
@@ -53,6 +56,7 @@ pub async fn fetch_derived<R: CacheItemRequest>(
                 cache: Err(CacheError::NotFound),
                 candidates,
                 features: ObjectFeatures::default(),
+                with_sources: None,
             };
         }
     };
@@ -63,9 +67,11 @@ pub async fn fetch_derived<R: CacheItemRequest>(
                 cache: Err(err.clone()),
                 candidates,
                 features: ObjectFeatures::default(),
+                with_sources: None,
             };
         }
     };
+    let with_sources = features.has_sources.then(|| found.clone());
     let key = found.key.derived(cacher.kind().name);
     let (source, location) = (found.file.source_id().clone(), found.file.uri());
     let cache = cacher.get(key, request(found)).await;
@@ -84,6 +90,7 @@ pub async fn fetch_derived<R: CacheItemRequest>(
         cache,
         candidates,
         features,
+        with_sources,
     }
 }
 

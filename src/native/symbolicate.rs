@@ -11,7 +11,7 @@ use symbolic::symcache::SymCache;
 use url::Url;
 
 use super::demangle::DemangleCache;
-use super::objects::{ObjectHandle, ObjectPurpose, ObjectsActor};
+use super::objects::{FoundObject, ObjectHandle, ObjectPurpose, ObjectsActor};
 use super::ppdb::{OwnedPpdbCache, PpdbCacheActor, symbolicate_dotnet_frame};
 use super::source_context::{context_lines, fetchable_link};
 use super::symcache::{OwnedSymCache, SymCacheActor};
@@ -91,6 +91,8 @@ struct ModuleEntry {
     cache: CacheResult<ModuleCache>,
     /// A file with sources (source bundle, embedded sources), if one was found.
     sources: Option<Arc<ObjectHandle>>,
+    /// The debug file, when it carries sources itself.
+    debug_file_with_sources: Option<FoundObject>,
 }
 
 /// The request's modules, sorted by address for lookups.
@@ -145,6 +147,7 @@ impl ModuleLookup {
                     ids,
                     cache: Err(CacheError::NotFound),
                     sources: None,
+                    debug_file_with_sources: None,
                 }
             })
             .collect();
@@ -237,6 +240,7 @@ impl ModuleLookup {
                     }
                     Ok(id) => {
                         let result = symcaches.fetch(sources, id, scope).await;
+                        m.debug_file_with_sources = result.with_sources;
                         m.info.features.merge(&result.features);
                         m.info.candidates.merge(result.candidates);
                         m.info.debug_status = status_for_result(&result.cache);
@@ -286,18 +290,12 @@ impl ModuleLookup {
                         )
                         .await;
                     m.info.candidates.merge(find.candidates);
-                    let mut found = find.found.filter(|f| f.meta.is_ok());
-                    if found.is_none() {
-                        // The debug file itself may carry the sources (DWARF 5 embedded
-                        // sources); this lookup lists the same files as the debug lookup,
-                        // so it adds no candidates.
-                        let filetypes = FileType::from_object_type(id.object_type);
-                        found = objects
-                            .find(sources, filetypes, &id, scope, ObjectPurpose::Source)
-                            .await
-                            .found
-                            .filter(|f| f.meta.as_ref().is_ok_and(|m| m.features.has_sources));
-                    }
+                    // Without a source bundle, the debug file itself may carry the
+                    // sources (DWARF 5 embedded sources).
+                    let found = find
+                        .found
+                        .filter(|f| f.meta.is_ok())
+                        .or_else(|| m.debug_file_with_sources.take());
                     if let Some(found) = found
                         && let Ok(handle) = objects.fetch(&found, &id).await
                     {
