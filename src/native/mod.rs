@@ -16,6 +16,7 @@ pub mod symcache;
 
 use std::sync::Arc;
 
+use anyhow::Context;
 use futures::future;
 
 use serde::Deserialize;
@@ -115,7 +116,7 @@ impl NativeService {
         request: CrashReportRequest,
     ) -> anyhow::Result<CompletedSymbolicationResponse> {
         let view = symbolic::common::ByteView::open(path)?;
-        let minidump = Minidump::read(view)?;
+        let minidump = Minidump::read(view).context("invalid minidump")?;
         let walked = Stackwalk {
             cfi: &self.cficaches,
             symcaches: &self.symcaches,
@@ -124,7 +125,8 @@ impl NativeService {
             rewrite_first_module: &request.rewrite_first_module,
         }
         .walk(&minidump)
-        .await?;
+        .await
+        .context("cannot process minidump")?;
         let mut response = self
             .symbolicate_modules(
                 &scope,
