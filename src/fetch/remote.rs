@@ -1,4 +1,5 @@
 use std::path::Path;
+use std::sync::Arc;
 
 use tempfile::NamedTempFile;
 
@@ -15,28 +16,35 @@ pub struct RemoteFile {
     pub source: SourceConfig,
     /// The location in the source's layout; for a Sentry source, Sentry's file id.
     pub path: String,
+    /// Computed once: every warm lookup needs it twice (cache key, candidate report).
+    uri: Arc<str>,
 }
 
 impl RemoteFile {
     pub fn new(source: SourceConfig, path: String) -> Self {
-        RemoteFile { source, path }
+        let uri = match &source {
+            SourceConfig::Http(http) => match http.join_url(&path) {
+                Some(url) => url.to_string(),
+                None => format!("{}{}", http.url, path),
+            },
+            SourceConfig::Filesystem(fs) => fs.join_path(&path).display().to_string(),
+            SourceConfig::Sentry(_) => sentry_file_uri(&path),
+            SourceConfig::S3(s3) => s3.uri(&path),
+            SourceConfig::Gcs(gcs) => gcs.uri(&path),
+        };
+        RemoteFile {
+            source,
+            path,
+            uri: uri.into(),
+        }
     }
 
     pub fn source_id(&self) -> &SourceId {
         self.source.id()
     }
 
-    pub fn uri(&self) -> String {
-        match &self.source {
-            SourceConfig::Http(http) => match http.join_url(&self.path) {
-                Some(url) => url.to_string(),
-                None => format!("{}{}", http.url, self.path),
-            },
-            SourceConfig::Filesystem(fs) => fs.join_path(&self.path).display().to_string(),
-            SourceConfig::Sentry(_) => sentry_file_uri(&self.path),
-            SourceConfig::S3(s3) => s3.uri(&self.path),
-            SourceConfig::Gcs(gcs) => gcs.uri(&self.path),
-        }
+    pub fn uri(&self) -> &str {
+        &self.uri
     }
 
     /// The cache key of this file for a request in `scope`. Public sources share their
@@ -47,7 +55,7 @@ impl RemoteFile {
         } else {
             scope.clone()
         };
-        CacheKey::new(scope, &[self.source_id().as_str(), &self.uri()])
+        CacheKey::new(scope, &[self.source_id().as_str(), self.uri()])
     }
 }
 

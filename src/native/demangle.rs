@@ -25,6 +25,11 @@ impl DemangleCache {
 
     /// `None` when the name is not mangled in a scheme we know.
     pub fn demangle(&self, name: &Name<'_>) -> Option<String> {
+        // Most native frames of C code carry plain names; they skip the memo, whose key
+        // alone costs an allocation and a hash per frame.
+        if !may_be_mangled(name) {
+            return None;
+        }
         let key = (name.as_str().to_owned(), name.language());
         if let Some(hit) = self.cache.get(&key) {
             return hit;
@@ -32,6 +37,23 @@ impl DemangleCache {
         let demangled = name.demangle(OPTIONS);
         self.cache.insert(key, demangled.clone());
         demangled
+    }
+}
+
+/// Whether `name` could be mangled: C and Objective-C names never are, and a name of
+/// unknown language only when it starts like one of the schemes symbolic detects
+/// (Itanium C++, Rust v0, MSVC, Swift).
+fn may_be_mangled(name: &Name<'_>) -> bool {
+    match name.language() {
+        Language::C | Language::ObjC => false,
+        Language::Unknown => {
+            const PREFIXES: &[&str] = &[
+                "_Z", "__Z", "___Z", "_R", "?", "@?", "$s", "_$s", "$S", "_$S", "_T",
+            ];
+            let s = name.as_str();
+            PREFIXES.iter().any(|p| s.starts_with(p))
+        }
+        _ => true,
     }
 }
 
@@ -56,5 +78,25 @@ mod tests {
                 .as_deref(),
             Some("core::fmt::Formatter::pad")
         );
+        assert_eq!(
+            cache
+                .demangle(&Name::from("?poke@Widget@ns@@QEAAHH@Z"))
+                .as_deref(),
+            Some("ns::Widget::poke(int)")
+        );
+    }
+
+    #[test]
+    fn plain_names_skip_the_memo_and_stay_as_they_are() {
+        let cache = DemangleCache::new(1 << 20);
+        assert_eq!(cache.demangle(&Name::from("compute_checksum")), None);
+        let c = Name::new(
+            "_Zfoo",
+            symbolic::common::NameMangling::Unknown,
+            Language::C,
+        );
+        assert_eq!(cache.demangle(&c), None);
+        cache.cache.run_pending_tasks();
+        assert_eq!(cache.cache.entry_count(), 0);
     }
 }

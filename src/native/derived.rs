@@ -73,7 +73,7 @@ pub async fn fetch_derived<R: CacheItemRequest>(
     };
     let with_sources = features.has_sources.then(|| found.clone());
     let key = found.key.derived(cacher.kind().name);
-    let (source, location) = (found.file.source_id().clone(), found.file.uri());
+    let (source, location) = (found.file.source_id().clone(), found.file.uri().to_owned());
     let cache = cacher.get(key, request(found)).await;
     let use_info = match &cache {
         Ok(_) => ObjectUseInfo::Ok,

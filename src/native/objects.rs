@@ -372,7 +372,7 @@ fn create_candidates(sources: &[SourceConfig], lookups: &[FoundObject]) -> AllOb
             ObjectDownloadInfo::from_result(lookup.meta.as_ref().map(|meta| meta.features.clone()));
         candidates.push(ObjectCandidate {
             source: lookup.file.source_id().clone(),
-            location: lookup.file.uri(),
+            location: lookup.file.uri().to_owned(),
             download,
             unwind: ObjectUseInfo::None,
             debug: ObjectUseInfo::None,
