@@ -34,6 +34,7 @@ pub use decompress::decompress_file;
 pub use index::SymstoreIndexes;
 pub use remote::{RemoteFile, fetch_file};
 pub use reserved_ip::is_reserved_ip;
+pub(crate) use s3::{build_client as build_s3_client, http_client as s3_http_client};
 
 /// Limits and identity for outgoing fetches. Field names follow upstream's config keys.
 #[derive(Debug, Clone, PartialEq, Eq)]

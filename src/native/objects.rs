@@ -24,10 +24,12 @@ use crate::types::{
 pub const OBJECTS: CacheKind = CacheKind {
     name: "objects",
     version: 1,
+    compatible: &[],
 };
 pub const OBJECT_META: CacheKind = CacheKind {
     name: "object_meta",
     version: 1,
+    compatible: &[],
 };
 
 /// A parsed debug file, backed by a memory-mapped cache file.
