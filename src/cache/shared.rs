@@ -39,8 +39,8 @@ fn default_max_upload_queue_size() -> usize {
 pub enum SharedCacheBackendConfig {
     /// A directory every replica mounts (NFS, a shared volume).
     Filesystem { path: PathBuf },
-    /// An S3 bucket, or any store speaking S3 (MinIO, Ceph, GCS's interoperability
-    /// endpoint with HMAC keys). `region: [name, endpoint]` as for S3 sources.
+    /// An S3 bucket, or any store speaking S3 (MinIO, Ceph). `region: [name, endpoint]`
+    /// as for S3 sources.
     S3(S3SharedCacheConfig),
 }
 
@@ -290,4 +290,47 @@ fn write_atomically(path: &Path, data: &[u8]) -> anyhow::Result<()> {
     temp.write_all(data)?;
     temp.persist(path).map_err(|e| e.error)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filesystem(dir: &Path, queue: usize) -> SharedCache {
+        let config = SharedCacheConfig {
+            max_concurrent_uploads: 1,
+            max_upload_queue_size: queue,
+            backend: SharedCacheBackendConfig::Filesystem {
+                path: dir.to_owned(),
+            },
+        };
+        SharedCache::new(&config, &FetchConfig::default()).unwrap()
+    }
+
+    // A current-thread runtime: the worker cannot take anything off the queue until
+    // the test yields, so what a full queue does is deterministic.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_full_queue_drops_and_counts_and_uploads_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = filesystem(dir.path(), 1);
+        for n in 0..3 {
+            let data = ByteView::from_vec(format!("item {n}").into_bytes());
+            shared.store(format!("kind/1/global/{n}"), data);
+        }
+        assert_eq!(shared.stats().uploads_dropped.load(Ordering::Relaxed), 2);
+        for _ in 0..100 {
+            if shared.stats().uploaded.load(Ordering::Relaxed) == 1 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(shared.stats().uploaded.load(Ordering::Relaxed), 1);
+
+        let mut temp = NamedTempFile::new().unwrap();
+        assert!(shared.fetch("kind/1/global/0", &mut temp).await);
+        assert_eq!(std::fs::read(temp.path()).unwrap(), b"item 0");
+        let mut temp = NamedTempFile::new().unwrap();
+        assert!(!shared.fetch("kind/1/global/1", &mut temp).await);
+        assert_eq!(shared.stats().fetch_errors.load(Ordering::Relaxed), 0);
+    }
 }
