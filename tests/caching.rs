@@ -14,6 +14,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::Response;
+use common::gcs::GcsServer;
 use common::s3::{ACCESS_KEY, S3Server, SECRET_KEY};
 use common::{
     Server, SymbolServer, assert_elf_symbolicated, elf_debug_path, elf_request, fixtures,
@@ -417,7 +418,39 @@ async fn replicas_share_derived_caches_through_s3() {
         "shared_cache:\n  s3:\n    bucket: shared\n    prefix: omnisym\n    region: [us-east-1, \"{}\"]\n    access_key: {ACCESS_KEY}\n    secret_key: {SECRET_KEY}\n",
         s3.url
     );
-    replicas_share_derived_caches(&shared, &s3.root.path().join("shared/omnisym")).await;
+    replicas_share_derived_caches(&shared).await;
+    assert_only_derived_caches(&relative_files(&s3.root.path().join("shared/omnisym")));
+}
+
+#[tokio::test]
+async fn replicas_share_derived_caches_through_gcs() {
+    let data = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(data.path().join("shared")).unwrap();
+    let gcs = GcsServer::start(data.path()).await;
+    let shared = format!(
+        "shared_cache:\n  gcs:\n    bucket: shared\n    prefix: omnisym\n    endpoint: {}\n",
+        gcs.url
+    );
+    replicas_share_derived_caches(&shared).await;
+    let listing = common::client()
+        .get(format!("{}/storage/v1/b/shared/o", gcs.url))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let listing: Value = serde_json::from_slice(&listing).unwrap();
+    let names: Vec<String> = listing["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| {
+            let name = item["name"].as_str().unwrap();
+            name.strip_prefix("omnisym/").unwrap().to_owned()
+        })
+        .collect();
+    assert_only_derived_caches(&names);
 }
 
 #[tokio::test]
@@ -427,10 +460,36 @@ async fn replicas_share_derived_caches_through_a_directory() {
         "shared_cache:\n  filesystem:\n    path: {}\n",
         dir.path().display()
     );
-    replicas_share_derived_caches(&shared, dir.path()).await;
+    replicas_share_derived_caches(&shared).await;
+    assert_only_derived_caches(&relative_files(dir.path()));
 }
 
-async fn replicas_share_derived_caches(config: &str, store: &Path) {
+fn relative_files(dir: &Path) -> Vec<String> {
+    walk(dir)
+        .iter()
+        .map(|p| p.strip_prefix(dir).unwrap().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// The store holds the SymCache and the metadata, never an original.
+fn assert_only_derived_caches(stored: &[String]) {
+    assert!(
+        stored.iter().any(|p| p.starts_with("symcaches/1/global/")),
+        "{stored:?}"
+    );
+    assert!(
+        stored
+            .iter()
+            .any(|p| p.starts_with("object_meta/1/global/")),
+        "{stored:?}"
+    );
+    assert!(
+        !stored.iter().any(|p| p.starts_with("objects/")),
+        "{stored:?}"
+    );
+}
+
+async fn replicas_share_derived_caches(config: &str) {
     let symsrv = SymbolServer::start().await;
     symsrv.put(&elf_debug_path(), &debug_file());
     let body = elf_request(http_source(&symsrv.url, json!({})));
@@ -450,23 +509,6 @@ async fn replicas_share_derived_caches(config: &str, store: &Path) {
     }
     assert_eq!(m["shared_cache"]["uploaded"], 2, "{m}");
     assert_eq!(m["shared_cache"]["uploads_dropped"], 0, "{m}");
-    let stored: Vec<String> = walk(store)
-        .iter()
-        .map(|p| {
-            p.strip_prefix(store)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
-    assert!(
-        stored.iter().any(|p| p.starts_with("symcaches/1/global/")),
-        "{stored:?}"
-    );
-    assert!(
-        !stored.iter().any(|p| p.starts_with("objects/")),
-        "{stored:?}"
-    );
 
     let second = Server::start(config);
     let (_, r) = second.post("/symbolicate", &body).await;
@@ -476,4 +518,5 @@ async fn replicas_share_derived_caches(config: &str, store: &Path) {
     assert_eq!(counter(&m, "symcaches", "computed"), 0, "{m}");
     assert_eq!(counter(&m, "symcaches", "shared_hits"), 1, "{m}");
     assert_eq!(counter(&m, "object_meta", "shared_hits"), 1, "{m}");
+    assert_eq!(m["shared_cache"]["fetch_errors"], 0, "{m}");
 }

@@ -7,6 +7,7 @@ use serde::Serialize;
 use super::shared::SharedCache;
 use super::{CacheItemRequest, CacheKind, CacheStats, Cacher};
 use crate::config::{CacheConfig, Config};
+use crate::fetch::Downloader;
 
 /// Whether files of a kind came from sources or were computed from such files; decides
 /// which lifetime rules apply, what goes to the shared cache, and what a full disk
@@ -42,9 +43,9 @@ pub struct Caches {
 
 impl Caches {
     /// Needs a tokio runtime when a shared cache is configured (its upload worker).
-    pub fn from_config(config: &Config) -> anyhow::Result<Self> {
+    pub fn from_config(config: &Config, downloader: &Downloader) -> anyhow::Result<Self> {
         let shared = match &config.shared_cache {
-            Some(shared) => Some(Arc::new(SharedCache::new(shared, &config.fetch_config())?)),
+            Some(shared) => Some(Arc::new(SharedCache::new(shared, downloader)?)),
             None => None,
         };
         Ok(Caches {

@@ -9,8 +9,12 @@ use tempfile::NamedTempFile;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{OnceCell, Semaphore, mpsc};
 
-use crate::fetch::{FetchConfig, build_s3_client, s3_http_client};
-use crate::sources::{S3Region, Secret};
+use url::Url;
+
+use crate::fetch::{
+    Downloader, FetchConfig, GcsAccess, build_s3_client, gcs_download_url, s3_http_client,
+};
+use crate::sources::{GcsAuth, S3Region, Secret, google_token_uri};
 
 /// Upstream's `shared_cache` block, plus an `s3` backend.
 #[derive(Clone, Debug, Deserialize)]
@@ -42,6 +46,32 @@ pub enum SharedCacheBackendConfig {
     /// An S3 bucket, or any store speaking S3 (MinIO, Ceph). `region: [name, endpoint]`
     /// as for S3 sources.
     S3(S3SharedCacheConfig),
+    /// A GCS bucket, through its JSON API.
+    Gcs(GcsSharedCacheConfig),
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct GcsSharedCacheConfig {
+    pub bucket: String,
+    #[serde(default)]
+    pub prefix: String,
+    /// A service account key file (JSON). Without one: application-default credentials
+    /// (`GOOGLE_APPLICATION_CREDENTIALS`, gcloud's file, or the metadata server).
+    #[serde(default)]
+    pub service_account_path: Option<PathBuf>,
+    /// Another JSON-API endpoint, e.g. an emulator (omnisym only; also taken from
+    /// `STORAGE_EMULATOR_HOST`). An emulator without credentials is used anonymously.
+    #[serde(default)]
+    pub endpoint: Option<Url>,
+}
+
+/// The fields of a service account key file the token exchange needs.
+#[derive(Deserialize)]
+struct ServiceAccountKey {
+    client_email: String,
+    private_key: Secret,
+    #[serde(default)]
+    token_uri: Option<Url>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -70,6 +100,16 @@ pub struct SharedCacheStats {
 enum Backend {
     Filesystem(PathBuf),
     S3(Box<S3Backend>),
+    Gcs(Box<GcsBackend>),
+}
+
+struct GcsBackend {
+    bucket: String,
+    prefix: String,
+    endpoint: Option<Url>,
+    auth: GcsAuth,
+    /// Its token cache and trusted HTTP client.
+    downloader: Downloader,
 }
 
 struct S3Backend {
@@ -96,7 +136,8 @@ pub struct SharedCache {
 
 impl SharedCache {
     /// Starts the upload worker on the current tokio runtime.
-    pub fn new(config: &SharedCacheConfig, fetch: &FetchConfig) -> anyhow::Result<Self> {
+    pub fn new(config: &SharedCacheConfig, downloader: &Downloader) -> anyhow::Result<Self> {
+        let fetch = downloader.config();
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| anyhow::anyhow!("the shared cache needs a tokio runtime"))?;
         let backend = Arc::new(match &config.backend {
@@ -116,6 +157,16 @@ impl SharedCache {
                     ..fetch.clone()
                 }),
                 connect_timeout: fetch.connect_timeout,
+            })),
+            SharedCacheBackendConfig::Gcs(gcs) => Backend::Gcs(Box::new(GcsBackend {
+                bucket: gcs.bucket.clone(),
+                prefix: gcs.prefix.clone(),
+                endpoint: gcs
+                    .endpoint
+                    .clone()
+                    .or_else(|| downloader.gcs_emulator().cloned()),
+                auth: gcs_auth(gcs)?,
+                downloader: downloader.clone(),
             })),
         });
         let stats = Arc::new(SharedCacheStats::default());
@@ -212,12 +263,16 @@ impl Backend {
     }
 
     async fn fetch(&self, path: &str, dest: &mut NamedTempFile) -> anyhow::Result<bool> {
-        if let Backend::Filesystem(root) = self {
-            return match std::fs::copy(root.join(path), dest.path()) {
-                Ok(_) => Ok(true),
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(false),
-                Err(err) => Err(err.into()),
-            };
+        match self {
+            Backend::Filesystem(root) => {
+                return match std::fs::copy(root.join(path), dest.path()) {
+                    Ok(_) => Ok(true),
+                    Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(false),
+                    Err(err) => Err(err.into()),
+                };
+            }
+            Backend::Gcs(gcs) => return gcs.fetch(path, dest).await,
+            Backend::S3(_) => {}
         }
         let (client, config) = self.s3_client().await.expect("not a filesystem backend");
         let answer = client
@@ -256,8 +311,10 @@ impl Backend {
     }
 
     async fn store(&self, path: &str, data: &[u8]) -> anyhow::Result<()> {
-        if let Backend::Filesystem(root) = self {
-            return write_atomically(&root.join(path), data);
+        match self {
+            Backend::Filesystem(root) => return write_atomically(&root.join(path), data),
+            Backend::Gcs(gcs) => return gcs.store(path, data).await,
+            Backend::S3(_) => {}
         }
         let (client, config) = self.s3_client().await.expect("not a filesystem backend");
         client
@@ -268,6 +325,89 @@ impl Backend {
             .send()
             .await
             .map_err(|err| anyhow::anyhow!("{}", aws_sdk_s3::error::DisplayErrorContext(err)))?;
+        Ok(())
+    }
+}
+
+fn gcs_auth(config: &GcsSharedCacheConfig) -> anyhow::Result<GcsAuth> {
+    let Some(path) = &config.service_account_path else {
+        return Ok(GcsAuth::Default);
+    };
+    let text = std::fs::read(path)
+        .map_err(|err| anyhow::anyhow!("cannot read {}: {err}", path.display()))?;
+    let key: ServiceAccountKey = serde_json::from_slice(&text)
+        .map_err(|err| anyhow::anyhow!("{} is no service account key: {err}", path.display()))?;
+    Ok(GcsAuth::ServiceAccount {
+        client_email: key.client_email,
+        private_key: key.private_key,
+        token_uri: key.token_uri.unwrap_or_else(google_token_uri),
+    })
+}
+
+impl GcsBackend {
+    async fn request(
+        &self,
+        method: reqwest::Method,
+        url: Url,
+    ) -> anyhow::Result<reqwest::RequestBuilder> {
+        // One token for reads and writes: the shared cache's credentials are the server's.
+        let headers = self
+            .downloader
+            .gcs_headers(self.auth.clone(), self.endpoint.as_ref(), GcsAccess::Write)
+            .await?;
+        let mut request = self.downloader.trusted_client().request(method, url);
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        Ok(request)
+    }
+
+    async fn fetch(&self, path: &str, dest: &mut NamedTempFile) -> anyhow::Result<bool> {
+        let key = object_key(&self.prefix, path);
+        let url = gcs_download_url(self.endpoint.as_ref(), &self.bucket, &key)?;
+        let mut response = self
+            .request(reqwest::Method::GET, url)
+            .await?
+            .send()
+            .await?;
+        if response.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(false);
+        }
+        if !response.status().is_success() {
+            anyhow::bail!("GCS answered {}", response.status());
+        }
+        let mut file = tokio::fs::File::from_std(dest.reopen()?);
+        let mut len = 0;
+        while let Some(chunk) = response.chunk().await? {
+            len += chunk.len();
+            file.write_all(&chunk).await?;
+        }
+        file.flush().await?;
+        Ok(len > 0)
+    }
+
+    async fn store(&self, path: &str, data: &[u8]) -> anyhow::Result<()> {
+        let mut url = match &self.endpoint {
+            Some(endpoint) => endpoint.clone(),
+            None => Url::parse("https://storage.googleapis.com")?,
+        };
+        url.path_segments_mut()
+            .map_err(|_| anyhow::anyhow!("the GCS endpoint cannot be a base URL"))?
+            .pop_if_empty()
+            .extend(["upload", "storage", "v1", "b", &self.bucket, "o"]);
+        url.query_pairs_mut()
+            .append_pair("uploadType", "media")
+            .append_pair("name", &object_key(&self.prefix, path));
+        let response = self
+            .request(reqwest::Method::POST, url)
+            .await?
+            .header("content-type", "application/octet-stream")
+            .body(data.to_vec())
+            .send()
+            .await?;
+        if !response.status().is_success() {
+            anyhow::bail!("GCS answered {}", response.status());
+        }
         Ok(())
     }
 }
@@ -304,7 +444,40 @@ mod tests {
                 path: dir.to_owned(),
             },
         };
-        SharedCache::new(&config, &FetchConfig::default()).unwrap()
+        let downloader = Downloader::new(FetchConfig::default()).unwrap();
+        SharedCache::new(&config, &downloader).unwrap()
+    }
+
+    #[test]
+    fn gcs_credentials_come_from_the_service_account_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = |path: Option<PathBuf>| GcsSharedCacheConfig {
+            bucket: "b".into(),
+            prefix: String::new(),
+            service_account_path: path,
+            endpoint: None,
+        };
+        assert!(matches!(gcs_auth(&config(None)), Ok(GcsAuth::Default)));
+        let key = dir.path().join("key.json");
+        std::fs::write(
+            &key,
+            r#"{"type": "service_account", "client_email": "sa@p.iam", "private_key": "pem"}"#,
+        )
+        .unwrap();
+        match gcs_auth(&config(Some(key))).unwrap() {
+            GcsAuth::ServiceAccount {
+                client_email,
+                token_uri,
+                ..
+            } => {
+                assert_eq!(client_email, "sa@p.iam");
+                assert_eq!(token_uri, google_token_uri());
+            }
+            other => panic!("{other:?}"),
+        }
+        let missing = dir.path().join("missing.json");
+        let err = gcs_auth(&config(Some(missing))).unwrap_err().to_string();
+        assert!(err.contains("missing.json"), "{err}");
     }
 
     // A current-thread runtime: the worker cannot take anything off the queue until

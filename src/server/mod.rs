@@ -43,8 +43,8 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(config: &Config) -> anyhow::Result<Self> {
-        let caches = Arc::new(Caches::from_config(config)?);
         let downloader = Downloader::new(config.fetch_config())?;
+        let caches = Arc::new(Caches::from_config(config, &downloader)?);
         let native = NativeService::new(&caches, downloader.clone(), config.max_download_size);
         Ok(AppState {
             // Results waiting to be polled may hold at most 64 MiB.
