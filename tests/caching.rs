@@ -306,20 +306,85 @@ async fn disk_budget_evicts_originals_before_derived_caches() {
     assert!(total <= budget, "{total} > {budget}");
 }
 
-/// Serves the debug file, or (while `stall` is set) its first half and then nothing.
+/// A source for the debug file's path that misbehaves while `trouble` is set: by
+/// answering 503 (`flaky_file`) or by sending half the file and then nothing
+/// (`stalling_file`). Counts the requests.
 #[derive(Clone)]
-struct Staller {
-    stall: Arc<AtomicBool>,
-    started: Arc<AtomicUsize>,
+struct Trouble {
+    trouble: Arc<AtomicBool>,
+    hits: Arc<AtomicUsize>,
 }
 
-async fn stalling_file(State(s): State<Staller>) -> Response {
+impl Trouble {
+    /// Serves the debug file's path with `handler` on a loopback port; returns the base URL.
+    async fn serve<H, T>(&self, handler: H) -> String
+    where
+        H: axum::handler::Handler<T, Trouble>,
+        T: 'static,
+    {
+        let app = Router::new()
+            .route(
+                &format!("/{}", elf_debug_path()),
+                axum::routing::get(handler),
+            )
+            .with_state(self.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        url
+    }
+
+    fn new() -> Self {
+        Trouble {
+            trouble: Arc::new(AtomicBool::new(true)),
+            hits: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+}
+
+async fn flaky_file(State(t): State<Trouble>) -> Response {
+    t.hits.fetch_add(1, Ordering::SeqCst);
+    if t.trouble.load(Ordering::SeqCst) {
+        let mut response = Response::new(Body::from("overloaded"));
+        *response.status_mut() = axum::http::StatusCode::SERVICE_UNAVAILABLE;
+        return response;
+    }
+    Response::new(Body::from(std::fs::read(debug_file()).unwrap()))
+}
+
+#[tokio::test]
+async fn server_errors_are_remembered_briefly_not_for_an_hour() {
+    let flaky = Trouble::new();
+    let url = flaky.serve(flaky_file).await;
+    // Misses keep the default hour: only the error rule can make the retry happen.
+    let server = Server::start(
+        "caches:\n  downloaded:\n    retry_errors_after: 1s\n  derived:\n    retry_errors_after: 1s\n",
+    );
+    let body = elf_request(http_source(&url, json!({})));
+    let (_, r) = server.post("/symbolicate", &body).await;
+    assert_eq!(r["modules"][0]["debug_status"], "fetching_failed", "{r}");
+    let tries = flaky.hits.load(Ordering::SeqCst);
+    assert!(tries >= 1);
+
+    // The source recovers, but the error is remembered for a moment: no new attempt.
+    flaky.trouble.store(false, Ordering::SeqCst);
+    let (_, r) = server.post("/symbolicate", &body).await;
+    assert_eq!(r["modules"][0]["debug_status"], "fetching_failed", "{r}");
+    assert_eq!(flaky.hits.load(Ordering::SeqCst), tries);
+
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (_, r) = server.post("/symbolicate", &body).await;
+    assert_elf_symbolicated(&r);
+    assert_eq!(flaky.hits.load(Ordering::SeqCst), tries + 1);
+}
+
+async fn stalling_file(State(t): State<Trouble>) -> Response {
     let data = std::fs::read(debug_file()).unwrap();
     let len = data.len();
-    if !s.stall.load(Ordering::SeqCst) {
+    if !t.trouble.load(Ordering::SeqCst) {
         return Response::new(Body::from(data));
     }
-    s.started.fetch_add(1, Ordering::SeqCst);
+    t.hits.fetch_add(1, Ordering::SeqCst);
     let half = bytes::Bytes::from(data[..len / 2].to_vec());
     let stream = futures::stream::once(async move { Ok::<_, Infallible>(half) })
         .chain(futures::stream::pending());
@@ -333,19 +398,8 @@ use futures::StreamExt;
 
 #[tokio::test]
 async fn killed_mid_download_leaves_no_torn_file_and_recovers() {
-    let staller = Staller {
-        stall: Arc::new(AtomicBool::new(true)),
-        started: Arc::new(AtomicUsize::new(0)),
-    };
-    let app = Router::new()
-        .route(
-            &format!("/{}", elf_debug_path()),
-            axum::routing::get(stalling_file),
-        )
-        .with_state(staller.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let staller = Trouble::new();
+    let url = staller.serve(stalling_file).await;
 
     let work = tempfile::tempdir().unwrap();
     let cache_dir = work.path().join("cache");
@@ -376,7 +430,7 @@ async fn killed_mid_download_leaves_no_torn_file_and_recovers() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let temp = temp.expect("a download in progress writes a temp file");
-    assert_eq!(staller.started.load(Ordering::SeqCst), 1);
+    assert_eq!(staller.hits.load(Ordering::SeqCst), 1);
 
     // SIGKILL: no destructor, no cleanup, no chance to finish the write.
     server.kill();
@@ -387,7 +441,7 @@ async fn killed_mid_download_leaves_no_torn_file_and_recovers() {
     assert!(temp.exists());
     assert_no_torn_files(&cache_dir);
 
-    staller.stall.store(false, Ordering::SeqCst);
+    staller.trouble.store(false, Ordering::SeqCst);
     let server = Server::start_in(work.path(), &cache_dir, "");
     let (_, r) = server.post("/symbolicate", &body).await;
     assert_elf_symbolicated(&r);
