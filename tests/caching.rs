@@ -19,6 +19,7 @@ use common::s3::{ACCESS_KEY, S3Server, SECRET_KEY};
 use common::{
     Server, SymbolServer, assert_elf_symbolicated, elf_debug_path, elf_request, fixtures,
 };
+use futures::StreamExt;
 use serde_json::{Value, json};
 
 fn debug_file() -> PathBuf {
@@ -142,6 +143,34 @@ async fn misses_are_retried_after_retry_misses_after_and_fallbacks_are_upgraded(
     assert_eq!(hits_of(&symsrv, &elf_debug_path()), 2);
     let m = metrics(&server).await;
     assert_eq!(counter(&m, "symcaches", "computed"), 2, "{m}");
+}
+
+#[tokio::test]
+async fn malformed_verdicts_hold_until_restart() {
+    let symsrv = SymbolServer::start().await;
+    symsrv.put(
+        &elf_debug_path(),
+        &fixtures().join("native/corrupt/crash.debug"),
+    );
+    let work = tempfile::tempdir().unwrap();
+    let cache_dir = work.path().join("cache");
+    let body = elf_request(http_source(&symsrv.url, json!({})));
+    let mut server = Server::start_in(work.path(), &cache_dir, "");
+    let (_, r) = server.post("/symbolicate", &body).await;
+    assert_eq!(r["modules"][0]["debug_status"], "malformed", "{r}");
+
+    // Fixed at the source: this process keeps its verdict (24 h by default)...
+    symsrv.put(&elf_debug_path(), &debug_file());
+    let (_, r) = server.post("/symbolicate", &body).await;
+    assert_eq!(r["modules"][0]["debug_status"], "malformed", "{r}");
+    assert_eq!(hits_of(&symsrv, &elf_debug_path()), 1);
+
+    // ...but a restarted one (maybe with a fixed parser) tries again.
+    server.kill();
+    let server = Server::start_in(work.path(), &cache_dir, "");
+    let (_, r) = server.post("/symbolicate", &body).await;
+    assert_elf_symbolicated(&r);
+    assert_eq!(hits_of(&symsrv, &elf_debug_path()), 2);
 }
 
 #[tokio::test]
@@ -393,8 +422,6 @@ async fn stalling_file(State(t): State<Trouble>) -> Response {
         .body(Body::from_stream(stream))
         .unwrap()
 }
-
-use futures::StreamExt;
 
 #[tokio::test]
 async fn killed_mid_download_leaves_no_torn_file_and_recovers() {
