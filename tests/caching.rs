@@ -117,7 +117,7 @@ async fn misses_are_retried_after_retry_misses_after_and_fallbacks_are_upgraded(
     let code_path = elf_debug_path().trim_end_matches(".debug").to_owned();
     symsrv.put(&code_path, &fixtures().join("native/elf/crash.stripped"));
     let server = Server::start(
-        "caches:\n  downloaded:\n    retry_misses_after: 2s\n  derived:\n    retry_misses_after: 2s\n",
+        "caches:\n  downloaded:\n    retry_misses_after: 3s\n  derived:\n    retry_misses_after: 3s\n",
     );
     let body = elf_request(http_source(&symsrv.url, json!({})));
     let has_line = |r: &Value| r["stacktraces"][0]["frames"][0]["lineno"].as_u64() > Some(0);
@@ -137,7 +137,7 @@ async fn misses_are_retried_after_retry_misses_after_and_fallbacks_are_upgraded(
     assert_eq!(hits_of(&symsrv, &elf_debug_path()), 1);
 
     // Once the miss expires the sources are asked again and the SymCache upgraded.
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    tokio::time::sleep(Duration::from_millis(3100)).await;
     let (_, r) = server.post("/symbolicate", &body).await;
     assert_elf_symbolicated(&r);
     assert_eq!(hits_of(&symsrv, &elf_debug_path()), 2);
@@ -387,7 +387,7 @@ async fn server_errors_are_remembered_briefly_not_for_an_hour() {
     let url = flaky.serve(flaky_file).await;
     // Misses keep the default hour: only the error rule can make the retry happen.
     let server = Server::start(
-        "caches:\n  downloaded:\n    retry_errors_after: 1s\n  derived:\n    retry_errors_after: 1s\n",
+        "caches:\n  downloaded:\n    retry_errors_after: 2s\n  derived:\n    retry_errors_after: 2s\n",
     );
     let body = elf_request(http_source(&url, json!({})));
     let (_, r) = server.post("/symbolicate", &body).await;
@@ -401,7 +401,7 @@ async fn server_errors_are_remembered_briefly_not_for_an_hour() {
     assert_eq!(r["modules"][0]["debug_status"], "fetching_failed", "{r}");
     assert_eq!(flaky.hits.load(Ordering::SeqCst), tries);
 
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
     let (_, r) = server.post("/symbolicate", &body).await;
     assert_elf_symbolicated(&r);
     assert_eq!(flaky.hits.load(Ordering::SeqCst), tries + 1);
