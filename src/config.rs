@@ -8,23 +8,94 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+use crate::cache::SharedCacheConfig;
 use crate::fetch::FetchConfig;
 use crate::sources::SourceConfig;
 
-/// Accepts `1h`, `7d`, `1w`, `250ms` (humantime syntax) or a number of seconds.
+/// Accepts `1h`, `7d`, `1w`, `250ms` (humantime syntax), a number of seconds, or the
+/// map form of older upstream configs (`{days: 7}`, `{hours: 1, minutes: 30}`).
 pub(crate) fn deserialize_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Raw {
         Secs(u64),
         Text(String),
+        Parts(std::collections::BTreeMap<String, u64>),
     }
     match Raw::deserialize(d)? {
         Raw::Secs(secs) => Ok(Duration::from_secs(secs)),
         Raw::Text(text) => humantime::parse_duration(text.trim()).map_err(|err| {
             serde::de::Error::custom(format_args!("invalid duration {text:?}: {err}"))
         }),
+        Raw::Parts(parts) => {
+            let mut secs = 0u64;
+            for (unit, n) in parts {
+                let factor = match unit.as_str() {
+                    "seconds" | "secs" => 1,
+                    "minutes" | "mins" => 60,
+                    "hours" => 3600,
+                    "days" => 86400,
+                    "weeks" => 7 * 86400,
+                    _ => {
+                        return Err(serde::de::Error::custom(format_args!(
+                            "unknown duration unit {unit:?}"
+                        )));
+                    }
+                };
+                secs = secs.saturating_add(n.saturating_mul(factor));
+            }
+            Ok(Duration::from_secs(secs))
+        }
     }
+}
+
+/// Parses `50GB`, `512MiB`, `1.5 TB` or a plain number of bytes. KB/MB/GB/TB are powers
+/// of 1000 and KiB/MiB/GiB/TiB powers of 1024, as disk vendors and `df -H` count.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("invalid size {text:?}: expected a number and a unit like 50GB"))?;
+    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1000,
+        "m" | "mb" => 1000_u64.pow(2),
+        "g" | "gb" => 1000_u64.pow(3),
+        "t" | "tb" => 1000_u64.pow(4),
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        other => return Err(format!("invalid size {text:?}: unknown unit {other:?}")),
+    };
+    Ok((number * factor as f64) as u64)
+}
+
+/// A size in bytes: a number, or a string for [`parse_size`].
+pub(crate) fn deserialize_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Bytes(u64),
+        Text(String),
+    }
+    match Raw::deserialize(d)? {
+        Raw::Bytes(n) => Ok(n),
+        Raw::Text(text) => parse_size(&text).map_err(serde::de::Error::custom),
+    }
+}
+
+fn deserialize_opt_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    deserialize_size(d).map(Some)
+}
+
+fn deserialize_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    // `0` turns the periodic task off.
+    deserialize_duration(d).map(|d| (!d.is_zero()).then_some(d))
 }
 
 /// Lifetime rules of one family of cache files (see `docs/architecture.md`).
@@ -59,6 +130,7 @@ impl Default for CacheConfig {
 pub struct InMemoryConfig {
     /// Bytes of parsed cache items (SymCaches, object metadata) kept in memory. The items
     /// are memory-mapped, so this bounds address space and page cache pressure, not heap.
+    #[serde(deserialize_with = "deserialize_size")]
     pub capacity: u64,
     /// Sentry debug-file search answers kept (per query and token), and how long.
     pub sentry_index_capacity: u64,
@@ -83,12 +155,52 @@ impl Default for InMemoryConfig {
     }
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+/// Upstream's `caches.diagnostics`: how long crash files kept for diagnosis live. omnisym
+/// keeps uploaded crash files only while their request runs (under `cache_dir/tmp`), so
+/// `retention` bounds how long a leftover of a killed process may stay there.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default)]
+pub struct DiagnosticsCacheConfig {
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub retention: Duration,
+}
+
+impl Default for DiagnosticsCacheConfig {
+    fn default() -> Self {
+        DiagnosticsCacheConfig {
+            retention: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
 #[serde(default)]
 pub struct CachesConfig {
     pub downloaded: CacheConfig,
     pub derived: CacheConfig,
+    pub diagnostics: DiagnosticsCacheConfig,
     pub in_memory: InMemoryConfig,
+    /// Disk budget of `cache_dir` (omnisym only); the periodic cleanup evicts the least
+    /// recently used files beyond it. `None`: only the time rules apply.
+    #[serde(deserialize_with = "deserialize_opt_size")]
+    pub max_disk_size: Option<u64>,
+    /// How often the server applies the cleanup rules itself; `0` turns it off (then
+    /// run `omnisym cleanup` from cron, as upstream requires).
+    #[serde(deserialize_with = "deserialize_opt_duration")]
+    pub cleanup_interval: Option<Duration>,
+}
+
+impl Default for CachesConfig {
+    fn default() -> Self {
+        CachesConfig {
+            downloaded: CacheConfig::default(),
+            derived: CacheConfig::default(),
+            diagnostics: DiagnosticsCacheConfig::default(),
+            in_memory: InMemoryConfig::default(),
+            max_disk_size: None,
+            cleanup_interval: Some(Duration::from_secs(3600)),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -132,6 +244,8 @@ pub struct Config {
     pub max_crash_file_size: u64,
     pub logging: LoggingConfig,
     pub caches: CachesConfig,
+    /// A cache of derived files shared by a fleet of replicas.
+    pub shared_cache: Option<SharedCacheConfig>,
     /// Sources used when a request carries no `sources` key at all.
     pub sources: Vec<SourceConfig>,
     #[serde(deserialize_with = "deserialize_duration")]
@@ -161,6 +275,7 @@ impl Default for Config {
             max_crash_file_size: 100 * 1024 * 1024,
             logging: LoggingConfig::default(),
             caches: CachesConfig::default(),
+            shared_cache: None,
             sources: Vec::new(),
             connect_timeout: fetch.connect_timeout,
             head_timeout: fetch.head_timeout,
@@ -321,6 +436,48 @@ mod tests {
             err.to_string()
                 .contains("max_concurrent_downloads_per_source")
         );
+    }
+
+    #[test]
+    fn cache_lifecycle_keys() {
+        let yaml = "caches:\n  downloaded:\n    max_unused_for: {days: 3, hours: 2}\n  diagnostics:\n    retention: 1w\n  max_disk_size: 50GB\n  cleanup_interval: 5m\n  in_memory:\n    capacity: 512MiB\nshared_cache:\n  max_upload_queue_size: 7\n  s3:\n    bucket: b\n    region: [local, \"http://127.0.0.1:9000\"]\n    access_key: k\n    secret_key: s\n";
+        let (config, ignored) = Config::from_yaml(yaml).unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        let caches = &config.caches;
+        assert_eq!(
+            caches.downloaded.max_unused_for,
+            Duration::from_secs(3 * 86400 + 7200)
+        );
+        assert_eq!(caches.diagnostics.retention, Duration::from_secs(7 * 86400));
+        assert_eq!(caches.max_disk_size, Some(50_000_000_000));
+        assert_eq!(caches.cleanup_interval, Some(Duration::from_secs(300)));
+        assert_eq!(caches.in_memory.capacity, 512 << 20);
+        let shared = config.shared_cache.unwrap();
+        assert_eq!(shared.max_upload_queue_size, 7);
+        assert_eq!(shared.max_concurrent_uploads, 20);
+        assert!(matches!(
+            shared.backend,
+            crate::cache::SharedCacheBackendConfig::S3(ref s3) if s3.bucket == "b"
+        ));
+
+        let (config, _) = Config::from_yaml("caches:\n  cleanup_interval: 0\n").unwrap();
+        assert_eq!(config.caches.cleanup_interval, None);
+        assert_eq!(
+            Config::default().caches.cleanup_interval,
+            Some(Duration::from_secs(3600))
+        );
+        let err = Config::from_yaml("caches:\n  max_disk_size: 5 parsecs\n").unwrap_err();
+        assert!(err.to_string().contains("caches.max_disk_size"), "{err}");
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("50GB"), Ok(50_000_000_000));
+        assert_eq!(parse_size("1.5 kb"), Ok(1500));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("123"), Ok(123));
+        assert!(parse_size("GB").is_err());
+        assert!(parse_size("1 XB").is_err());
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The `omnisym` command line: `run` serves the HTTP API.
+//! The `omnisym` command line: `run` serves the HTTP API, `cleanup` prunes the cache.
 
 use std::path::PathBuf;
 
@@ -6,6 +6,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
+use omnisym::cache::cleanup::Cleanup;
 use omnisym::config::{Config, LogFormat};
 use omnisym::server::{AppState, router};
 
@@ -27,6 +28,15 @@ enum Command {
         /// YAML config file; without one, the embedded defaults apply.
         #[arg(short, long)]
         config: Option<PathBuf>,
+    },
+    /// Delete unused, expired and stray cache files (safe while a server runs).
+    Cleanup {
+        /// YAML config file; without one, the embedded defaults apply.
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+        /// Report what would be deleted, delete nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -62,6 +72,9 @@ async fn run(config: Config) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.cache_dir)
         .with_context(|| format!("cannot create cache_dir {}", config.cache_dir.display()))?;
     let state = AppState::new(&config)?;
+    if let Some(interval) = config.caches.cleanup_interval {
+        Cleanup::new(&config, &state.caches.kinds(), false).spawn_periodic(interval);
+    }
     let app = router(state, &config);
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
@@ -96,6 +109,23 @@ fn main() -> anyhow::Result<()> {
                 .enable_all()
                 .build()?
                 .block_on(run(config))
+        }
+        Command::Cleanup { config, dry_run } => {
+            let config = load_config(config.as_ref())?;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            // The server's own set-up registers every cache kind with its live versions.
+            let state = runtime.block_on(async { AppState::new(&config) })?;
+            let cleanup = Cleanup::new(&config, &state.caches.kinds(), dry_run);
+            let report = cleanup.run(std::time::SystemTime::now());
+            let prefix = if dry_run {
+                "dry run, nothing deleted: "
+            } else {
+                ""
+            };
+            println!("{prefix}{report}");
+            Ok(())
         }
     }
 }

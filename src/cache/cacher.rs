@@ -1,7 +1,8 @@
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::future::BoxFuture;
@@ -9,15 +10,27 @@ use serde::{Deserialize, Serialize};
 use symbolic::common::ByteView;
 use tempfile::NamedTempFile;
 
+use super::shared::SharedCache;
 use super::{CacheError, CacheKey, CacheResult};
 use crate::config::CacheConfig;
 
-/// A family of cache files and the version of their format. Bumping `version` makes
-/// every older file invisible (it lands in another directory).
+/// A family of cache files and the version of their format. Files of `version` live in
+/// `cache_dir/<name>/<version>`; files of a `compatible` older version are still served
+/// (and recomputed in the background), files of any other version count as absent and
+/// are removed by cleanup.
 #[derive(Clone, Copy, Debug)]
 pub struct CacheKind {
     pub name: &'static str,
     pub version: u32,
+    /// Older versions whose files `load` still reads correctly, newest first.
+    pub compatible: &'static [u32],
+}
+
+impl CacheKind {
+    /// Whether files of `version` may be served.
+    pub fn is_live(&self, version: u32) -> bool {
+        version == self.version || self.compatible.contains(&version)
+    }
 }
 
 /// How to produce and read one kind of cache item.
@@ -36,11 +49,14 @@ pub trait CacheItemRequest: Send + Sync + 'static {
     fn load(&self, data: ByteView<'static>) -> CacheResult<Self::Item>;
 }
 
-/// Counters per cache kind, for logs and the metrics endpoint.
-#[derive(Debug, Default)]
+/// Counters per cache kind, for logs and `GET /metrics`.
+#[derive(Debug, Default, Serialize)]
 pub struct CacheStats {
     pub memory_hits: AtomicU64,
     pub disk_hits: AtomicU64,
+    /// Files of a compatible older version served while the current one is recomputed.
+    pub old_version_hits: AtomicU64,
+    pub shared_hits: AtomicU64,
     pub placeholder_hits: AtomicU64,
     pub computed: AtomicU64,
     pub errors: AtomicU64,
@@ -62,6 +78,16 @@ impl<T> moka::Expiry<CacheKey, Entry<T>> for EntryExpiry {
         _key: &CacheKey,
         value: &Entry<T>,
         _created_at: Instant,
+    ) -> Option<Duration> {
+        value.ttl
+    }
+
+    fn expire_after_update(
+        &self,
+        _key: &CacheKey,
+        value: &Entry<T>,
+        _updated_at: Instant,
+        _current: Option<Duration>,
     ) -> Option<Duration> {
         value.ttl
     }
@@ -118,19 +144,72 @@ impl Placeholder {
     }
 }
 
-/// Memory → disk → compute for one cache kind.
+/// The error a placeholder file remembers and the boot id of the process that wrote
+/// it; `None` when `data` is not a placeholder (or an unreadable one).
+pub(super) fn read_placeholder(data: &[u8]) -> Option<(CacheError, String)> {
+    let json = data.strip_prefix(PLACEHOLDER_MAGIC)?;
+    let placeholder: Placeholder = serde_json::from_slice(json).ok()?;
+    Some((placeholder.to_error(), placeholder.boot_id))
+}
+
+/// The file contents remembering `err`; `None` for errors that are never stored.
+pub(super) fn placeholder_bytes(err: &CacheError, boot_id: &str) -> Option<Vec<u8>> {
+    let placeholder = Placeholder::from_error(err, boot_id)?;
+    let mut bytes = PLACEHOLDER_MAGIC.to_vec();
+    serde_json::to_writer(&mut bytes, &placeholder).ok()?;
+    Some(bytes)
+}
+
+pub(super) fn is_placeholder(data: &[u8]) -> bool {
+    data.starts_with(PLACEHOLDER_MAGIC)
+}
+
+/// How long a placeholder for `err` holds; `None` for errors that are never stored.
+pub(super) fn placeholder_ttl(config: &CacheConfig, err: &CacheError) -> Option<Duration> {
+    Some(match err {
+        CacheError::NotFound => config.retry_misses_after,
+        CacheError::Malformed(_) | CacheError::Unsupported(_) | CacheError::TooLarge(_) => {
+            config.retry_malformed_after
+        }
+        CacheError::PermissionDenied(_) | CacheError::Timeout(_) | CacheError::DownloadError(_) => {
+            config.retry_errors_after
+        }
+        CacheError::InternalError => return None,
+    })
+}
+
+/// Memory → disk (current, then compatible versions) → shared cache → compute, for one
+/// cache kind. Cheap to clone: clones share everything.
 pub struct Cacher<R: CacheItemRequest> {
+    inner: Arc<Inner<R>>,
+}
+
+impl<R: CacheItemRequest> Clone for Cacher<R> {
+    fn clone(&self) -> Self {
+        Cacher {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+struct Inner<R: CacheItemRequest> {
     kind: CacheKind,
-    /// `cache_dir/<name>/<version>`.
-    dir: PathBuf,
+    cache_dir: PathBuf,
     config: CacheConfig,
     memory: moka::future::Cache<CacheKey, Entry<R::Item>>,
     stats: Arc<CacheStats>,
     boot_id: Arc<str>,
+    shared: Option<Arc<SharedCache>>,
+    /// Keys being recomputed from an old version, so each is recomputed once.
+    refreshes: Mutex<HashSet<CacheKey>>,
 }
 
 /// Last-use times are file mtimes; touching on every hit would turn reads into writes.
-const TOUCH_INTERVAL: Duration = Duration::from_secs(3600);
+pub(super) const TOUCH_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// Background recomputations of old-version files running at once per kind; more wait
+/// for a later request (the old file keeps being served meanwhile).
+const MAX_REFRESHES: usize = 16;
 
 impl<R: CacheItemRequest> Cacher<R> {
     pub fn new(
@@ -146,59 +225,106 @@ impl<R: CacheItemRequest> Cacher<R> {
             .expire_after(EntryExpiry)
             .build();
         Cacher {
-            kind,
-            dir: cache_dir.join(kind.name).join(kind.version.to_string()),
-            config,
-            memory,
-            stats: Arc::new(CacheStats::default()),
-            boot_id,
+            inner: Arc::new(Inner {
+                kind,
+                cache_dir: cache_dir.to_owned(),
+                config,
+                memory,
+                stats: Arc::new(CacheStats::default()),
+                boot_id,
+                shared: None,
+                refreshes: Mutex::new(HashSet::new()),
+            }),
         }
     }
 
+    /// Consults and fills `shared` (for derived caches, which are worth sharing).
+    pub fn with_shared(mut self, shared: Option<Arc<SharedCache>>) -> Self {
+        Arc::get_mut(&mut self.inner)
+            .expect("configured before first use")
+            .shared = shared;
+        self
+    }
+
     pub fn kind(&self) -> CacheKind {
-        self.kind
+        self.inner.kind
     }
 
-    pub fn stats(&self) -> &CacheStats {
-        &self.stats
+    pub fn stats(&self) -> &Arc<CacheStats> {
+        &self.inner.stats
     }
 
+    /// Where the current version of `key` lives.
     pub fn path_for(&self, key: &CacheKey) -> PathBuf {
-        self.dir.join(key.relative_path())
+        self.version_path(self.inner.kind.version, key)
+    }
+
+    fn version_path(&self, version: u32, key: &CacheKey) -> PathBuf {
+        self.inner
+            .cache_dir
+            .join(self.inner.kind.name)
+            .join(version.to_string())
+            .join(key.relative_path())
+    }
+
+    /// The same file's name in the shared cache: `<kind>/<version>/<scope>/<digest>`.
+    fn shared_path(&self, key: &CacheKey) -> String {
+        let kind = self.inner.kind;
+        let rel = key.relative_path();
+        format!("{}/{}/{}", kind.name, kind.version, rel.to_string_lossy())
     }
 
     /// Returns the item for `key`, computing it with `request` at most once however many
     /// callers ask concurrently.
     pub async fn get(&self, key: CacheKey, request: R) -> CacheResult<R::Item> {
         let mut computed_here = false;
+        // Boxed: callers nest `get` futures deeply (stackwalk → CFI → objects), and an
+        // unboxed chain of this size overflows the compiler's layout depth limit.
+        let load: BoxFuture<'_, Entry<R::Item>> = Box::pin(self.load_or_compute(&key, request));
         let entry = self
+            .inner
             .memory
             .get_with_by_ref(&key, async {
                 computed_here = true;
-                self.load_or_compute(&key, &request).await
+                load.await
             })
             .await;
         if !computed_here {
-            self.stats.memory_hits.fetch_add(1, Ordering::Relaxed);
+            self.inner.stats.memory_hits.fetch_add(1, Ordering::Relaxed);
         }
         entry.value
     }
 
-    async fn load_or_compute(&self, key: &CacheKey, request: &R) -> Entry<R::Item> {
+    async fn load_or_compute(&self, key: &CacheKey, request: R) -> Entry<R::Item> {
+        let stats = &self.inner.stats;
         let path = self.path_for(key);
-        if let Some(entry) = self.read_disk(&path, request) {
+        if let Some(entry) = self.read_disk(&path, key, &request, true) {
             return entry;
         }
-        self.stats.computed.fetch_add(1, Ordering::Relaxed);
-        let result = self.compute(&path, request).await;
-        if result.value.is_err() {
-            self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        for &version in self.inner.kind.compatible {
+            let old = self.version_path(version, key);
+            if let Some(entry) = self.read_disk(&old, key, &request, false) {
+                stats.old_version_hits.fetch_add(1, Ordering::Relaxed);
+                self.spawn_refresh(key.clone(), request);
+                return entry;
+            }
         }
-        result
+        if let Some(entry) = self.read_shared(key, &path, &request).await {
+            return entry;
+        }
+        self.compute(key, &path, &request).await
     }
 
-    /// A usable file on disk, or `None` when the entry must be (re)computed.
-    fn read_disk(&self, path: &Path, request: &R) -> Option<Entry<R::Item>> {
+    /// A usable file on disk, or `None` when the entry must be looked up further. Old
+    /// versions (`current == false`) count only when they hold an item: their
+    /// placeholders were written under rules that may have changed.
+    fn read_disk(
+        &self,
+        path: &Path,
+        key: &CacheKey,
+        request: &R,
+        current: bool,
+    ) -> Option<Entry<R::Item>> {
         let file = std::fs::File::open(path).ok()?;
         let meta = file.metadata().ok()?;
         let age = meta
@@ -207,65 +333,147 @@ impl<R: CacheItemRequest> Cacher<R> {
             .and_then(|m| SystemTime::now().duration_since(m).ok())
             .unwrap_or_default();
         let view = ByteView::map_file(file).ok()?;
-        if view.starts_with(PLACEHOLDER_MAGIC) {
-            let placeholder: Placeholder =
-                serde_json::from_slice(&view[PLACEHOLDER_MAGIC.len()..]).ok()?;
-            let err = placeholder.to_error();
-            let ttl = self.placeholder_ttl(&err)?;
+        if is_placeholder(&view) {
+            if !current {
+                return None;
+            }
+            let (err, boot_id) = read_placeholder(&view)?;
+            let ttl = placeholder_ttl(&self.inner.config, &err)?;
             if age >= ttl {
                 return None;
             }
-            if matches!(err, CacheError::Malformed(_)) && *placeholder.boot_id != *self.boot_id {
+            if matches!(err, CacheError::Malformed(_)) && *boot_id != *self.inner.boot_id {
                 return None;
             }
-            self.stats.placeholder_hits.fetch_add(1, Ordering::Relaxed);
+            self.inner
+                .stats
+                .placeholder_hits
+                .fetch_add(1, Ordering::Relaxed);
             return Some(Entry {
                 value: Err(err),
                 weight: 1,
                 ttl: Some(ttl - age),
             });
         }
+        let weight = weight_of(view.len()).saturating_mul(R::MEMORY_FACTOR);
+        let item = match request.load(view.clone()) {
+            Ok(item) => item,
+            // Files are published whole, so one that does not load was damaged outside
+            // omnisym (or is an old version after all): compute it again.
+            Err(err) => {
+                tracing::warn!(path = %path.display(), error = %err, "unreadable cache file");
+                return None;
+            }
+        };
         if age >= TOUCH_INTERVAL {
             touch(path);
+            // The shared copy ages too (a store may expire unused objects): refresh it.
+            if current && let Some(shared) = &self.inner.shared {
+                shared.store(self.shared_path(key), view);
+            }
         }
-        self.stats.disk_hits.fetch_add(1, Ordering::Relaxed);
-        let weight = weight_of(view.len()).saturating_mul(R::MEMORY_FACTOR);
-        Some(match request.load(view) {
-            Ok(item) => Entry {
-                value: Ok(item),
-                weight,
-                ttl: None,
-            },
-            Err(err) => self.error_entry(err),
+        if current {
+            self.inner.stats.disk_hits.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(Entry {
+            value: Ok(item),
+            weight,
+            ttl: None,
         })
     }
 
-    async fn compute(&self, path: &Path, request: &R) -> Entry<R::Item> {
-        let dir = path.parent().expect("cache paths have a parent");
-        if let Err(err) = std::fs::create_dir_all(dir) {
-            return self.error_entry(CacheError::internal(format_args!(
-                "cannot create {}: {err}",
-                dir.display()
-            )));
+    /// Another replica's result, published locally; `None` when there is none usable.
+    async fn read_shared(
+        &self,
+        key: &CacheKey,
+        path: &Path,
+        request: &R,
+    ) -> Option<Entry<R::Item>> {
+        let shared = self.inner.shared.as_ref()?;
+        let mut temp = self.temp_file(path).ok()?;
+        if !shared.fetch(&self.shared_path(key), &mut temp).await {
+            return None;
         }
-        let mut temp = match tempfile::Builder::new().prefix(".tmp").tempfile_in(dir) {
-            Ok(temp) => temp,
-            Err(err) => return self.error_entry(CacheError::internal(err)),
-        };
-        let outcome = match request.compute(&mut temp).await {
-            Ok(()) => self.publish(temp, path, request),
+        match self.publish(temp, path, request) {
+            Ok((item, view)) => {
+                self.inner.stats.shared_hits.fetch_add(1, Ordering::Relaxed);
+                Some(Entry {
+                    value: Ok(item),
+                    weight: weight_of(view.len()).saturating_mul(R::MEMORY_FACTOR),
+                    ttl: None,
+                })
+            }
+            Err(err) => {
+                tracing::warn!(kind = self.inner.kind.name, %key, error = %err, "unusable shared cache file");
+                None
+            }
+        }
+    }
+
+    /// Recomputes the current version of an entry served from an old version, without
+    /// making anyone wait for it.
+    fn spawn_refresh(&self, key: CacheKey, request: R) {
+        {
+            let mut refreshes = self.inner.refreshes.lock().unwrap();
+            if refreshes.len() >= MAX_REFRESHES || !refreshes.insert(key.clone()) {
+                return;
+            }
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let path = this.path_for(&key);
+            let entry = this.compute(&key, &path, &request).await;
+            this.inner.memory.insert(key.clone(), entry).await;
+            this.inner.refreshes.lock().unwrap().remove(&key);
+        });
+    }
+
+    fn temp_file(&self, path: &Path) -> CacheResult<NamedTempFile> {
+        let dir = path.parent().expect("cache paths have a parent");
+        std::fs::create_dir_all(dir).map_err(|err| {
+            CacheError::internal(format_args!("cannot create {}: {err}", dir.display()))
+        })?;
+        tempfile::Builder::new()
+            .prefix(".tmp")
+            .tempfile_in(dir)
+            .map_err(CacheError::internal)
+    }
+
+    async fn compute(&self, key: &CacheKey, path: &Path, request: &R) -> Entry<R::Item> {
+        let stats = &self.inner.stats;
+        stats.computed.fetch_add(1, Ordering::Relaxed);
+        let outcome = match self.temp_file(path) {
+            Ok(mut temp) => match request.compute(&mut temp).await {
+                Ok(()) => self.publish(temp, path, request),
+                Err(err) => Err(err),
+            },
             Err(err) => Err(err),
         };
         match outcome {
-            Ok((item, len)) => Entry {
-                value: Ok(item),
-                weight: weight_of(len).saturating_mul(R::MEMORY_FACTOR),
-                ttl: None,
-            },
+            Ok((item, view)) => {
+                self.remove_old_versions(key);
+                let weight = weight_of(view.len()).saturating_mul(R::MEMORY_FACTOR);
+                if let Some(shared) = &self.inner.shared {
+                    shared.store(self.shared_path(key), view);
+                }
+                Entry {
+                    value: Ok(item),
+                    weight,
+                    ttl: None,
+                }
+            }
             Err(err) => {
+                stats.errors.fetch_add(1, Ordering::Relaxed);
                 self.write_placeholder(path, &err);
                 self.error_entry(err)
             }
+        }
+    }
+
+    /// The current version replaces older ones; keeping them would only use disk.
+    fn remove_old_versions(&self, key: &CacheKey) {
+        for &version in self.inner.kind.compatible {
+            let _ = std::fs::remove_file(self.version_path(version, key));
         }
     }
 
@@ -274,26 +482,25 @@ impl<R: CacheItemRequest> Cacher<R> {
         temp: NamedTempFile,
         path: &Path,
         request: &R,
-    ) -> CacheResult<(R::Item, usize)> {
+    ) -> CacheResult<(R::Item, ByteView<'static>)> {
         let file = temp
             .persist(path)
             .map_err(|err| CacheError::internal(err.error))?;
         let view = ByteView::map_file(file).map_err(CacheError::internal)?;
-        let len = view.len();
-        Ok((request.load(view)?, len))
+        Ok((request.load(view.clone())?, view))
     }
 
     fn write_placeholder(&self, path: &Path, err: &CacheError) {
-        let Some(placeholder) = Placeholder::from_error(err, &self.boot_id) else {
+        let Some(placeholder) = placeholder_bytes(err, &self.inner.boot_id) else {
             // Drop whatever was there, so the next request retries.
             let _ = std::fs::remove_file(path);
             return;
         };
         let write = || -> std::io::Result<()> {
             let dir = path.parent().expect("cache paths have a parent");
+            std::fs::create_dir_all(dir)?;
             let mut temp = tempfile::Builder::new().prefix(".tmp").tempfile_in(dir)?;
-            temp.write_all(PLACEHOLDER_MAGIC)?;
-            serde_json::to_writer(&mut temp, &placeholder)?;
+            temp.write_all(&placeholder)?;
             temp.persist(path).map_err(|e| e.error)?;
             Ok(())
         };
@@ -302,21 +509,8 @@ impl<R: CacheItemRequest> Cacher<R> {
         }
     }
 
-    fn placeholder_ttl(&self, err: &CacheError) -> Option<Duration> {
-        Some(match err {
-            CacheError::NotFound => self.config.retry_misses_after,
-            CacheError::Malformed(_) | CacheError::Unsupported(_) | CacheError::TooLarge(_) => {
-                self.config.retry_malformed_after
-            }
-            CacheError::PermissionDenied(_)
-            | CacheError::Timeout(_)
-            | CacheError::DownloadError(_) => self.config.retry_errors_after,
-            CacheError::InternalError => return None,
-        })
-    }
-
     fn error_entry(&self, err: CacheError) -> Entry<R::Item> {
-        let ttl = self.placeholder_ttl(&err).unwrap_or(Duration::ZERO);
+        let ttl = placeholder_ttl(&self.inner.config, &err).unwrap_or(Duration::ZERO);
         Entry {
             value: Err(err),
             weight: 1,
@@ -374,6 +568,7 @@ mod tests {
         let kind = CacheKind {
             name: "test",
             version: 1,
+            compatible: &[],
         };
         Cacher::new(kind, dir, config, 1 << 20, "boot-a".into())
     }
@@ -421,38 +616,48 @@ mod tests {
         assert!(leftovers.is_empty(), "{leftovers:?}");
     }
 
-    #[tokio::test]
-    async fn misses_are_placeholders_until_they_expire() {
+    /// `err` is remembered, across a restart too, while its placeholder is fresh; after
+    /// 300 ms (what `config` gives it) the next request computes again.
+    async fn assert_remembered_for_300ms(config: CacheConfig, err: CacheError) {
         let dir = tempfile::tempdir().unwrap();
-        let config = CacheConfig {
-            retry_misses_after: Duration::from_millis(300),
-            ..CacheConfig::default()
-        };
         let calls = Arc::new(AtomicUsize::new(0));
-        let key = CacheKey::new(Scope::Global, &["missing"]);
-        let req = |result| Req {
-            calls: calls.clone(),
-            result,
-        };
+        let key = CacheKey::new(Scope::Global, &["failing"]);
         let c = cacher(dir.path(), config.clone());
         assert_eq!(
-            c.get(key.clone(), req(Err(CacheError::NotFound))).await,
-            Err(CacheError::NotFound)
+            c.get(key.clone(), req(&calls, Err(err.clone()))).await,
+            Err(err.clone())
         );
         // New process, placeholder still valid: no recompute.
         let c = cacher(dir.path(), config.clone());
-        assert_eq!(
-            c.get(key.clone(), req(Ok(b"x"))).await,
-            Err(CacheError::NotFound)
-        );
+        assert_eq!(c.get(key.clone(), req(&calls, Ok(b"x"))).await, Err(err));
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         tokio::time::sleep(Duration::from_millis(350)).await;
         // Expired in memory and on disk: the sources are asked again.
         assert_eq!(
-            c.get(key.clone(), req(Ok(b"x"))).await.unwrap().as_slice(),
+            c.get(key, req(&calls, Ok(b"x"))).await.unwrap().as_slice(),
             b"x"
         );
         assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn misses_are_placeholders_until_they_expire() {
+        let config = CacheConfig {
+            retry_misses_after: Duration::from_millis(300),
+            ..CacheConfig::default()
+        };
+        assert_remembered_for_300ms(config, CacheError::NotFound).await;
+    }
+
+    #[tokio::test]
+    async fn transient_errors_are_remembered_briefly_not_for_the_miss_lifetime() {
+        let config = CacheConfig {
+            retry_misses_after: Duration::from_secs(3600),
+            retry_errors_after: Duration::from_millis(300),
+            ..CacheConfig::default()
+        };
+        let err = CacheError::DownloadError("503".into());
+        assert_remembered_for_300ms(config, err).await;
     }
 
     #[tokio::test]
@@ -463,6 +668,7 @@ mod tests {
         let kind = CacheKind {
             name: "test",
             version: 1,
+            compatible: &[],
         };
         let c: Cacher<Req> = Cacher::new(
             kind,
@@ -499,6 +705,159 @@ mod tests {
             "b".into(),
         );
         assert_eq!(new_boot.get(key, good()).await.unwrap().as_slice(), b"good");
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    fn req(calls: &Arc<AtomicUsize>, result: CacheResult<&'static [u8]>) -> Req {
+        Req {
+            calls: calls.clone(),
+            result,
+        }
+    }
+
+    fn versioned(dir: &Path, version: u32, compatible: &'static [u32]) -> Cacher<Req> {
+        let kind = CacheKind {
+            name: "test",
+            version,
+            compatible,
+        };
+        Cacher::new(kind, dir, CacheConfig::default(), 1 << 20, "boot".into())
+    }
+
+    #[tokio::test]
+    async fn compatible_old_version_is_served_then_recomputed_in_background() {
+        let dir = tempfile::tempdir().unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let key = CacheKey::new(Scope::Global, &["v"]);
+        let v1 = versioned(dir.path(), 1, &[]);
+        assert_eq!(
+            v1.get(key.clone(), req(&calls, Ok(b"old")))
+                .await
+                .unwrap()
+                .as_slice(),
+            b"old"
+        );
+        let old_path = v1.path_for(&key);
+
+        let v2 = versioned(dir.path(), 2, &[1]);
+        // Served at once from the old file, although computing would give "new".
+        let got = v2.get(key.clone(), req(&calls, Ok(b"new"))).await.unwrap();
+        assert_eq!(got.as_slice(), b"old");
+        assert_eq!(v2.stats().old_version_hits.load(Ordering::Relaxed), 1);
+        for _ in 0..250 {
+            if v2.inner.refreshes.lock().unwrap().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(std::fs::read(v2.path_for(&key)).unwrap(), b"new");
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert!(!old_path.exists(), "the old version is replaced");
+        // The memory layer now holds the recomputed item.
+        let got = v2.get(key, req(&calls, Ok(b"other"))).await.unwrap();
+        assert_eq!(got.as_slice(), b"new");
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn incompatible_old_version_counts_as_absent() {
+        let dir = tempfile::tempdir().unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let key = CacheKey::new(Scope::Global, &["v"]);
+        let v1 = versioned(dir.path(), 1, &[]);
+        v1.get(key.clone(), req(&calls, Ok(b"old"))).await.unwrap();
+        let v3 = versioned(dir.path(), 3, &[2]);
+        let got = v3.get(key, req(&calls, Ok(b"new"))).await.unwrap();
+        assert_eq!(got.as_slice(), b"new");
+        assert_eq!(v3.stats().old_version_hits.load(Ordering::Relaxed), 0);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn reads_touch_the_mtime_at_most_hourly() {
+        let dir = tempfile::tempdir().unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let set_age = |path: &Path, age: Duration| {
+            let file = std::fs::File::options().append(true).open(path).unwrap();
+            file.set_modified(SystemTime::now() - age).unwrap();
+        };
+        let age_of = |path: &Path| {
+            SystemTime::now()
+                .duration_since(std::fs::metadata(path).unwrap().modified().unwrap())
+                .unwrap()
+        };
+        for (age, touched) in [
+            (Duration::from_secs(7200), true),
+            (Duration::from_secs(1800), false),
+        ] {
+            let key = CacheKey::new(Scope::Global, &[&age.as_secs().to_string()]);
+            let c = cacher(dir.path(), CacheConfig::default());
+            c.get(key.clone(), req(&calls, Ok(b"x"))).await.unwrap();
+            set_age(&c.path_for(&key), age);
+            // A new process reads it from disk.
+            let c = cacher(dir.path(), CacheConfig::default());
+            c.get(key.clone(), req(&calls, Ok(b"x"))).await.unwrap();
+            let now_age = age_of(&c.path_for(&key));
+            assert_eq!(
+                now_age < Duration::from_secs(60),
+                touched,
+                "{age:?} -> {now_age:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn memory_layer_is_bounded_by_file_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let kind = CacheKind {
+            name: "test",
+            version: 1,
+            compatible: &[],
+        };
+        let c: Cacher<Req> = Cacher::new(kind, dir.path(), CacheConfig::default(), 16, "b".into());
+        for name in ["a", "b", "c"] {
+            let key = CacheKey::new(Scope::Global, &[name]);
+            c.get(key, req(&calls, Ok(b"twelve bytes"))).await.unwrap();
+        }
+        c.inner.memory.run_pending_tasks().await;
+        assert_eq!(c.inner.memory.entry_count(), 1);
+        assert_eq!(c.inner.memory.weighted_size(), 12);
+        // What fell out of memory is still on disk.
+        let key = CacheKey::new(Scope::Global, &["a"]);
+        c.get(key, req(&calls, Ok(b"other"))).await.unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_damaged_file_is_recomputed_not_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let key = CacheKey::new(Scope::Global, &["damaged"]);
+        let c = cacher(dir.path(), CacheConfig::default());
+        std::fs::create_dir_all(c.path_for(&key).parent().unwrap()).unwrap();
+        std::fs::write(c.path_for(&key), b"bad: truncated").unwrap();
+        let got = c.get(key, req(&calls, Ok(b"good"))).await.unwrap();
+        assert_eq!(got.as_slice(), b"good");
+    }
+
+    #[tokio::test]
+    async fn scopes_do_not_see_each_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = cacher(dir.path(), CacheConfig::default());
+        let a = CacheKey::new(Scope::new("a"), &["same"]);
+        let b = CacheKey::new(Scope::new("b"), &["same"]);
+        c.get(a.clone(), req(&calls, Ok(b"from a"))).await.unwrap();
+        let got = c.get(b.clone(), req(&calls, Ok(b"from b"))).await.unwrap();
+        assert_eq!(got.as_slice(), b"from b");
+        assert_ne!(c.path_for(&a).parent(), c.path_for(&b).parent());
+        // Also from disk, in a fresh process.
+        let c = cacher(dir.path(), CacheConfig::default());
+        assert_eq!(
+            c.get(b, req(&calls, Ok(b"?"))).await.unwrap().as_slice(),
+            b"from b"
+        );
         assert_eq!(calls.load(Ordering::SeqCst), 2);
     }
 

@@ -1,11 +1,35 @@
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use super::{CacheItemRequest, CacheKind, Cacher};
+use serde::Serialize;
+
+use super::shared::SharedCache;
+use super::{CacheItemRequest, CacheKind, CacheStats, Cacher};
 use crate::config::{CacheConfig, Config};
+use crate::fetch::Downloader;
+
+/// Whether files of a kind came from sources or were computed from such files; decides
+/// which lifetime rules apply, what goes to the shared cache, and what a full disk
+/// gives up first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    Downloaded,
+    Derived,
+}
+
+/// A cache kind some `Cacher` serves, with its counters.
+#[derive(Clone)]
+pub struct RegisteredKind {
+    pub kind: CacheKind,
+    pub family: Family,
+    pub stats: Arc<CacheStats>,
+}
 
 /// Builds the `Cacher` of every cache kind from the config: where files go, which
-/// lifetime rules apply, and each kind's share of the in-memory budget.
+/// lifetime rules apply, and each kind's share of the in-memory budget. Remembers every
+/// kind it built, so cleanup knows the live versions and `/metrics` the counters.
 pub struct Caches {
     cache_dir: PathBuf,
     downloaded: CacheConfig,
@@ -13,17 +37,26 @@ pub struct Caches {
     memory_capacity: u64,
     /// Identifies this process, so "malformed" verdicts do not outlive a restart.
     boot_id: Arc<str>,
+    shared: Option<Arc<SharedCache>>,
+    kinds: Mutex<Vec<RegisteredKind>>,
 }
 
 impl Caches {
-    pub fn from_config(config: &Config) -> Self {
-        Caches {
+    /// Needs a tokio runtime when a shared cache is configured (its upload worker).
+    pub fn from_config(config: &Config, downloader: &Downloader) -> anyhow::Result<Self> {
+        let shared = match &config.shared_cache {
+            Some(shared) => Some(Arc::new(SharedCache::new(shared, downloader)?)),
+            None => None,
+        };
+        Ok(Caches {
             cache_dir: config.cache_dir.clone(),
             downloaded: config.caches.downloaded.clone(),
             derived: config.caches.derived.clone(),
             memory_capacity: config.caches.in_memory.capacity,
             boot_id: uuid::Uuid::new_v4().to_string().into(),
-        }
+            shared,
+            kinds: Mutex::new(Vec::new()),
+        })
     }
 
     /// `num/den` of the in-memory budget, in bytes.
@@ -31,25 +64,68 @@ impl Caches {
         self.memory_capacity / den * num
     }
 
-    /// A cache of files fetched from sources.
+    /// A cache of files fetched from sources. They stay local: they are large, and any
+    /// replica can fetch them from the source as cheaply as from a shared store.
     pub fn downloaded<R: CacheItemRequest>(&self, kind: CacheKind, memory: u64) -> Cacher<R> {
-        Cacher::new(
-            kind,
-            &self.cache_dir,
-            self.downloaded.clone(),
-            memory,
-            self.boot_id.clone(),
-        )
+        self.build(kind, Family::Downloaded, memory)
     }
 
-    /// A cache of files computed from fetched ones.
+    /// A cache of files computed from fetched ones; shared between replicas when a
+    /// shared cache is configured.
     pub fn derived<R: CacheItemRequest>(&self, kind: CacheKind, memory: u64) -> Cacher<R> {
-        Cacher::new(
+        self.build(kind, Family::Derived, memory)
+    }
+
+    fn build<R: CacheItemRequest>(
+        &self,
+        kind: CacheKind,
+        family: Family,
+        memory: u64,
+    ) -> Cacher<R> {
+        let (config, shared) = match family {
+            Family::Downloaded => (&self.downloaded, None),
+            Family::Derived => (&self.derived, self.shared.clone()),
+        };
+        let cacher = Cacher::new(
             kind,
             &self.cache_dir,
-            self.derived.clone(),
+            config.clone(),
             memory,
             self.boot_id.clone(),
         )
+        .with_shared(shared);
+        self.kinds.lock().unwrap().push(RegisteredKind {
+            kind,
+            family,
+            stats: cacher.stats().clone(),
+        });
+        cacher
+    }
+
+    /// Every kind built so far.
+    pub fn kinds(&self) -> Vec<RegisteredKind> {
+        self.kinds.lock().unwrap().clone()
+    }
+
+    /// What `GET /metrics` shows: every kind's counters, and the shared cache's (or
+    /// `null`).
+    pub fn metrics(&self) -> serde_json::Value {
+        let caches: BTreeMap<&str, serde_json::Value> = self
+            .kinds
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|k| {
+                (
+                    k.kind.name,
+                    serde_json::to_value(&*k.stats).unwrap_or_default(),
+                )
+            })
+            .collect();
+        let shared = self.shared.as_ref().map(|s| s.stats().clone());
+        serde_json::json!({
+            "caches": caches,
+            "shared_cache": shared.as_deref(),
+        })
     }
 }

@@ -1,15 +1,22 @@
 //! The cache core: `Cacher<R>` gives every cache kind (downloaded objects, object
 //! metadata, SymCaches, ...) the same lifecycle: an in-memory LRU in front of versioned
-//! files on disk, one computation per key however many requests wait for it, writes
-//! through a temp file and a rename, and negative-cache placeholders for misses and
-//! failures. Keys carry the request scope and the source, so nothing crosses scopes.
+//! files on disk (compatible old versions served while recomputed), a shared cache for
+//! replicas, one computation per key however many requests wait for it, writes through
+//! a temp file and a rename, and negative-cache placeholders for misses and failures.
+//! Keys carry the request scope and the source, so nothing crosses scopes. `cleanup`
+//! owns deletion: the time rules, stray temp files, old versions and the disk budget.
 
 mod cacher;
 mod caches;
+pub mod cleanup;
 mod error;
 mod key;
+mod shared;
 
 pub use cacher::{CacheItemRequest, CacheKind, CacheStats, Cacher};
-pub use caches::Caches;
+pub use caches::{Caches, Family, RegisteredKind};
 pub use error::{CacheError, CacheResult};
 pub use key::{CacheKey, Scope};
+pub use shared::{
+    S3SharedCacheConfig, SharedCache, SharedCacheBackendConfig, SharedCacheConfig, SharedCacheStats,
+};

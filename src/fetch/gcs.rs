@@ -21,7 +21,21 @@ use super::{Downloader, redact_url};
 use crate::cache::{CacheError, CacheResult};
 use crate::sources::{GcsAuth, GcsSourceConfig, Secret, google_token_uri};
 
-const SCOPE: &str = "https://www.googleapis.com/auth/devstorage.read_only";
+/// What a token may do: sources only read; the shared cache also writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum GcsAccess {
+    Read,
+    Write,
+}
+
+impl GcsAccess {
+    fn scope(self) -> &'static str {
+        match self {
+            GcsAccess::Read => "https://www.googleapis.com/auth/devstorage.read_only",
+            GcsAccess::Write => "https://www.googleapis.com/auth/devstorage.read_write",
+        }
+    }
+}
 const DEFAULT_ENDPOINT: &str = "https://storage.googleapis.com";
 const JWT_LIFETIME: Duration = Duration::from_secs(3600);
 /// Refresh this long before expiry at the latest, so no download starts with a token that
@@ -51,7 +65,7 @@ impl GcsToken {
     }
 }
 
-pub(super) type GcsTokens = moka::future::Cache<GcsAuth, CacheResult<Arc<GcsToken>>>;
+pub(super) type GcsTokens = moka::future::Cache<(GcsAuth, GcsAccess), CacheResult<Arc<GcsToken>>>;
 
 /// Server-side GCS settings read from the environment once, at start.
 #[derive(Debug, Default, Clone)]
@@ -110,6 +124,7 @@ pub(super) fn service_account_jwt(
     client_email: &str,
     private_key: &Secret,
     token_uri: &Url,
+    access: GcsAccess,
     now: SystemTime,
 ) -> CacheResult<String> {
     let iat = now
@@ -118,7 +133,7 @@ pub(super) fn service_account_jwt(
         .as_secs();
     let claims = Claims {
         iss: client_email,
-        scope: SCOPE,
+        scope: access.scope(),
         aud: token_uri.as_str(),
         iat,
         exp: iat + JWT_LIFETIME.as_secs(),
@@ -132,7 +147,7 @@ pub(super) fn service_account_jwt(
 }
 
 /// The object's download URL in the JSON API; the object name is one percent-encoded segment.
-pub(super) fn download_url(endpoint: Option<&Url>, bucket: &str, key: &str) -> CacheResult<Url> {
+pub(crate) fn download_url(endpoint: Option<&Url>, bucket: &str, key: &str) -> CacheResult<Url> {
     let mut url = match endpoint {
         Some(endpoint) => endpoint.clone(),
         None => Url::parse(DEFAULT_ENDPOINT).map_err(CacheError::internal)?,
@@ -198,27 +213,44 @@ impl Downloader {
             .endpoint
             .as_ref()
             .or(self.inner.gcs_env.emulator.as_ref());
+        let headers = self.gcs_headers(auth, endpoint, GcsAccess::Read).await?;
+        let url = download_url(endpoint, &source.bucket, key)?;
+        self.download_http(&url, &headers, dest).await
+    }
+
+    /// The authorisation header for `auth`; none for an emulator without credentials.
+    pub(crate) async fn gcs_headers(
+        &self,
+        auth: GcsAuth,
+        endpoint: Option<&Url>,
+        access: GcsAccess,
+    ) -> CacheResult<BTreeMap<String, String>> {
         let mut headers = BTreeMap::new();
         let anonymous = matches!(auth, GcsAuth::Default) && endpoint.is_some();
         if !anonymous {
-            let token = self.gcs_token(auth).await?;
+            let token = self.gcs_token(auth, access).await?;
             headers.insert(
                 "Authorization".to_owned(),
                 format!("Bearer {}", token.expose()),
             );
         }
-        let url = download_url(endpoint, &source.bucket, key)?;
-        self.download_http(&url, &headers, dest).await
+        Ok(headers)
     }
 
-    async fn gcs_token(&self, auth: GcsAuth) -> CacheResult<Secret> {
+    /// The emulator named by `STORAGE_EMULATOR_HOST`, if any.
+    pub(crate) fn gcs_emulator(&self) -> Option<&Url> {
+        self.inner.gcs_env.emulator.as_ref()
+    }
+
+    async fn gcs_token(&self, auth: GcsAuth, access: GcsAccess) -> CacheResult<Secret> {
         if let GcsAuth::Token(token) = auth {
             return Ok(token);
         }
-        let init = self.request_gcs_token(&auth);
+        let key = (auth, access);
+        let init = self.request_gcs_token(&key.0, access);
         self.inner
             .gcs_tokens
-            .entry_by_ref(&auth)
+            .entry_by_ref(&key)
             .or_insert_with_if(init, |cached| {
                 cached.as_ref().map_or(true, |token| token.needs_refresh())
             })
@@ -227,7 +259,11 @@ impl Downloader {
             .map(|token| token.bearer.clone())
     }
 
-    async fn request_gcs_token(&self, auth: &GcsAuth) -> CacheResult<Arc<GcsToken>> {
+    async fn request_gcs_token(
+        &self,
+        auth: &GcsAuth,
+        access: GcsAccess,
+    ) -> CacheResult<Arc<GcsToken>> {
         // Keys from a request may name any token endpoint, so that one is reached like any
         // request-supplied URL. The server's own credentials are trusted, metadata server
         // included.
@@ -241,12 +277,12 @@ impl Downloader {
                     return Err(CacheError::DownloadError(RESERVED_ADDRESS_MSG.to_owned()));
                 }
                 (
-                    jwt_request(client_email, private_key, token_uri)?,
+                    jwt_request(client_email, private_key, token_uri, access)?,
                     &self.inner.client,
                 )
             }
             GcsAuth::Default => (
-                self.default_credentials().await?,
+                self.default_credentials(access).await?,
                 &self.inner.trusted_client,
             ),
             GcsAuth::Token(token) => {
@@ -264,7 +300,7 @@ impl Downloader {
         token.map(Arc::new)
     }
 
-    async fn default_credentials(&self) -> CacheResult<TokenRequest> {
+    async fn default_credentials(&self, access: GcsAccess) -> CacheResult<TokenRequest> {
         let Some(path) = &self.inner.gcs_env.credentials_file else {
             let url = Url::parse(&format!(
                 "http://{}/computeMetadata/v1/instance/service-accounts/default/token",
@@ -291,7 +327,7 @@ impl Downloader {
                     Some(uri) => Url::parse(&uri).map_err(|err| unusable(err.to_string()))?,
                     None => google_token_uri(),
                 };
-                jwt_request(&client_email, &private_key, &token_uri)
+                jwt_request(&client_email, &private_key, &token_uri, access)
             }
             CredentialsFile::AuthorizedUser {
                 client_id,
@@ -369,8 +405,15 @@ fn jwt_request(
     client_email: &str,
     private_key: &Secret,
     token_uri: &Url,
+    access: GcsAccess,
 ) -> CacheResult<TokenRequest> {
-    let jwt = service_account_jwt(client_email, private_key, token_uri, SystemTime::now())?;
+    let jwt = service_account_jwt(
+        client_email,
+        private_key,
+        token_uri,
+        access,
+        SystemTime::now(),
+    )?;
     Ok(TokenRequest::Form {
         url: token_uri.clone(),
         form: url::form_urlencoded::Serializer::new(String::new())
@@ -402,8 +445,14 @@ mod tests {
         let key = Secret::new(String::from_utf8(fixture("test-key.pem")).unwrap());
         let token_uri = google_token_uri();
         let now = UNIX_EPOCH + Duration::from_secs(1_900_000_000);
-        let jwt =
-            service_account_jwt("sa@p.iam.gserviceaccount.com", &key, &token_uri, now).unwrap();
+        let jwt = service_account_jwt(
+            "sa@p.iam.gserviceaccount.com",
+            &key,
+            &token_uri,
+            GcsAccess::Read,
+            now,
+        )
+        .unwrap();
 
         let public = DecodingKey::from_rsa_pem(&fixture("test-key.pub.pem")).unwrap();
         let mut validation = Validation::new(Algorithm::RS256);
@@ -413,14 +462,20 @@ mod tests {
         let claims = decode::<serde_json::Value>(&jwt, &public, &validation)
             .unwrap()
             .claims;
-        assert_eq!(claims["scope"], SCOPE);
+        assert_eq!(claims["scope"], GcsAccess::Read.scope());
         assert_eq!(claims["iat"], 1_900_000_000u64);
         assert_eq!(claims["exp"], 1_900_003_600u64);
 
         // A signature by another key does not verify.
         let other = Secret::new(String::from_utf8(fixture("wrong-key.pem")).unwrap());
-        let forged =
-            service_account_jwt("sa@p.iam.gserviceaccount.com", &other, &token_uri, now).unwrap();
+        let forged = service_account_jwt(
+            "sa@p.iam.gserviceaccount.com",
+            &other,
+            &token_uri,
+            GcsAccess::Read,
+            now,
+        )
+        .unwrap();
         assert!(decode::<serde_json::Value>(&forged, &public, &validation).is_err());
     }
 
@@ -430,6 +485,7 @@ mod tests {
             "sa@p",
             &Secret::new("-----BEGIN PRIVATE KEY-----\nc2VjcmV0\n-----END PRIVATE KEY-----"),
             &google_token_uri(),
+            GcsAccess::Read,
             SystemTime::now(),
         )
         .unwrap_err();

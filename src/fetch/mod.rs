@@ -31,9 +31,11 @@ mod tests;
 mod transfer;
 
 pub use decompress::decompress_file;
+pub(crate) use gcs::{GcsAccess, download_url as gcs_download_url};
 pub use index::SymstoreIndexes;
 pub use remote::{RemoteFile, fetch_file};
 pub use reserved_ip::is_reserved_ip;
+pub(crate) use s3::{build_client as build_s3_client, http_client as s3_http_client};
 
 /// Limits and identity for outgoing fetches. Field names follow upstream's config keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,6 +154,12 @@ impl Downloader {
 
     pub fn config(&self) -> &FetchConfig {
         &self.inner.config
+    }
+
+    /// The client for the server's own endpoints (credential servers, the shared
+    /// cache), which may live at reserved addresses.
+    pub(crate) fn trusted_client(&self) -> &reqwest::Client {
+        &self.inner.trusted_client
     }
 
     /// Waits for a download slot of `source`. A semaphore evicted while in use only means

@@ -46,8 +46,48 @@ impl ResolveDns for PublicOnlyDns {
     }
 }
 
+/// An S3 client with the SDK's retries off (callers apply their own), static keys or
+/// the default credential chain, and path-style addressing for custom endpoints.
+pub(crate) async fn build_client(
+    region: &str,
+    endpoint: Option<&Url>,
+    keys: Option<(&str, &Secret)>,
+    http: SharedHttpClient,
+    connect_timeout: std::time::Duration,
+) -> aws_sdk_s3::Client {
+    let mut loader =
+        aws_config::defaults(BehaviorVersion::latest()).region(Region::new(region.to_owned()));
+    if let Some((access, secret)) = keys {
+        loader = loader.credentials_provider(Credentials::new(
+            access.to_owned(),
+            secret.expose().to_owned(),
+            None,
+            None,
+            "omnisym-source",
+        ));
+    }
+    // The credential providers keep their own HTTP client: instance and container
+    // metadata live at reserved addresses by design, and they are the server's own.
+    let shared = loader.load().await;
+    let mut builder = aws_sdk_s3::config::Builder::from(&shared)
+        .http_client(http)
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(connect_timeout)
+                .build(),
+        );
+    if let Some(endpoint) = endpoint {
+        // S3-compatible stores often lack virtual-host addressing.
+        builder = builder
+            .endpoint_url(endpoint.as_str().trim_end_matches('/'))
+            .force_path_style(true);
+    }
+    aws_sdk_s3::Client::from_conf(builder.build())
+}
+
 /// The connection pool every S3 client shares.
-pub(super) fn http_client(config: &FetchConfig) -> SharedHttpClient {
+pub(crate) fn http_client(config: &FetchConfig) -> SharedHttpClient {
     let builder = aws_smithy_http_client::Builder::new().tls_provider(tls::Provider::Rustls(
         tls::rustls_provider::CryptoMode::AwsLc,
     ));
@@ -87,36 +127,17 @@ impl Downloader {
                 .map(|(access, secret)| (access.to_owned(), secret.clone())),
         };
         let init = async {
-            let mut loader = aws_config::defaults(BehaviorVersion::latest())
-                .region(Region::new(key.region.clone()));
-            if let Some((access, secret)) = &key.keys {
-                loader = loader.credentials_provider(Credentials::new(
-                    access.clone(),
-                    secret.expose().to_owned(),
-                    None,
-                    None,
-                    "omnisym-source",
-                ));
-            }
-            // The credential providers keep their own HTTP client: instance and container
-            // metadata live at reserved addresses by design, and they are the server's own.
-            let shared = loader.load().await;
-            let config = self.config();
-            let mut builder = aws_sdk_s3::config::Builder::from(&shared)
-                .http_client(self.inner.s3_http.clone())
-                .retry_config(RetryConfig::disabled())
-                .timeout_config(
-                    TimeoutConfig::builder()
-                        .connect_timeout(config.connect_timeout)
-                        .build(),
-                );
-            if let Some(endpoint) = &key.endpoint {
-                // S3-compatible stores often lack virtual-host addressing.
-                builder = builder
-                    .endpoint_url(endpoint.as_str().trim_end_matches('/'))
-                    .force_path_style(true);
-            }
-            Arc::new(aws_sdk_s3::Client::from_conf(builder.build()))
+            let keys = key.keys.as_ref().map(|(a, s)| (a.as_str(), s));
+            Arc::new(
+                build_client(
+                    &key.region,
+                    key.endpoint.as_ref(),
+                    keys,
+                    self.inner.s3_http.clone(),
+                    self.config().connect_timeout,
+                )
+                .await,
+            )
         };
         self.inner.s3_clients.get_with_by_ref(&key, init).await
     }

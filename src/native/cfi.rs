@@ -23,6 +23,7 @@ use crate::sources::{FileType, ObjectId, SourceConfig};
 pub const CFICACHES: CacheKind = CacheKind {
     name: "cficaches",
     version: 1,
+    compatible: &[],
 };
 
 /// Unwind rules of one module, ready for the stack walker.

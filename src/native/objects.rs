@@ -26,11 +26,14 @@ use crate::types::{
 pub const OBJECTS: CacheKind = CacheKind {
     name: "objects",
     version: 1,
+    compatible: &[],
 };
 /// 2: `has_sources` also counts sources embedded in DWARF line tables.
 pub const OBJECT_META: CacheKind = CacheKind {
     name: "object_meta",
     version: 2,
+    // v1 lacks embedded DWARF sources in `has_sources`; it is served while v2 is built.
+    compatible: &[1],
 };
 
 /// A parsed debug file, backed by a memory-mapped cache file.

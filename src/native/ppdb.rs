@@ -18,6 +18,7 @@ use crate::types::{FrameStatus, RawFrame, SymbolicatedFrame};
 pub const PPDB_CACHES: CacheKind = CacheKind {
     name: "ppdb_caches",
     version: 1,
+    compatible: &[],
 };
 
 pub type OwnedPpdbCache = Arc<SelfCell<ByteView<'static>, PortablePdbCache<'static>>>;

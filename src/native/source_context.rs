@@ -47,6 +47,7 @@ pub fn context_lines(
 pub const SOURCEFILES: CacheKind = CacheKind {
     name: "sourcefiles",
     version: 1,
+    compatible: &[],
 };
 
 /// No source file worth showing context from is this big; a link to one is a mistake

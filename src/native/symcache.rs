@@ -18,6 +18,7 @@ use crate::sources::{FileType, ObjectId, SourceConfig};
 pub const SYMCACHES: CacheKind = CacheKind {
     name: "symcaches",
     version: 1,
+    compatible: &[],
 };
 
 pub type OwnedSymCache = Arc<SelfCell<ByteView<'static>, SymCache<'static>>>;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -37,12 +37,14 @@ pub struct AppState {
     /// Fetches crash files named by `storage_url`.
     pub downloader: Downloader,
     pub crash_files: crash::CrashFiles,
+    /// Every cache kind's counters (for `/metrics`) and live versions (for cleanup).
+    pub caches: Arc<Caches>,
 }
 
 impl AppState {
     pub fn new(config: &Config) -> anyhow::Result<Self> {
-        let caches = Caches::from_config(config);
         let downloader = Downloader::new(config.fetch_config())?;
+        let caches = Arc::new(Caches::from_config(config, &downloader)?);
         let native = NativeService::new(&caches, downloader.clone(), config.max_download_size);
         Ok(AppState {
             // Results waiting to be polled may hold at most 64 MiB.
@@ -54,6 +56,7 @@ impl AppState {
                 dir: config.cache_dir.join("tmp"),
                 max_size: config.max_crash_file_size,
             },
+            caches,
         })
     }
 }
@@ -61,6 +64,10 @@ impl AppState {
 pub fn router(state: AppState, config: &Config) -> Router {
     Router::new()
         .route("/healthcheck", get(|| async { "ok" }))
+        .route(
+            "/metrics",
+            get(|State(state): State<AppState>| async move { axum::Json(state.caches.metrics()) }),
+        )
         .route("/symbolicate", post(symbolicate::symbolicate))
         .route("/symbolicate-any", post(crash::symbolicate_any))
         .route("/requests/{id}", get(requests::poll))

@@ -3,6 +3,9 @@
 
 #![allow(dead_code)]
 
+pub mod gcs;
+pub mod s3;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -52,6 +55,43 @@ pub fn elf_module() -> Value {
         "image_addr": format!("{ELF_BASE:#x}"),
         "image_size": elf["image_size"],
     })
+}
+
+/// A request for the fixture's first probe address, with candidates.
+pub fn elf_request(sources: Value) -> Value {
+    let elf = object("elf");
+    let probe = &elf["probes"][0];
+    let rel = u64::from_str_radix(
+        probe["rel_addr"].as_str().unwrap().trim_start_matches("0x"),
+        16,
+    )
+    .unwrap();
+    serde_json::json!({
+        "sources": sources,
+        "modules": [elf_module()],
+        "stacktraces": [{"frames": [{
+            "instruction_addr": format!("{:#x}", ELF_BASE + rel),
+            "adjust_instruction_addr": false,
+        }]}],
+        "options": {"dif_candidates": true},
+    })
+}
+
+/// Asserts the module was found and the frame resolved to the oracle's innermost function.
+pub fn assert_elf_symbolicated(response: &Value) {
+    assert_eq!(response["status"], "completed", "{response}");
+    assert_eq!(
+        response["modules"][0]["debug_status"], "found",
+        "{response:#}"
+    );
+    let want = &object("elf")["probes"][0]["frames"][0];
+    let frame = &response["stacktraces"][0]["frames"][0];
+    assert_eq!(frame["status"], "symbolicated", "{frame}");
+    assert_eq!(
+        frame["function"].as_str().unwrap().split('(').next(),
+        want["function"].as_str().unwrap().split('(').next()
+    );
+    assert_eq!(frame["lineno"], want["line"]);
 }
 
 /// A running omnisym process; killed on drop.
@@ -134,6 +174,12 @@ impl Server {
 
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
+    }
+
+    /// SIGKILL, and wait for the process to be gone.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     pub fn pid(&self) -> u32 {

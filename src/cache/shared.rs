@@ -1,0 +1,509 @@
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use aws_sdk_s3::primitives::ByteStream;
+use serde::{Deserialize, Serialize};
+use symbolic::common::ByteView;
+use tempfile::NamedTempFile;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{OnceCell, Semaphore, mpsc};
+
+use url::Url;
+
+use crate::fetch::{
+    Downloader, FetchConfig, GcsAccess, build_s3_client, gcs_download_url, s3_http_client,
+};
+use crate::sources::{GcsAuth, S3Region, Secret, google_token_uri};
+
+/// Upstream's `shared_cache` block, plus an `s3` backend.
+#[derive(Clone, Debug, Deserialize)]
+pub struct SharedCacheConfig {
+    /// Uploads running at once; they never compete with requests for long.
+    #[serde(default = "default_max_concurrent_uploads")]
+    pub max_concurrent_uploads: usize,
+    /// Uploads waiting for a slot; beyond this they are dropped (and counted), since
+    /// a missed upload only costs another replica one computation.
+    #[serde(default = "default_max_upload_queue_size")]
+    pub max_upload_queue_size: usize,
+    #[serde(flatten)]
+    pub backend: SharedCacheBackendConfig,
+}
+
+fn default_max_concurrent_uploads() -> usize {
+    20
+}
+
+fn default_max_upload_queue_size() -> usize {
+    400
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SharedCacheBackendConfig {
+    /// A directory every replica mounts (NFS, a shared volume).
+    Filesystem { path: PathBuf },
+    /// An S3 bucket, or any store speaking S3 (MinIO, Ceph). `region: [name, endpoint]`
+    /// as for S3 sources.
+    S3(S3SharedCacheConfig),
+    /// A GCS bucket, through its JSON API.
+    Gcs(GcsSharedCacheConfig),
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct GcsSharedCacheConfig {
+    pub bucket: String,
+    #[serde(default)]
+    pub prefix: String,
+    /// A service account key file (JSON). Without one: application-default credentials
+    /// (`GOOGLE_APPLICATION_CREDENTIALS`, gcloud's file, or the metadata server).
+    #[serde(default)]
+    pub service_account_path: Option<PathBuf>,
+    /// Another JSON-API endpoint, e.g. an emulator (omnisym only; also taken from
+    /// `STORAGE_EMULATOR_HOST`). An emulator without credentials is used anonymously.
+    #[serde(default)]
+    pub endpoint: Option<Url>,
+}
+
+/// The fields of a service account key file the token exchange needs.
+#[derive(Deserialize)]
+struct ServiceAccountKey {
+    client_email: String,
+    private_key: Secret,
+    #[serde(default)]
+    token_uri: Option<Url>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct S3SharedCacheConfig {
+    pub bucket: String,
+    #[serde(default)]
+    pub prefix: String,
+    pub region: S3Region,
+    /// Empty: the server's own AWS credentials (default chain).
+    #[serde(default)]
+    pub access_key: String,
+    #[serde(default)]
+    pub secret_key: Secret,
+}
+
+/// Counters of the shared cache, for `/metrics`.
+#[derive(Debug, Default, Serialize)]
+pub struct SharedCacheStats {
+    pub uploaded: AtomicU64,
+    pub upload_errors: AtomicU64,
+    /// Uploads dropped because the queue was full.
+    pub uploads_dropped: AtomicU64,
+    pub fetch_errors: AtomicU64,
+}
+
+enum Backend {
+    Filesystem(PathBuf),
+    S3(Box<S3Backend>),
+    Gcs(Box<GcsBackend>),
+}
+
+struct GcsBackend {
+    bucket: String,
+    prefix: String,
+    endpoint: Option<Url>,
+    auth: GcsAuth,
+    /// Its token cache and trusted HTTP client.
+    downloader: Downloader,
+}
+
+struct S3Backend {
+    config: S3SharedCacheConfig,
+    /// Built on first use: the default credential chain needs the runtime.
+    client: OnceCell<aws_sdk_s3::Client>,
+    http: aws_sdk_s3::config::SharedHttpClient,
+    connect_timeout: std::time::Duration,
+}
+
+struct Upload {
+    /// `<kind>/<version>/<scope>/<digest>`, already sanitised by `CacheKey`.
+    path: String,
+    data: ByteView<'static>,
+}
+
+/// Derived caches shared by replicas: looked up after the local disk and before
+/// computing, and written after computing through a bounded background queue.
+pub struct SharedCache {
+    backend: Arc<Backend>,
+    queue: mpsc::Sender<Upload>,
+    stats: Arc<SharedCacheStats>,
+}
+
+impl SharedCache {
+    /// Starts the upload worker on the current tokio runtime.
+    pub fn new(config: &SharedCacheConfig, downloader: &Downloader) -> anyhow::Result<Self> {
+        let fetch = downloader.config();
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| anyhow::anyhow!("the shared cache needs a tokio runtime"))?;
+        let backend = Arc::new(match &config.backend {
+            SharedCacheBackendConfig::Filesystem { path } => {
+                std::fs::create_dir_all(path).map_err(|err| {
+                    anyhow::anyhow!("cannot create shared cache {}: {err}", path.display())
+                })?;
+                Backend::Filesystem(path.clone())
+            }
+            SharedCacheBackendConfig::S3(s3) => Backend::S3(Box::new(S3Backend {
+                config: s3.clone(),
+                client: OnceCell::new(),
+                // The shared cache is the operator's own infrastructure, typically on a
+                // private network: the reserved-IP rule protects against request data only.
+                http: s3_http_client(&FetchConfig {
+                    connect_to_reserved_ips: true,
+                    ..fetch.clone()
+                }),
+                connect_timeout: fetch.connect_timeout,
+            })),
+            SharedCacheBackendConfig::Gcs(gcs) => Backend::Gcs(Box::new(GcsBackend {
+                bucket: gcs.bucket.clone(),
+                prefix: gcs.prefix.clone(),
+                endpoint: gcs
+                    .endpoint
+                    .clone()
+                    .or_else(|| downloader.gcs_emulator().cloned()),
+                auth: gcs_auth(gcs)?,
+                downloader: downloader.clone(),
+            })),
+        });
+        let stats = Arc::new(SharedCacheStats::default());
+        let (queue, rx) = mpsc::channel(config.max_upload_queue_size.max(1));
+        runtime.spawn(upload_worker(
+            rx,
+            backend.clone(),
+            stats.clone(),
+            config.max_concurrent_uploads.max(1),
+        ));
+        Ok(SharedCache {
+            backend,
+            queue,
+            stats,
+        })
+    }
+
+    pub fn stats(&self) -> &Arc<SharedCacheStats> {
+        &self.stats
+    }
+
+    /// Copies the shared file at `path` into `dest`; `false` when there is none (or the
+    /// store failed, which only costs a computation).
+    pub async fn fetch(&self, path: &str, dest: &mut NamedTempFile) -> bool {
+        match self.backend.fetch(path, dest).await {
+            Ok(found) => found,
+            Err(err) => {
+                self.stats.fetch_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%path, error = %err, "shared cache lookup failed");
+                false
+            }
+        }
+    }
+
+    /// Queues an upload; never waits.
+    pub fn store(&self, path: String, data: ByteView<'static>) {
+        if self.queue.try_send(Upload { path, data }).is_err() {
+            self.stats.uploads_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+async fn upload_worker(
+    mut rx: mpsc::Receiver<Upload>,
+    backend: Arc<Backend>,
+    stats: Arc<SharedCacheStats>,
+    max_concurrent: usize,
+) {
+    let slots = Arc::new(Semaphore::new(max_concurrent));
+    while let Some(upload) = rx.recv().await {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (backend, stats) = (backend.clone(), stats.clone());
+        tokio::spawn(async move {
+            match backend.store(&upload.path, &upload.data).await {
+                Ok(()) => stats.uploaded.fetch_add(1, Ordering::Relaxed),
+                Err(err) => {
+                    tracing::warn!(path = %upload.path, error = %err, "shared cache upload failed");
+                    stats.upload_errors.fetch_add(1, Ordering::Relaxed)
+                }
+            };
+            drop(permit);
+        });
+    }
+}
+
+impl Backend {
+    async fn s3_client(&self) -> Option<(&aws_sdk_s3::Client, &S3SharedCacheConfig)> {
+        let Backend::S3(s3) = self else {
+            return None;
+        };
+        let S3Backend {
+            config,
+            client,
+            http,
+            connect_timeout,
+        } = s3.as_ref();
+        let client = client
+            .get_or_init(|| async {
+                let keys = (!config.access_key.is_empty())
+                    .then_some((config.access_key.as_str(), &config.secret_key));
+                build_s3_client(
+                    &config.region.name,
+                    config.region.endpoint.as_ref(),
+                    keys,
+                    http.clone(),
+                    *connect_timeout,
+                )
+                .await
+            })
+            .await;
+        Some((client, config))
+    }
+
+    async fn fetch(&self, path: &str, dest: &mut NamedTempFile) -> anyhow::Result<bool> {
+        match self {
+            Backend::Filesystem(root) => {
+                return match std::fs::copy(root.join(path), dest.path()) {
+                    Ok(_) => Ok(true),
+                    Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(false),
+                    Err(err) => Err(err.into()),
+                };
+            }
+            Backend::Gcs(gcs) => return gcs.fetch(path, dest).await,
+            Backend::S3(_) => {}
+        }
+        let (client, config) = self.s3_client().await.expect("not a filesystem backend");
+        let answer = client
+            .get_object()
+            .bucket(&config.bucket)
+            .key(object_key(&config.prefix, path))
+            .send()
+            .await;
+        let mut output = match answer {
+            Ok(output) => output,
+            Err(err) => {
+                let missing = err.as_service_error().is_some_and(|e| e.is_no_such_key())
+                    || err
+                        .raw_response()
+                        .is_some_and(|r| r.status().as_u16() == 404);
+                return if missing {
+                    Ok(false)
+                } else {
+                    Err(anyhow::anyhow!(
+                        "{}",
+                        aws_sdk_s3::error::DisplayErrorContext(err)
+                    ))
+                };
+            }
+        };
+        let mut file = tokio::fs::File::from_std(dest.reopen()?);
+        let mut len = 0;
+        while let Some(chunk) = output.body.next().await {
+            let chunk = chunk?;
+            len += chunk.len();
+            file.write_all(&chunk).await?;
+        }
+        file.flush().await?;
+        // Stores may answer a missing key with an empty object; no cache file is empty.
+        Ok(len > 0)
+    }
+
+    async fn store(&self, path: &str, data: &[u8]) -> anyhow::Result<()> {
+        match self {
+            Backend::Filesystem(root) => return write_atomically(&root.join(path), data),
+            Backend::Gcs(gcs) => return gcs.store(path, data).await,
+            Backend::S3(_) => {}
+        }
+        let (client, config) = self.s3_client().await.expect("not a filesystem backend");
+        client
+            .put_object()
+            .bucket(&config.bucket)
+            .key(object_key(&config.prefix, path))
+            .body(ByteStream::from(data.to_vec()))
+            .send()
+            .await
+            .map_err(|err| anyhow::anyhow!("{}", aws_sdk_s3::error::DisplayErrorContext(err)))?;
+        Ok(())
+    }
+}
+
+fn gcs_auth(config: &GcsSharedCacheConfig) -> anyhow::Result<GcsAuth> {
+    let Some(path) = &config.service_account_path else {
+        return Ok(GcsAuth::Default);
+    };
+    let text = std::fs::read(path)
+        .map_err(|err| anyhow::anyhow!("cannot read {}: {err}", path.display()))?;
+    let key: ServiceAccountKey = serde_json::from_slice(&text)
+        .map_err(|err| anyhow::anyhow!("{} is no service account key: {err}", path.display()))?;
+    Ok(GcsAuth::ServiceAccount {
+        client_email: key.client_email,
+        private_key: key.private_key,
+        token_uri: key.token_uri.unwrap_or_else(google_token_uri),
+    })
+}
+
+impl GcsBackend {
+    async fn request(
+        &self,
+        method: reqwest::Method,
+        url: Url,
+    ) -> anyhow::Result<reqwest::RequestBuilder> {
+        // One token for reads and writes: the shared cache's credentials are the server's.
+        let headers = self
+            .downloader
+            .gcs_headers(self.auth.clone(), self.endpoint.as_ref(), GcsAccess::Write)
+            .await?;
+        let mut request = self.downloader.trusted_client().request(method, url);
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        Ok(request)
+    }
+
+    async fn fetch(&self, path: &str, dest: &mut NamedTempFile) -> anyhow::Result<bool> {
+        let key = object_key(&self.prefix, path);
+        let url = gcs_download_url(self.endpoint.as_ref(), &self.bucket, &key)?;
+        let mut response = self
+            .request(reqwest::Method::GET, url)
+            .await?
+            .send()
+            .await?;
+        if response.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(false);
+        }
+        if !response.status().is_success() {
+            anyhow::bail!("GCS answered {}", response.status());
+        }
+        let mut file = tokio::fs::File::from_std(dest.reopen()?);
+        let mut len = 0;
+        while let Some(chunk) = response.chunk().await? {
+            len += chunk.len();
+            file.write_all(&chunk).await?;
+        }
+        file.flush().await?;
+        Ok(len > 0)
+    }
+
+    async fn store(&self, path: &str, data: &[u8]) -> anyhow::Result<()> {
+        let mut url = match &self.endpoint {
+            Some(endpoint) => endpoint.clone(),
+            None => Url::parse("https://storage.googleapis.com")?,
+        };
+        url.path_segments_mut()
+            .map_err(|_| anyhow::anyhow!("the GCS endpoint cannot be a base URL"))?
+            .pop_if_empty()
+            .extend(["upload", "storage", "v1", "b", &self.bucket, "o"]);
+        url.query_pairs_mut()
+            .append_pair("uploadType", "media")
+            .append_pair("name", &object_key(&self.prefix, path));
+        let response = self
+            .request(reqwest::Method::POST, url)
+            .await?
+            .header("content-type", "application/octet-stream")
+            .body(data.to_vec())
+            .send()
+            .await?;
+        if !response.status().is_success() {
+            anyhow::bail!("GCS answered {}", response.status());
+        }
+        Ok(())
+    }
+}
+
+fn object_key(prefix: &str, path: &str) -> String {
+    let prefix = prefix.trim_matches('/');
+    if prefix.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{prefix}/{path}")
+    }
+}
+
+/// Other replicas read the same directory: they must never see a partial file.
+fn write_atomically(path: &Path, data: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().expect("shared cache paths have a parent");
+    std::fs::create_dir_all(dir)?;
+    let mut temp = tempfile::Builder::new().prefix(".tmp").tempfile_in(dir)?;
+    temp.write_all(data)?;
+    temp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filesystem(dir: &Path, queue: usize) -> SharedCache {
+        let config = SharedCacheConfig {
+            max_concurrent_uploads: 1,
+            max_upload_queue_size: queue,
+            backend: SharedCacheBackendConfig::Filesystem {
+                path: dir.to_owned(),
+            },
+        };
+        let downloader = Downloader::new(FetchConfig::default()).unwrap();
+        SharedCache::new(&config, &downloader).unwrap()
+    }
+
+    #[test]
+    fn gcs_credentials_come_from_the_service_account_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = |path: Option<PathBuf>| GcsSharedCacheConfig {
+            bucket: "b".into(),
+            prefix: String::new(),
+            service_account_path: path,
+            endpoint: None,
+        };
+        assert!(matches!(gcs_auth(&config(None)), Ok(GcsAuth::Default)));
+        let key = dir.path().join("key.json");
+        std::fs::write(
+            &key,
+            r#"{"type": "service_account", "client_email": "sa@p.iam", "private_key": "pem"}"#,
+        )
+        .unwrap();
+        match gcs_auth(&config(Some(key))).unwrap() {
+            GcsAuth::ServiceAccount {
+                client_email,
+                token_uri,
+                ..
+            } => {
+                assert_eq!(client_email, "sa@p.iam");
+                assert_eq!(token_uri, google_token_uri());
+            }
+            other => panic!("{other:?}"),
+        }
+        let missing = dir.path().join("missing.json");
+        let err = gcs_auth(&config(Some(missing))).unwrap_err().to_string();
+        assert!(err.contains("missing.json"), "{err}");
+    }
+
+    // A current-thread runtime: the worker cannot take anything off the queue until
+    // the test yields, so what a full queue does is deterministic.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_full_queue_drops_and_counts_and_uploads_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = filesystem(dir.path(), 1);
+        for n in 0..3 {
+            let data = ByteView::from_vec(format!("item {n}").into_bytes());
+            shared.store(format!("kind/1/global/{n}"), data);
+        }
+        assert_eq!(shared.stats().uploads_dropped.load(Ordering::Relaxed), 2);
+        for _ in 0..100 {
+            if shared.stats().uploaded.load(Ordering::Relaxed) == 1 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(shared.stats().uploaded.load(Ordering::Relaxed), 1);
+
+        let mut temp = NamedTempFile::new().unwrap();
+        assert!(shared.fetch("kind/1/global/0", &mut temp).await);
+        assert_eq!(std::fs::read(temp.path()).unwrap(), b"item 0");
+        let mut temp = NamedTempFile::new().unwrap();
+        assert!(!shared.fetch("kind/1/global/1", &mut temp).await);
+        assert_eq!(shared.stats().fetch_errors.load(Ordering::Relaxed), 0);
+    }
+}
