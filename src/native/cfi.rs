@@ -3,20 +3,20 @@
 //! Breakpad's text form, wrapped in symbolic's `CfiCache` container, and parsed into a
 //! `minidump_unwind::SymbolFile` that the stack walker evaluates.
 
+use std::fs::File;
+use std::io::BufWriter;
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use minidump::Module;
 use minidump_unwind::{FrameWalker, SymbolFile};
 use symbolic::cfi::CfiCache;
 use symbolic::common::{ByteView, DebugId};
+use symbolic::debuginfo::Object;
 use symbolic::debuginfo::breakpad::BreakpadModuleRecord;
-use tempfile::NamedTempFile;
 
-use super::derived::{Derived, DerivedLookup, convert_object, fetch_derived};
-use super::objects::{FoundObject, ObjectPurpose, ObjectsActor};
-use crate::cache::{CacheError, CacheItemRequest, CacheKind, CacheResult, Cacher, Caches, Scope};
-use crate::sources::{FileType, ObjectId, SourceConfig};
+use super::derived::{DerivedActor, DerivedFormat};
+use super::objects::ObjectPurpose;
+use crate::cache::{CacheError, CacheKind, CacheResult};
 
 /// Bump when what we write changes; symbolic's own container version is pinned by a
 /// test so an upgrade that changes it forces a bump here.
@@ -51,12 +51,6 @@ impl CfiModule {
 /// `None` when the module's file has no unwind information at all.
 pub type CfiItem = Option<Arc<CfiModule>>;
 
-struct FetchCfiCache {
-    objects: Arc<ObjectsActor>,
-    found: FoundObject,
-    id: ObjectId,
-}
-
 fn parse_cfi(data: ByteView<'static>) -> CacheResult<CfiItem> {
     let malformed = |e: &dyn std::fmt::Display| CacheError::Malformed(e.to_string());
     let cache = CfiCache::from_bytes(data).map_err(|e| malformed(&e))?;
@@ -74,67 +68,28 @@ fn parse_cfi(data: ByteView<'static>) -> CacheResult<CfiItem> {
     })))
 }
 
-impl CacheItemRequest for FetchCfiCache {
-    type Item = CfiItem;
+pub struct CfiFormat;
 
+impl DerivedFormat for CfiFormat {
+    type Item = CfiItem;
+    const KIND: CacheKind = CFICACHES;
+    const PURPOSE: ObjectPurpose = ObjectPurpose::Unwind;
+    const MEMORY_SHARE: (u64, u64) = (1, 16);
     /// The parsed rules live on the heap, several times the size of their text.
     const MEMORY_FACTOR: u32 = 8;
 
-    fn compute<'a>(&'a self, temp_file: &'a mut NamedTempFile) -> BoxFuture<'a, CacheResult<()>> {
-        Box::pin(convert_object(
-            &self.objects,
-            &self.found,
-            &self.id,
-            temp_file,
-            |object, writer| {
-                let cache = CfiCache::from_object(object)
-                    .map_err(|e| CacheError::Malformed(e.to_string()))?;
-                cache.write_to(writer).map_err(CacheError::internal)
-            },
-        ))
+    fn convert(object: &Object<'_>, out: &mut BufWriter<File>) -> CacheResult<()> {
+        let cache =
+            CfiCache::from_object(object).map_err(|e| CacheError::Malformed(e.to_string()))?;
+        cache.write_to(out).map_err(CacheError::internal)
     }
 
-    fn load(&self, data: ByteView<'static>) -> CacheResult<Self::Item> {
+    fn load(data: ByteView<'static>) -> CacheResult<Self::Item> {
         parse_cfi(data)
     }
 }
 
-pub struct CfiCacheActor {
-    objects: Arc<ObjectsActor>,
-    cficaches: Cacher<FetchCfiCache>,
-}
-
-impl CfiCacheActor {
-    pub fn new(caches: &Caches, objects: Arc<ObjectsActor>) -> Self {
-        CfiCacheActor {
-            objects,
-            cficaches: caches.derived(CFICACHES, caches.memory_share(1, 16)),
-        }
-    }
-
-    pub async fn fetch(
-        &self,
-        sources: &[SourceConfig],
-        id: &ObjectId,
-        scope: &Scope,
-    ) -> Derived<CfiItem> {
-        let lookup = DerivedLookup {
-            sources,
-            filetypes: FileType::from_object_type(id.object_type),
-            id,
-            scope,
-            purpose: ObjectPurpose::Unwind,
-        };
-        fetch_derived(&self.objects, &self.cficaches, lookup, |found| {
-            FetchCfiCache {
-                objects: self.objects.clone(),
-                found,
-                id: id.clone(),
-            }
-        })
-        .await
-    }
-}
+pub type CfiCacheActor = DerivedActor<CfiFormat>;
 
 #[cfg(test)]
 mod tests {

@@ -4,13 +4,17 @@
 
 use std::fs::File;
 use std::io::BufWriter;
+use std::marker::PhantomData;
+use std::sync::Arc;
 
+use futures::future::BoxFuture;
+use symbolic::common::ByteView;
 use symbolic::debuginfo::Object;
 use tempfile::NamedTempFile;
 
 use super::objects::{FoundObject, ObjectPurpose, ObjectsActor};
-use crate::cache::{CacheError, CacheItemRequest, CacheResult, Cacher, Scope};
-use crate::sources::{FileType, ObjectId, SourceConfig};
+use crate::cache::{CacheError, CacheItemRequest, CacheKind, CacheResult, Cacher, Caches, Scope};
+use crate::sources::{FileType, ObjectId, ObjectType, SourceConfig};
 use crate::types::{AllObjectCandidates, ObjectFeatures, ObjectUseInfo};
 
 /// A derived cache (or why there is none), every candidate consulted, and the features
@@ -24,16 +28,103 @@ pub struct Derived<T> {
     pub with_sources: Option<FoundObject>,
 }
 
-/// What a derived cache needs besides the generic flow.
-pub struct DerivedLookup<'a> {
-    pub sources: &'a [SourceConfig],
-    pub filetypes: &'a [FileType],
-    pub id: &'a ObjectId,
-    pub scope: &'a Scope,
-    pub purpose: ObjectPurpose,
+/// One kind of cache derived from a debug file: what it is built from and how.
+pub trait DerivedFormat: Send + Sync + 'static {
+    type Item: Clone + Send + Sync + 'static;
+    const KIND: CacheKind;
+    /// Which candidate wins (debug info, unwind info).
+    const PURPOSE: ObjectPurpose;
+    /// `(numerator, denominator)` of the in-memory budget.
+    const MEMORY_SHARE: (u64, u64);
+    /// See [`CacheItemRequest::MEMORY_FACTOR`].
+    const MEMORY_FACTOR: u32 = 1;
+
+    fn filetypes(object_type: ObjectType) -> &'static [FileType] {
+        FileType::from_object_type(object_type)
+    }
+
+    /// Writes the derived cache for `object`. Runs on a blocking thread.
+    fn convert(object: &Object<'_>, out: &mut BufWriter<File>) -> CacheResult<()>;
+
+    fn load(data: ByteView<'static>) -> CacheResult<Self::Item>;
 }
 
-pub async fn fetch_derived<R: CacheItemRequest>(
+struct DerivedRequest<F> {
+    objects: Arc<ObjectsActor>,
+    found: FoundObject,
+    id: ObjectId,
+    format: PhantomData<fn() -> F>,
+}
+
+impl<F: DerivedFormat> CacheItemRequest for DerivedRequest<F> {
+    type Item = F::Item;
+    const MEMORY_FACTOR: u32 = F::MEMORY_FACTOR;
+
+    fn compute<'a>(&'a self, temp_file: &'a mut NamedTempFile) -> BoxFuture<'a, CacheResult<()>> {
+        Box::pin(convert_object(
+            &self.objects,
+            &self.found,
+            &self.id,
+            temp_file,
+            F::convert,
+        ))
+    }
+
+    fn load(&self, data: ByteView<'static>) -> CacheResult<Self::Item> {
+        F::load(data)
+    }
+}
+
+/// Finds the best debug file for a module and keeps the cache of format `F` built from
+/// it.
+pub struct DerivedActor<F: DerivedFormat> {
+    objects: Arc<ObjectsActor>,
+    cacher: Cacher<DerivedRequest<F>>,
+}
+
+impl<F: DerivedFormat> DerivedActor<F> {
+    pub fn new(caches: &Caches, objects: Arc<ObjectsActor>) -> Self {
+        let (num, den) = F::MEMORY_SHARE;
+        DerivedActor {
+            objects,
+            cacher: caches.derived(F::KIND, caches.memory_share(num, den)),
+        }
+    }
+
+    pub async fn fetch(
+        &self,
+        sources: &[SourceConfig],
+        id: &ObjectId,
+        scope: &Scope,
+    ) -> Derived<F::Item> {
+        let lookup = DerivedLookup {
+            sources,
+            filetypes: F::filetypes(id.object_type),
+            id,
+            scope,
+            purpose: F::PURPOSE,
+        };
+        fetch_derived(&self.objects, &self.cacher, lookup, |found| {
+            DerivedRequest {
+                objects: self.objects.clone(),
+                found,
+                id: id.clone(),
+                format: PhantomData,
+            }
+        })
+        .await
+    }
+}
+
+struct DerivedLookup<'a> {
+    sources: &'a [SourceConfig],
+    filetypes: &'a [FileType],
+    id: &'a ObjectId,
+    scope: &'a Scope,
+    purpose: ObjectPurpose,
+}
+
+async fn fetch_derived<R: CacheItemRequest>(
     objects: &ObjectsActor,
     cacher: &Cacher<R>,
     lookup: DerivedLookup<'_>,
@@ -96,7 +187,7 @@ pub async fn fetch_derived<R: CacheItemRequest>(
 
 /// Fetches the debug file behind `found` and runs `convert` on it off the async workers
 /// (conversion is CPU-bound), writing its output into `temp_file`.
-pub async fn convert_object(
+async fn convert_object(
     objects: &ObjectsActor,
     found: &FoundObject,
     id: &ObjectId,

@@ -1,18 +1,18 @@
 //! PpdbCaches: line tables of .NET portable PDBs, looked up by method index and IL
 //! offset (what .NET stack frames carry instead of addresses).
 
+use std::fs::File;
+use std::io::BufWriter;
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use symbolic::common::{ByteView, Language, SelfCell, split_path};
 use symbolic::debuginfo::Object;
 use symbolic::ppdb::{PortablePdbCache, PortablePdbCacheConverter};
-use tempfile::NamedTempFile;
 
-use super::derived::{Derived, DerivedLookup, convert_object, fetch_derived};
-use super::objects::{FoundObject, ObjectPurpose, ObjectsActor};
-use crate::cache::{CacheError, CacheItemRequest, CacheKind, CacheResult, Cacher, Caches, Scope};
-use crate::sources::{FileType, ObjectId, SourceConfig};
+use super::derived::{DerivedActor, DerivedFormat};
+use super::objects::ObjectPurpose;
+use crate::cache::{CacheError, CacheKind, CacheResult};
+use crate::sources::{FileType, ObjectType};
 use crate::types::{FrameStatus, RawFrame, SymbolicatedFrame};
 
 pub const PPDB_CACHES: CacheKind = CacheKind {
@@ -23,79 +23,39 @@ pub const PPDB_CACHES: CacheKind = CacheKind {
 
 pub type OwnedPpdbCache = Arc<SelfCell<ByteView<'static>, PortablePdbCache<'static>>>;
 
-struct FetchPpdbCache {
-    objects: Arc<ObjectsActor>,
-    found: FoundObject,
-    id: ObjectId,
-}
+pub struct PpdbFormat;
 
-impl CacheItemRequest for FetchPpdbCache {
+impl DerivedFormat for PpdbFormat {
     type Item = OwnedPpdbCache;
+    const KIND: CacheKind = PPDB_CACHES;
+    const PURPOSE: ObjectPurpose = ObjectPurpose::Debug;
+    const MEMORY_SHARE: (u64, u64) = (1, 16);
 
-    fn compute<'a>(&'a self, temp_file: &'a mut NamedTempFile) -> BoxFuture<'a, CacheResult<()>> {
-        Box::pin(convert_object(
-            &self.objects,
-            &self.found,
-            &self.id,
-            temp_file,
-            |object, writer| {
-                let Object::PortablePdb(ppdb) = object else {
-                    return Err(CacheError::Unsupported(
-                        "Only portable PDB files can be used for .NET symbolication".into(),
-                    ));
-                };
-                let mut converter = PortablePdbCacheConverter::new();
-                converter
-                    .process_portable_pdb(ppdb.portable_pdb())
-                    .map_err(|e| CacheError::Malformed(e.to_string()))?;
-                converter.serialize(writer).map_err(CacheError::internal)
-            },
-        ))
+    fn filetypes(_: ObjectType) -> &'static [FileType] {
+        &[FileType::PortablePdb]
     }
 
-    fn load(&self, data: ByteView<'static>) -> CacheResult<Self::Item> {
+    fn convert(object: &Object<'_>, out: &mut BufWriter<File>) -> CacheResult<()> {
+        let Object::PortablePdb(ppdb) = object else {
+            return Err(CacheError::Unsupported(
+                "Only portable PDB files can be used for .NET symbolication".into(),
+            ));
+        };
+        let mut converter = PortablePdbCacheConverter::new();
+        converter
+            .process_portable_pdb(ppdb.portable_pdb())
+            .map_err(|e| CacheError::Malformed(e.to_string()))?;
+        converter.serialize(out).map_err(CacheError::internal)
+    }
+
+    fn load(data: ByteView<'static>) -> CacheResult<Self::Item> {
         SelfCell::try_new(data, |bytes| PortablePdbCache::parse(unsafe { &*bytes }))
             .map(Arc::new)
             .map_err(|e| CacheError::Malformed(e.to_string()))
     }
 }
 
-pub struct PpdbCacheActor {
-    objects: Arc<ObjectsActor>,
-    caches: Cacher<FetchPpdbCache>,
-}
-
-impl PpdbCacheActor {
-    pub fn new(caches: &Caches, objects: Arc<ObjectsActor>) -> Self {
-        PpdbCacheActor {
-            objects,
-            caches: caches.derived(PPDB_CACHES, caches.memory_share(1, 16)),
-        }
-    }
-
-    pub async fn fetch(
-        &self,
-        sources: &[SourceConfig],
-        id: &ObjectId,
-        scope: &Scope,
-    ) -> Derived<OwnedPpdbCache> {
-        let lookup = DerivedLookup {
-            sources,
-            filetypes: &[FileType::PortablePdb],
-            id,
-            scope,
-            purpose: ObjectPurpose::Debug,
-        };
-        fetch_derived(&self.objects, &self.caches, lookup, |found| {
-            FetchPpdbCache {
-                objects: self.objects.clone(),
-                found,
-                id: id.clone(),
-            }
-        })
-        .await
-    }
-}
+pub type PpdbCacheActor = DerivedActor<PpdbFormat>;
 
 /// A .NET frame: `function_id` is the method's index, `instruction_addr` the IL offset.
 pub fn symbolicate_dotnet_frame(
