@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::extract::multipart::{Field, MultipartError};
-use axum::extract::{Multipart, Query, State};
+use axum::extract::{Multipart, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
@@ -18,11 +18,10 @@ use tokio::io::AsyncWriteExt;
 use url::Url;
 
 use super::error::parse_json;
-use super::{ApiError, AppState, RequestParams, json_bytes};
-use crate::cache::{CacheError, Scope};
+use super::{ApiError, AppState, Params, RequestParams};
+use crate::cache::CacheError;
 use crate::fetch::decompress_file;
 use crate::native::CrashReportRequest;
-use crate::service::RequestService;
 use crate::sources::SourceConfig;
 use crate::types::{RequestOptions, RewriteRules};
 
@@ -199,19 +198,19 @@ fn unpack_error(err: CacheError, files: &CrashFiles) -> ApiError {
 }
 
 /// Runs the native pipeline on a crash file in the request service.
-fn spawn_crash(
+async fn run_crash(
     state: &AppState,
-    scope: Scope,
+    params: &RequestParams,
     kind: CrashKind,
     file: CrashFile,
     request: CrashReportRequest,
-) -> Result<crate::service::RequestHandle, ApiError> {
+) -> Result<Response, ApiError> {
     let native = state.native.clone();
     let files = state.crash_files.clone();
     let downloader = state.downloader.clone();
+    let scope = params.scope();
     state
-        .service
-        .spawn(async move {
+        .run(params, async move {
             let file = match file {
                 CrashFile::Local(file) => file,
                 CrashFile::Remote { url, token } => {
@@ -227,7 +226,7 @@ fn spawn_crash(
                 }
             }
         })
-        .map_err(|_| ApiError::overloaded())
+        .await
 }
 
 enum CrashFile {
@@ -263,13 +262,13 @@ async fn fetch_attachment(
 
 async fn upload(
     state: AppState,
-    params: Result<Query<RequestParams>, axum::extract::rejection::QueryRejection>,
+    params: RequestParams,
     headers: HeaderMap,
     multipart: Multipart,
     kind: CrashKind,
 ) -> Result<Response, ApiError> {
-    let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let timeout = params.timeout()?;
+    // A bad query is refused before the upload is read.
+    params.timeout()?;
     let files = &state.crash_files;
     check_content_length(&headers, files)?;
     let form = read_form(multipart, kind, files).await?;
@@ -291,14 +290,7 @@ async fn upload(
         options: form.options,
         rewrite_first_module: form.rewrite_first_module,
     };
-    let handle = spawn_crash(
-        &state,
-        params.scope(),
-        kind,
-        CrashFile::Local(file),
-        request,
-    )?;
-    Ok(json_bytes(RequestService::wait(handle, timeout).await))
+    run_crash(&state, &params, kind, CrashFile::Local(file), request).await
 }
 
 fn starts_with(path: &Path, prefix: &[u8]) -> bool {
@@ -312,7 +304,7 @@ fn starts_with(path: &Path, prefix: &[u8]) -> bool {
 /// `POST /minidump`: a minidump upload, walked and symbolicated.
 pub async fn minidump(
     State(state): State<AppState>,
-    params: Result<Query<RequestParams>, axum::extract::rejection::QueryRejection>,
+    Params(params): Params,
     headers: HeaderMap,
     multipart: Multipart,
 ) -> Result<Response, ApiError> {
@@ -322,7 +314,7 @@ pub async fn minidump(
 /// `POST /applecrashreport`: an Apple crash report upload, symbolicated.
 pub async fn apple_crash_report(
     State(state): State<AppState>,
-    params: Result<Query<RequestParams>, axum::extract::rejection::QueryRejection>,
+    Params(params): Params,
     headers: HeaderMap,
     multipart: Multipart,
 ) -> Result<Response, ApiError> {
@@ -366,11 +358,9 @@ enum AttachmentRequest {
 /// (under the same reserved-IP rules as symbol sources) and processed like an upload.
 pub async fn symbolicate_any(
     State(state): State<AppState>,
-    params: Result<Query<RequestParams>, axum::extract::rejection::QueryRejection>,
+    Params(params): Params,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let timeout = params.timeout()?;
     let request: SymbolicateAnyRequest = parse_json(&body)?;
     let (kind, url, token, rewrite_first_module) = match request.symbolicate {
         AttachmentRequest::Minidump {
@@ -399,8 +389,7 @@ pub async fn symbolicate_any(
         rewrite_first_module,
     };
     let file = CrashFile::Remote { url, token };
-    let handle = spawn_crash(&state, params.scope(), kind, file, crash_request)?;
-    Ok(json_bytes(RequestService::wait(handle, timeout).await))
+    run_crash(&state, &params, kind, file, crash_request).await
 }
 
 impl AppState {

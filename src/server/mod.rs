@@ -111,6 +111,41 @@ impl RequestParams {
     }
 }
 
+/// The query of a symbolication endpoint; a malformed one is a 400 that says why.
+pub struct Params(pub RequestParams);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Params {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        let axum::extract::Query(params) =
+            axum::extract::Query::<RequestParams>::from_request_parts(parts, state)
+                .await
+                .map_err(|e| ApiError::bad_request(e.body_text()))?;
+        Ok(Params(params))
+    }
+}
+
+impl AppState {
+    /// Runs `work` in the request service and answers with its result, or with
+    /// `pending` once `params.timeout` has passed.
+    pub async fn run<F, T>(&self, params: &RequestParams, work: F) -> Result<Response, ApiError>
+    where
+        F: Future<Output = anyhow::Result<T>> + Send + 'static,
+        T: serde::Serialize + Send + 'static,
+    {
+        let timeout = params.timeout()?;
+        let handle = self
+            .service
+            .spawn(work)
+            .map_err(|_| ApiError::overloaded())?;
+        Ok(json_bytes(RequestService::wait(handle, timeout).await))
+    }
+}
+
 /// A JSON body that was serialised once, sent as is.
 pub fn json_bytes(body: Bytes) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
