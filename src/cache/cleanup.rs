@@ -101,14 +101,14 @@ impl Cleanup {
                 self.clean_crash_files(&path, now, &mut report);
                 continue;
             }
-            let known = self.kinds.get(name.as_str());
-            let family = known.map_or(Family::Derived, |(_, family)| *family);
+            // Only directories of cache kinds this build knows are ours to delete from:
+            // `cache_dir` may be shared with other data.
+            let Some(&(kind, family)) = self.kinds.get(name.as_str()) else {
+                tracing::debug!(dir = %path.display(), "cleanup skips a directory it does not own");
+                continue;
+            };
             for (version, version_dir) in subdirs(&path) {
-                let live = match (known, version.parse::<u32>()) {
-                    (Some((kind, _)), Ok(version)) => kind.is_live(version),
-                    (Some(_), Err(_)) => false,
-                    (None, _) => true,
-                };
+                let live = version.parse::<u32>().is_ok_and(|v| kind.is_live(v));
                 if !live {
                     self.remove_tree(&version_dir, &mut report);
                     continue;
@@ -370,7 +370,6 @@ mod tests {
                 2 * MIN,
             ),
             t.put("symcaches/0/global/dead-version", b"SYMC", MIN),
-            t.put("other/9/global/unused", b"?", 8 * DAY),
             t.put("tmp/.upload-killed", b"MDMP", 2 * DAY),
         ];
         let kept = vec![
@@ -383,6 +382,8 @@ mod tests {
                 23 * 60 * MIN,
             ),
             t.put("symcaches/1/global/compatible", b"SYMC", DAY),
+            // Not a cache kind: never ours to delete, however old.
+            t.put("other/9/global/unused", b"?", 8 * DAY),
             t.put("other/9/global/used", b"?", DAY),
             t.put("tmp/.upload-running", b"MDMP", MIN),
         ];
@@ -408,8 +409,9 @@ mod tests {
         assert_eq!(report.removed_files, gone.len() as u64);
         assert_eq!(report.removed_bytes, gone_bytes);
         assert_eq!(report.errors, 0);
-        // Temp and crash files in progress are not cache files.
-        assert_eq!(report.kept_files, kept.len() as u64 - 2);
+        // Temp and crash files in progress are not cache files, and neither is what
+        // lies in directories of no cache kind.
+        assert_eq!(report.kept_files, kept.len() as u64 - 4);
     }
 
     #[test]
