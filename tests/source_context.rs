@@ -244,3 +244,92 @@ async fn dwarf_embedded_sources_give_context() {
         "{frame}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn srcsrv_download_entries_give_context() {
+    use symbolic::debuginfo::Object;
+
+    let dir = fixtures().join("native-srcsrv");
+    let exe = std::fs::read(dir.join("crash.exe")).unwrap();
+    let pdb = std::fs::read(dir.join("crash.pdb")).unwrap();
+    let crash_c = std::fs::read_to_string(fixtures().join("native/crash.c")).unwrap();
+    let symbols = SymbolServer::start().await;
+    // The stream's URL holds a fixed-width port placeholder (see the fixture's build.sh).
+    let port = symbols
+        .url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches('/');
+    let placeholder = b"127.0.0.1:00000";
+    let at = pdb
+        .windows(placeholder.len())
+        .position(|w| w == placeholder)
+        .expect("the fixture has the URL placeholder");
+    let mut pdb = pdb;
+    pdb[at..at + placeholder.len()].copy_from_slice(format!("127.0.0.1:{port:0>5}").as_bytes());
+
+    let object = Object::parse(&pdb).unwrap();
+    let session = object.debug_session().unwrap();
+    let function = session
+        .functions()
+        .map(Result::unwrap)
+        // PDB function names carry their argument lists.
+        .find(|f| f.name.as_str().starts_with("dispatch("))
+        .expect("the PDB has dispatch()");
+    let line = function.lines.first().unwrap();
+    let (addr, lineno) = (line.address, line.line);
+    let debug_id = object.debug_id();
+    drop(session);
+    let code_id = Object::parse(&exe).unwrap().code_id().unwrap().to_string();
+
+    let breakpad_id = debug_id.breakpad().to_string();
+    symbols.put_bytes(&format!("crash.pdb/{breakpad_id}/crash.pdb"), &pdb);
+    symbols.put_bytes("srcsrv/crash.c", crash_c.as_bytes());
+    let server = Server::start("");
+    let base = 0x1_4000_0000u64;
+    let request = json!({
+        "sources": [{"type": "http", "id": "symbols", "url": symbols.url, "layout": {"type": "symstore"}}],
+        "modules": [{
+            "type": "pe",
+            "code_id": code_id,
+            "code_file": "C:\\app\\crash.exe",
+            "debug_id": debug_id.to_string(),
+            "debug_file": "crash.pdb",
+            "image_addr": format!("{base:#x}"),
+            "image_size": 0x10000,
+        }],
+        "stacktraces": [{"frames": [{
+            "instruction_addr": format!("{:#x}", base + addr),
+            "adjust_instruction_addr": false,
+        }]}],
+        "options": {"dif_candidates": true},
+    });
+    let (status, body) = server.post("/symbolicate", &request).await;
+    assert_eq!(status, 200, "{body}");
+    let frame = &body["stacktraces"][0]["frames"][0];
+    assert_eq!(frame["function"], "dispatch(int)", "{frame}");
+    // The zero-padded port reads as the server's own.
+    let url = format!("{}srcsrv/crash.c", symbols.url);
+    assert_eq!(frame["source_link"], url, "{frame}");
+    assert_eq!(frame["context_line"], line_of(&crash_c, lineno), "{frame}");
+    let module = &body["modules"][0];
+    assert_eq!(module["features"]["srcsrv_vcs"], "other", "{module}");
+    // The PDB only points to its sources.
+    assert_eq!(module["features"]["has_sources"], false, "{module}");
+    let link = module["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["source"] == "sourcelink")
+        .expect("the SRCSRV download is a candidate");
+    assert_eq!(link["download"]["status"], "ok", "{link}");
+    assert_eq!(
+        symbols
+            .hits()
+            .iter()
+            .filter(|h| *h == "srcsrv/crash.c")
+            .count(),
+        1
+    );
+}

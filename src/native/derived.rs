@@ -23,8 +23,9 @@ pub struct Derived<T> {
     pub cache: CacheResult<T>,
     pub candidates: AllObjectCandidates,
     pub features: ObjectFeatures,
-    /// The file the cache was built from, when it also carries sources (embedded in
-    /// DWARF, a portable PDB), so source context needs no second lookup.
+    /// The file the cache was built from, when it also carries or points to sources
+    /// (embedded in DWARF, a portable PDB, a PDB's SRCSRV stream), so source context
+    /// needs no second lookup.
     pub with_sources: Option<FoundObject>,
 }
 
@@ -162,7 +163,8 @@ async fn fetch_derived<R: CacheItemRequest>(
             };
         }
     };
-    let with_sources = features.has_sources.then(|| found.clone());
+    let with_sources =
+        (features.has_sources || features.srcsrv_vcs.is_some()).then(|| found.clone());
     let key = found.key.derived(cacher.kind().name);
     let (source, location) = (found.file.source_id().clone(), found.file.uri().to_owned());
     let cache = cacher.get(key, request(found)).await;

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::io::{Seek, Write};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use futures::future::{self, BoxFuture};
 use serde::{Deserialize, Serialize};
@@ -41,6 +41,10 @@ pub struct ObjectHandle {
     inner: SelfCell<ByteView<'static>, Object<'static>>,
     /// Read on first use: most handles are never asked for sources.
     embedded_sources: OnceLock<HashMap<String, String>>,
+    /// A PDB's SRCSRV stream, read on first use.
+    srcsrv: OnceLock<Option<Vec<u8>>>,
+    /// Where SRCSRV says each asked-for path can be downloaded (`None`: nowhere).
+    srcsrv_urls: Mutex<HashMap<String, Option<String>>>,
 }
 
 impl ObjectHandle {
@@ -50,6 +54,8 @@ impl ObjectHandle {
         Ok(ObjectHandle {
             inner,
             embedded_sources: OnceLock::new(),
+            srcsrv: OnceLock::new(),
+            srcsrv_urls: Mutex::new(HashMap::new()),
         })
     }
 
@@ -64,6 +70,39 @@ impl ObjectHandle {
             .get(path)
             .map(String::as_str)
     }
+
+    /// The URL a PDB's SRCSRV stream gives for the source file `path`, when the stream
+    /// says to download it (command-based VCS entries, such as Perforce's, are not
+    /// something a server may run).
+    pub fn srcsrv_url(&self, path: &str) -> Option<String> {
+        let data = self
+            .srcsrv
+            .get_or_init(|| read_srcsrv(self.object()))
+            .as_deref()?;
+        let mut urls = self.srcsrv_urls.lock().unwrap();
+        if let Some(url) = urls.get(path) {
+            return url.clone();
+        }
+        let url = srcsrv::SrcSrvStream::parse(data)
+            .ok()
+            .and_then(|stream| stream.source_for_path(path, "").ok().flatten())
+            .and_then(|method| match method {
+                srcsrv::SourceRetrievalMethod::Download { url } => Some(url),
+                _ => None,
+            });
+        urls.insert(path.to_owned(), url.clone());
+        url
+    }
+}
+
+/// The raw SRCSRV stream of a PDB; symbolic reads it but only exposes the VCS name.
+fn read_srcsrv(object: &Object<'_>) -> Option<Vec<u8>> {
+    let Object::Pdb(pdb) = object else {
+        return None;
+    };
+    let mut pdb = pdb::PDB::open(std::io::Cursor::new(pdb.data())).ok()?;
+    let stream = pdb.named_stream(b"srcsrv").ok()?;
+    Some(stream.as_slice().to_vec())
 }
 
 /// What we remember about a fetched file without keeping it open: enough to choose

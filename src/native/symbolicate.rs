@@ -299,7 +299,11 @@ impl ModuleLookup {
                     if let Some(found) = found
                         && let Ok(handle) = objects.fetch(&found, &id).await
                     {
-                        m.info.features.has_sources = true;
+                        // A PDB that only points to its sources (SRCSRV) has none itself.
+                        m.info.features.has_sources |= found
+                            .meta
+                            .as_ref()
+                            .is_ok_and(|meta| meta.features.has_sources);
                         m.sources = Some(handle);
                     }
                 })
@@ -335,6 +339,12 @@ impl ModuleLookup {
                 let Ok(Some(descriptor)) = session.source_by_path(abs_path) else {
                     if let Some(text) = handle.embedded_source(abs_path) {
                         set_context(raw, text);
+                    } else if let Some(url) = handle
+                        .srcsrv_url(abs_path)
+                        .and_then(|url| fetchable_link(&url))
+                    {
+                        raw.source_link = Some(url.to_string());
+                        RemoteSource::want(&mut remote, url, entry.index, (t, f));
                     }
                     continue;
                 };
@@ -342,15 +352,7 @@ impl ModuleLookup {
                 raw.source_link = link.as_ref().map(Url::to_string);
                 match (descriptor.contents(), link) {
                     (Some(text), _) => set_context(raw, text),
-                    (None, Some(url)) => remote
-                        .entry(url.clone())
-                        .or_insert_with(|| RemoteSource {
-                            url,
-                            module: entry.index,
-                            frames: Vec::new(),
-                        })
-                        .frames
-                        .push((t, f)),
+                    (None, Some(url)) => RemoteSource::want(&mut remote, url, entry.index, (t, f)),
                     (None, None) => {}
                 }
             }
@@ -379,6 +381,25 @@ pub struct RemoteSource {
     pub module: usize,
     /// `(stack trace, frame)` positions that want its lines.
     pub frames: Vec<(usize, usize)>,
+}
+
+impl RemoteSource {
+    /// Notes that the frame at `position` wants `url`, fetched once per request.
+    fn want(
+        all: &mut HashMap<Url, RemoteSource>,
+        url: Url,
+        module: usize,
+        position: (usize, usize),
+    ) {
+        all.entry(url.clone())
+            .or_insert_with(|| RemoteSource {
+                url,
+                module,
+                frames: Vec::new(),
+            })
+            .frames
+            .push(position);
+    }
 }
 
 pub fn set_context(frame: &mut RawFrame, text: &str) {
