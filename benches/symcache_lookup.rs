@@ -10,8 +10,8 @@
 //! - `lookup_full_path`: plus `File::full_path()` (what every frame's `abs_path` costs);
 //! - `frame_no_demangle`: plus what the server allocates per (inline) frame: the full
 //!   file path, its file name, the symbol name;
-//! - `frame_memo_demangle`: plus demangling through a bounded moka memo, as the server's
-//!   `DemangleCache` does (a replica: that type is private to the crate);
+//! - `frame_memo_demangle`: plus demangling through the server's own `DemangleCache`
+//!   (a bounded memo that plain C names skip);
 //! - `frame_demangle_uncached`: the same, demangling every name from scratch.
 //!
 //! Run with `cargo bench --bench symcache_lookup` (defaults: 1 s warm-up, 3 s measurement).
@@ -21,7 +21,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use symbolic::common::{Language, Name, split_path};
+use omnisym::native::demangle::DemangleCache;
+use symbolic::common::{Name, split_path};
 use symbolic::debuginfo::Object;
 use symbolic::demangle::{Demangle, DemangleOptions};
 use symbolic::symcache::{SymCache, SymCacheConverter};
@@ -57,34 +58,6 @@ fn probes(manifest: &serde_json::Value, name: &str) -> Vec<u64> {
             u64::from_str_radix(hex.trim_start_matches("0x"), 16).expect("rel_addr is hex")
         })
         .collect()
-}
-
-/// The demangling memo of the server (`native::demangle::DemangleCache`), replicated.
-struct DemangleMemo {
-    cache: moka::sync::Cache<(String, Language), Option<String>>,
-}
-
-impl DemangleMemo {
-    fn new(max_bytes: u64) -> Self {
-        let cache = moka::sync::Cache::builder()
-            .max_capacity(max_bytes)
-            .weigher(|k: &(String, Language), v: &Option<String>| {
-                let len = k.0.len() + v.as_ref().map_or(0, String::len);
-                u32::try_from(len).unwrap_or(u32::MAX)
-            })
-            .build();
-        DemangleMemo { cache }
-    }
-
-    fn demangle(&self, name: &Name<'_>) -> Option<String> {
-        let key = (name.as_str().to_owned(), name.language());
-        if let Some(hit) = self.cache.get(&key) {
-            return hit;
-        }
-        let demangled = name.demangle(DEMANGLE);
-        self.cache.insert(key, demangled.clone());
-        demangled
-    }
 }
 
 /// The strings the server puts into one symbolicated (inline) frame.
@@ -190,7 +163,7 @@ fn bench(c: &mut Criterion) {
         group.bench_function("frame_no_demangle", |b| {
             b.iter(|| frames_with(black_box(&cache), black_box(&addrs), |_| None))
         });
-        let memo = DemangleMemo::new(10 * 1024 * 1024);
+        let memo = DemangleCache::new(10 * 1024 * 1024);
         group.bench_function("frame_memo_demangle", |b| {
             b.iter(|| frames_with(black_box(&cache), black_box(&addrs), |n| memo.demangle(n)))
         });

@@ -4,7 +4,7 @@
 
 mod apple;
 mod cfi;
-mod demangle;
+pub mod demangle;
 mod derived;
 mod embedded_sources;
 pub mod objects;
