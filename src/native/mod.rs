@@ -128,15 +128,7 @@ impl NativeService {
         .await
         .context("cannot process minidump")?;
         let mut response = self
-            .symbolicate_modules(
-                &scope,
-                &request.sources,
-                walked.modules,
-                walked.stacktraces,
-                None,
-                request.options,
-                &request.rewrite_first_module,
-            )
+            .symbolicate_report(&scope, &request, walked.modules, walked.stacktraces)
             .await;
         walked.state.merge_into(&mut response);
         Ok(response)
@@ -152,18 +144,31 @@ impl NativeService {
         let file = std::fs::File::open(path)?;
         let report = apple::parse(std::io::BufReader::new(file))?;
         let mut response = self
-            .symbolicate_modules(
-                &scope,
-                &request.sources,
-                report.modules,
-                report.stacktraces,
-                None,
-                request.options,
-                &request.rewrite_first_module,
-            )
+            .symbolicate_report(&scope, &request, report.modules, report.stacktraces)
             .await;
         report.metadata.merge_into(&mut response);
         Ok(response)
+    }
+
+    /// Symbolicates what a crash report yielded; crash reports carry no signal of the
+    /// request's own.
+    async fn symbolicate_report(
+        &self,
+        scope: &Scope,
+        request: &CrashReportRequest,
+        modules: Vec<CompleteObjectInfo>,
+        stacktraces: Vec<RawStacktrace>,
+    ) -> CompletedSymbolicationResponse {
+        self.symbolicate_modules(
+            scope,
+            &request.sources,
+            modules,
+            stacktraces,
+            None,
+            request.options,
+            &request.rewrite_first_module,
+        )
+        .await
     }
 
     #[allow(clippy::too_many_arguments)]
