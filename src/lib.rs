@@ -1,6 +1,10 @@
 //! omnisym: one process that symbolicates crashes for every platform, speaking the
 //! upstream Symbolicator's wire format. See `docs/architecture.md`.
 
+// The request futures nest the AWS SDK's deep future types; proving them `Send` needs
+// more than the default 128 levels.
+#![recursion_limit = "256"]
+
 pub mod cache;
 pub mod config;
 pub mod fetch;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use futures::future;
 use symbolic::common::{InstructionInfo, Language, split_path};
+use symbolic::debuginfo::Object;
 use symbolic::symcache::SymCache;
 use url::Url;
 
@@ -332,28 +333,42 @@ impl ModuleLookup {
                 let Some(handle) = &entry.sources else {
                     continue;
                 };
-                let session = sessions
-                    .entry(entry.index)
-                    .or_insert_with(|| handle.object().debug_session().ok());
-                let Some(session) = session else { continue };
-                let Ok(Some(descriptor)) = session.source_by_path(abs_path) else {
-                    if let Some(text) = handle.embedded_source(abs_path) {
+                // Only source bundles and portable PDBs answer through a debug session; a
+                // debug file that carries (DWARF) or points to (SRCSRV) its sources is asked
+                // directly, without building a session of a whole debug file per request.
+                let link = if matches!(
+                    handle.object(),
+                    Object::SourceBundle(_) | Object::PortablePdb(_)
+                ) {
+                    let session = sessions
+                        .entry(entry.index)
+                        .or_insert_with(|| handle.object().debug_session().ok());
+                    let Some(session) = session else { continue };
+                    let Ok(Some(descriptor)) = session.source_by_path(abs_path) else {
+                        continue;
+                    };
+                    if let Some(text) = descriptor.contents() {
                         set_context(raw, text);
-                    } else if let Some(url) = handle
+                    }
+                    let fetch = descriptor.contents().is_none();
+                    descriptor
+                        .url()
+                        .and_then(fetchable_link)
+                        .map(|url| (url, fetch))
+                } else if let Some(text) = handle.embedded_source(abs_path) {
+                    set_context(raw, text);
+                    None
+                } else {
+                    handle
                         .srcsrv_url(abs_path)
                         .and_then(|url| fetchable_link(&url))
-                    {
-                        raw.source_link = Some(url.to_string());
+                        .map(|url| (url, true))
+                };
+                if let Some((url, fetch)) = link {
+                    raw.source_link = Some(url.to_string());
+                    if fetch {
                         RemoteSource::want(&mut remote, url, entry.index, (t, f));
                     }
-                    continue;
-                };
-                let link = descriptor.url().and_then(fetchable_link);
-                raw.source_link = link.as_ref().map(Url::to_string);
-                match (descriptor.contents(), link) {
-                    (Some(text), _) => set_context(raw, text),
-                    (None, Some(url)) => RemoteSource::want(&mut remote, url, entry.index, (t, f)),
-                    (None, None) => {}
                 }
             }
         }
