@@ -138,7 +138,21 @@ impl Downloader {
         headers: &BTreeMap<String, String>,
         dest: &mut tokio::fs::File,
     ) -> CacheResult<u64> {
-        self.download_http_with(url, headers, false, dest).await
+        let max_size = self.inner.config.max_download_size;
+        self.download(url, headers, false, max_size, dest).await
+    }
+
+    /// [`Self::download_http`] with a lower size limit for this one file (a crash file, a
+    /// linked source file), enforced while it streams rather than after it landed.
+    pub async fn download_http_capped(
+        &self,
+        url: &Url,
+        headers: &BTreeMap<String, String>,
+        max_size: u64,
+        dest: &mut tokio::fs::File,
+    ) -> CacheResult<u64> {
+        let max_size = max_size.min(self.inner.config.max_download_size);
+        self.download(url, headers, false, max_size, dest).await
     }
 
     /// [`Self::download_http`] for sources that set `accept_invalid_certs`.
@@ -147,6 +161,19 @@ impl Downloader {
         url: &Url,
         headers: &BTreeMap<String, String>,
         accept_invalid_certs: bool,
+        dest: &mut tokio::fs::File,
+    ) -> CacheResult<u64> {
+        let max_size = self.inner.config.max_download_size;
+        self.download(url, headers, accept_invalid_certs, max_size, dest)
+            .await
+    }
+
+    async fn download(
+        &self,
+        url: &Url,
+        headers: &BTreeMap<String, String>,
+        accept_invalid_certs: bool,
+        max_size: u64,
         dest: &mut tokio::fs::File,
     ) -> CacheResult<u64> {
         let config = &self.inner.config;
@@ -160,7 +187,8 @@ impl Downloader {
         let transfer = async {
             retrying!(&what, {
                 truncate(dest).await?;
-                self.attempt_http(client, url, &headers, dest).await
+                self.attempt_http(client, url, &headers, max_size, dest)
+                    .await
             })
         };
         let result = within_download_timeout(config, transfer).await;
@@ -173,13 +201,14 @@ impl Downloader {
         client: &reqwest::Client,
         url: &Url,
         headers: &HeaderMap,
+        max_size: u64,
         dest: &mut tokio::fs::File,
     ) -> CacheResult<u64> {
         let config = &self.inner.config;
         let response = self.send_checked(client, url, headers).await?;
         let content_length = response.content_length();
         let body = response.bytes_stream().map_err(|e| self.reqwest_error(e));
-        write_body(body, content_length, dest, config).await
+        write_body(body, content_length, dest, config, max_size).await
     }
 
     /// Sends one GET and returns the response if its status is a success: the part of an

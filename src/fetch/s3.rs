@@ -196,7 +196,7 @@ impl Downloader {
                 body,
             ))
         });
-        write_body(body, content_length, dest, config).await
+        write_body(body, content_length, dest, config, config.max_download_size).await
     }
 
     /// Upstream's mapping: missing keys and buckets are not found, refused credentials are

@@ -95,15 +95,15 @@ pub(super) fn streaming_timeout(content_length: u64, per_gb: Duration) -> Durati
 }
 
 /// Writes `body` to `dest`, never holding more than one chunk in memory. Refuses bodies over
-/// `max_download_size`, early when the size is announced. Without an announced size only the
-/// caller's overall download timeout bounds the body, as upstream.
+/// `max_size`, early when the size is announced. Without an announced size only the caller's
+/// overall download timeout bounds the body, as upstream.
 pub(super) async fn write_body(
     body: impl Stream<Item = CacheResult<Bytes>>,
     content_length: Option<u64>,
     dest: &mut tokio::fs::File,
     config: &FetchConfig,
+    max_size: u64,
 ) -> CacheResult<u64> {
-    let max_size = config.max_download_size;
     if let Some(len) = content_length
         && len > max_size
     {

@@ -71,15 +71,9 @@ impl CacheItemRequest for FetchSourceFile {
             let mut out = tokio::fs::File::from_std(file);
             // Links are data from the debug file: the same reserved-IP rules as for
             // sources apply inside the downloader.
-            let len = self
-                .downloader
-                .download_http(&self.url, &BTreeMap::new(), &mut out)
+            self.downloader
+                .download_http_capped(&self.url, &BTreeMap::new(), MAX_SOURCE_FILE, &mut out)
                 .await?;
-            if len > MAX_SOURCE_FILE {
-                return Err(CacheError::TooLarge(format!(
-                    "source file of {len} bytes exceeds {MAX_SOURCE_FILE} bytes"
-                )));
-            }
             Ok(())
         })
     }

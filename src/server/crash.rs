@@ -246,14 +246,11 @@ async fn fetch_attachment(
     if let Some(token) = token {
         headers.insert("Authorization".to_owned(), format!("Bearer {token}"));
     }
-    let len = downloader
-        .download_http(url, &headers, &mut out)
+    downloader
+        .download_http_capped(url, &headers, files.max_size, &mut out)
         .await
         .map_err(|err| anyhow::anyhow!("cannot fetch the crash file from storage_url: {err}"))?;
     out.flush().await?;
-    if len > files.max_size {
-        anyhow::bail!("crash file exceeds the limit of {} bytes", files.max_size);
-    }
     files
         .unpack(temp)
         .await
