@@ -7,9 +7,12 @@
 
 pub mod cache;
 pub mod config;
+pub mod error;
 pub mod fetch;
+pub mod lookup;
 pub mod native;
 pub mod server;
 pub mod service;
 pub mod sources;
 pub mod types;
+pub mod units;

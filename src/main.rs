@@ -78,7 +78,13 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create cache_dir {}", config.cache_dir.display()))?;
     let state = AppState::new(&config)?;
     if let Some(interval) = config.caches.cleanup_interval {
-        Cleanup::new(&config, &state.caches.kinds(), false).spawn_periodic(interval);
+        Cleanup::new(
+            &config.cache_dir,
+            &config.caches,
+            &state.caches.kinds(),
+            false,
+        )
+        .spawn_periodic(interval);
     }
     let app = router(state, &config);
     let listener = tokio::net::TcpListener::bind(config.bind)
@@ -122,7 +128,12 @@ fn main() -> anyhow::Result<()> {
                 .build()?;
             // The server's own set-up registers every cache kind with its live versions.
             let state = runtime.block_on(async { AppState::new(&config) })?;
-            let cleanup = Cleanup::new(&config, &state.caches.kinds(), dry_run);
+            let cleanup = Cleanup::new(
+                &config.cache_dir,
+                &config.caches,
+                &state.caches.kinds(),
+                dry_run,
+            );
             let report = cleanup.run(std::time::SystemTime::now());
             let prefix = if dry_run {
                 "dry run, nothing deleted: "

@@ -10,6 +10,7 @@ use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize, Serializer};
 use symbolic::common::{Arch, Language};
 
+use crate::error::{CacheError, CacheResult};
 use crate::sources::{ObjectType, SourceId};
 
 /// A `u64` that travels as a `"0x…"` string, and is accepted as a hex string, a decimal
@@ -316,24 +317,6 @@ pub enum ObjectDownloadInfo {
     Error { details: String },
 }
 
-impl ObjectDownloadInfo {
-    /// The report for a fetch that gave `features`, or failed with an error.
-    pub fn from_result(result: Result<ObjectFeatures, &crate::cache::CacheError>) -> Self {
-        use crate::cache::CacheError;
-        match result {
-            Ok(features) => ObjectDownloadInfo::Ok { features },
-            Err(CacheError::NotFound) => ObjectDownloadInfo::NotFound,
-            Err(CacheError::PermissionDenied(details)) => ObjectDownloadInfo::NoPerm {
-                details: details.clone(),
-            },
-            Err(CacheError::Malformed(_)) => ObjectDownloadInfo::Malformed,
-            Err(err) => ObjectDownloadInfo::Error {
-                details: err.to_string(),
-            },
-        }
-    }
-}
-
 /// What happened when a fetched candidate was used for one purpose.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "lowercase")]
@@ -350,6 +333,72 @@ pub enum ObjectUseInfo {
 impl ObjectUseInfo {
     pub fn is_none(&self) -> bool {
         matches!(self, ObjectUseInfo::None)
+    }
+}
+
+// The one place where the error kind becomes what a response says: module statuses,
+// frame statuses and candidate reports.
+
+impl ObjectFileStatus {
+    pub fn from_error(err: &CacheError) -> Self {
+        match err {
+            CacheError::NotFound => ObjectFileStatus::Missing,
+            CacheError::PermissionDenied(_) | CacheError::DownloadError(_) => {
+                ObjectFileStatus::FetchingFailed
+            }
+            CacheError::TooLarge(_) => ObjectFileStatus::TooLarge,
+            CacheError::Timeout(_) => ObjectFileStatus::Timeout,
+            CacheError::Malformed(_) => ObjectFileStatus::Malformed,
+            CacheError::Unsupported(_) => ObjectFileStatus::Unsupported,
+            CacheError::InternalError => ObjectFileStatus::Other,
+        }
+    }
+
+    pub fn from_result<T>(result: &CacheResult<T>) -> Self {
+        match result {
+            Ok(_) => ObjectFileStatus::Found,
+            Err(err) => Self::from_error(err),
+        }
+    }
+}
+
+impl FrameStatus {
+    /// The status of a frame whose module has no usable debug file because of `err`.
+    pub fn from_module_error(err: &CacheError) -> Self {
+        match err {
+            CacheError::Malformed(_) => FrameStatus::Malformed,
+            _ => FrameStatus::Missing,
+        }
+    }
+}
+
+impl ObjectDownloadInfo {
+    /// The report for a fetch that gave `features`, or failed with an error.
+    pub fn from_result(result: Result<ObjectFeatures, &CacheError>) -> Self {
+        match result {
+            Ok(features) => ObjectDownloadInfo::Ok { features },
+            Err(CacheError::NotFound) => ObjectDownloadInfo::NotFound,
+            Err(CacheError::PermissionDenied(details)) => ObjectDownloadInfo::NoPerm {
+                details: details.clone(),
+            },
+            Err(CacheError::Malformed(_)) => ObjectDownloadInfo::Malformed,
+            Err(err) => ObjectDownloadInfo::Error {
+                details: err.to_string(),
+            },
+        }
+    }
+}
+
+impl ObjectUseInfo {
+    /// The report for using a fetched candidate, e.g. building a derived cache from it.
+    pub fn from_result<T>(result: &CacheResult<T>) -> Self {
+        match result {
+            Ok(_) => ObjectUseInfo::Ok,
+            Err(CacheError::Malformed(_)) => ObjectUseInfo::Malformed,
+            Err(err) => ObjectUseInfo::Error {
+                details: err.to_string(),
+            },
+        }
     }
 }
 

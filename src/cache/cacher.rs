@@ -10,9 +10,10 @@ use serde::{Deserialize, Serialize};
 use symbolic::common::ByteView;
 use tempfile::NamedTempFile;
 
+use super::CacheConfig;
+use super::CacheKey;
 use super::shared::SharedCache;
-use super::{CacheError, CacheKey, CacheResult};
-use crate::config::CacheConfig;
+use crate::error::{CacheError, CacheResult};
 
 /// A family of cache files and the version of their format. Files of `version` live in
 /// `cache_dir/<name>/<version>`; files of a `compatible` older version are still served
@@ -40,6 +41,10 @@ pub trait CacheItemRequest: Send + Sync + 'static {
     /// How many times its file size an item takes in memory, for the memory budget.
     /// Memory-mapped formats are 1; formats parsed into heap structures are more.
     const MEMORY_FACTOR: u32 = 1;
+
+    /// How long an item stays true to its source; `None`: for as long as it is used.
+    /// An older file is computed again (an index that the source keeps appending to).
+    const MAX_AGE: Option<Duration> = None;
 
     /// Writes the item's file contents into `temp_file`, which lives in the directory of
     /// the final file so that publishing it is an atomic rename.
@@ -355,6 +360,11 @@ impl<R: CacheItemRequest> Cacher<R> {
                 ttl: Some(ttl - age),
             });
         }
+        if let Some(max_age) = R::MAX_AGE
+            && age >= max_age
+        {
+            return None;
+        }
         let weight = weight_of(view.len()).saturating_mul(R::MEMORY_FACTOR);
         let item = match request.load(view.clone()) {
             Ok(item) => item,
@@ -365,7 +375,8 @@ impl<R: CacheItemRequest> Cacher<R> {
                 return None;
             }
         };
-        if age >= TOUCH_INTERVAL {
+        // An item with a maximum age is judged by its mtime: touching would keep it forever.
+        if age >= TOUCH_INTERVAL && R::MAX_AGE.is_none() {
             touch(path);
             // The shared copy ages too (a store may expire unused objects): refresh it.
             if current && let Some(shared) = &self.inner.shared {
@@ -378,7 +389,7 @@ impl<R: CacheItemRequest> Cacher<R> {
         Some(Entry {
             value: Ok(item),
             weight,
-            ttl: None,
+            ttl: R::MAX_AGE.map(|max_age| max_age - age),
         })
     }
 
@@ -400,7 +411,7 @@ impl<R: CacheItemRequest> Cacher<R> {
                 Some(Entry {
                     value: Ok(item),
                     weight: weight_of(view.len()).saturating_mul(R::MEMORY_FACTOR),
-                    ttl: None,
+                    ttl: R::MAX_AGE,
                 })
             }
             Err(err) => {
@@ -459,7 +470,7 @@ impl<R: CacheItemRequest> Cacher<R> {
                 Entry {
                     value: Ok(item),
                     weight,
-                    ttl: None,
+                    ttl: R::MAX_AGE,
                 }
             }
             Err(err) => {

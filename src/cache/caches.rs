@@ -1,12 +1,13 @@
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
+use super::budget::memory_share;
 use super::shared::SharedCache;
+use super::{CacheConfig, CachesConfig, SharedCacheConfig};
 use super::{CacheItemRequest, CacheKind, CacheStats, Cacher};
-use crate::config::{CacheConfig, Config};
 use crate::fetch::Downloader;
 
 /// Whether files of a kind came from sources or were computed from such files; decides
@@ -43,45 +44,42 @@ pub struct Caches {
 
 impl Caches {
     /// Needs a tokio runtime when a shared cache is configured (its upload worker).
-    pub fn from_config(config: &Config, downloader: &Downloader) -> anyhow::Result<Self> {
-        let shared = match &config.shared_cache {
+    pub fn new(
+        cache_dir: &Path,
+        config: &CachesConfig,
+        shared_cache: Option<&SharedCacheConfig>,
+        downloader: &Downloader,
+    ) -> anyhow::Result<Self> {
+        let shared = match shared_cache {
             Some(shared) => Some(Arc::new(SharedCache::new(shared, downloader)?)),
             None => None,
         };
         Ok(Caches {
-            cache_dir: config.cache_dir.clone(),
-            downloaded: config.caches.downloaded.clone(),
-            derived: config.caches.derived.clone(),
-            memory_capacity: config.caches.in_memory.capacity,
+            cache_dir: cache_dir.to_owned(),
+            downloaded: config.downloaded.clone(),
+            derived: config.derived.clone(),
+            memory_capacity: config.in_memory.capacity,
             boot_id: uuid::Uuid::new_v4().to_string().into(),
             shared,
             kinds: Mutex::new(Vec::new()),
         })
     }
 
-    /// `num/den` of the in-memory budget, in bytes.
-    pub fn memory_share(&self, num: u64, den: u64) -> u64 {
-        self.memory_capacity / den * num
-    }
-
     /// A cache of files fetched from sources. They stay local: they are large, and any
     /// replica can fetch them from the source as cheaply as from a shared store.
-    pub fn downloaded<R: CacheItemRequest>(&self, kind: CacheKind, memory: u64) -> Cacher<R> {
-        self.build(kind, Family::Downloaded, memory)
+    pub fn downloaded<R: CacheItemRequest>(&self, kind: CacheKind) -> Cacher<R> {
+        self.build(kind, Family::Downloaded)
     }
 
     /// A cache of files computed from fetched ones; shared between replicas when a
     /// shared cache is configured.
-    pub fn derived<R: CacheItemRequest>(&self, kind: CacheKind, memory: u64) -> Cacher<R> {
-        self.build(kind, Family::Derived, memory)
+    pub fn derived<R: CacheItemRequest>(&self, kind: CacheKind) -> Cacher<R> {
+        self.build(kind, Family::Derived)
     }
 
-    fn build<R: CacheItemRequest>(
-        &self,
-        kind: CacheKind,
-        family: Family,
-        memory: u64,
-    ) -> Cacher<R> {
+    /// Every kind's share of the memory budget comes from one table ([`memory_share`]).
+    fn build<R: CacheItemRequest>(&self, kind: CacheKind, family: Family) -> Cacher<R> {
+        let memory = memory_share(self.memory_capacity, kind.name);
         let (config, shared) = match family {
             Family::Downloaded => (&self.downloaded, None),
             Family::Derived => (&self.derived, self.shared.clone()),

@@ -15,8 +15,8 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use super::cacher::{is_placeholder, placeholder_ttl, read_placeholder};
+use super::{CacheConfig, CachesConfig};
 use super::{CacheKind, Family, RegisteredKind};
-use crate::config::{CacheConfig, Config};
 
 /// Temp files younger than this may belong to a write in progress. Downloads update
 /// their file's mtime as they stream, so only an abandoned one gets this old.
@@ -77,17 +77,22 @@ struct Kept {
 }
 
 impl Cleanup {
-    pub fn new(config: &Config, kinds: &[RegisteredKind], dry_run: bool) -> Self {
+    pub fn new(
+        cache_dir: &Path,
+        config: &CachesConfig,
+        kinds: &[RegisteredKind],
+        dry_run: bool,
+    ) -> Self {
         Cleanup {
-            cache_dir: config.cache_dir.clone(),
+            cache_dir: cache_dir.to_owned(),
             kinds: kinds
                 .iter()
                 .map(|k| (k.kind.name, (k.kind, k.family)))
                 .collect(),
-            downloaded: config.caches.downloaded.clone(),
-            derived: config.caches.derived.clone(),
-            crash_file_retention: config.caches.diagnostics.retention.max(TEMP_GRACE),
-            max_disk_size: config.caches.max_disk_size,
+            downloaded: config.downloaded.clone(),
+            derived: config.derived.clone(),
+            crash_file_retention: config.diagnostics.retention.max(TEMP_GRACE),
+            max_disk_size: config.max_disk_size,
             dry_run,
         }
     }
@@ -298,8 +303,8 @@ fn walk_files(dir: &Path) -> Vec<(PathBuf, std::fs::Metadata)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::CacheError;
     use crate::cache::cacher::placeholder_bytes;
+    use crate::error::CacheError;
 
     const DAY: Duration = Duration::from_secs(86400);
     const MIN: Duration = Duration::from_secs(60);

@@ -93,8 +93,22 @@ impl CacheKey {
 
     /// A key for something derived from the entry `self` names.
     pub fn derived(&self, what: &str) -> Self {
-        let hex = hex::encode(self.digest);
-        CacheKey::new(self.scope.clone(), &[&hex, what])
+        Self::derived_from(&[self], what)
+    }
+
+    /// A key for something derived from the entries `parents` name, in that order. It is
+    /// global only when every parent is: a file built from scoped input stays in scope.
+    pub fn derived_from(parents: &[&CacheKey], what: &str) -> Self {
+        let scope = parents
+            .iter()
+            .map(|p| &p.scope)
+            .find(|s| **s != Scope::Global)
+            .cloned()
+            .unwrap_or_default();
+        let hexes: Vec<String> = parents.iter().map(|p| hex::encode(p.digest)).collect();
+        let mut parts: Vec<&str> = hexes.iter().map(String::as_str).collect();
+        parts.push(what);
+        CacheKey::new(scope, &parts)
     }
 
     pub fn scope(&self) -> &Scope {
@@ -144,5 +158,16 @@ mod tests {
         assert_ne!(a.relative_path(), c.relative_path());
         assert_eq!(Scope::new("global"), Scope::Global);
         assert_ne!(a.derived("symcache"), a);
+        // One parent: the key the single-file form always gave, so existing caches stay.
+        assert_eq!(
+            CacheKey::derived_from(&[&a], "symcache"),
+            CacheKey::new(Scope::Global, &[&hex::encode(a.digest), "symcache"])
+        );
+        // Order matters, and a scoped parent makes the result scoped.
+        assert_ne!(
+            CacheKey::derived_from(&[&a, &b], "x"),
+            CacheKey::derived_from(&[&b, &a], "x")
+        );
+        assert_eq!(CacheKey::derived_from(&[&a, &c], "x").scope(), c.scope());
     }
 }

@@ -6,16 +6,20 @@
 //! Keys carry the request scope and the source, so nothing crosses scopes. `cleanup`
 //! owns deletion: the time rules, stray temp files, old versions and the disk budget.
 
+mod budget;
 mod cacher;
 mod caches;
 pub mod cleanup;
-mod error;
+mod config;
+mod derived;
 mod key;
 mod shared;
 
+pub use budget::MEMORY_SHARES;
 pub use cacher::{CacheItemRequest, CacheKind, CacheStats, Cacher};
 pub use caches::{Caches, Family, RegisteredKind};
-pub use error::{CacheError, CacheResult};
+pub use config::{CacheConfig, CachesConfig, DiagnosticsCacheConfig, InMemoryConfig};
+pub use derived::{DerivedCache, DerivedFormat, InputFuture};
 pub use key::{CacheKey, Scope};
 pub use shared::{
     S3SharedCacheConfig, SharedCache, SharedCacheBackendConfig, SharedCacheConfig, SharedCacheStats,

@@ -11,7 +11,7 @@ use flate2::read::{MultiGzDecoder, ZlibDecoder};
 use tempfile::NamedTempFile;
 
 use super::too_large;
-use crate::cache::{CacheError, CacheResult};
+use crate::error::{CacheError, CacheResult};
 
 const COPY_BUF: usize = 64 * 1024;
 

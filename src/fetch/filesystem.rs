@@ -7,7 +7,7 @@ use std::path::Path;
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
 use super::{Downloader, too_large};
-use crate::cache::{CacheError, CacheResult};
+use crate::error::{CacheError, CacheResult};
 
 const COPY_BUF: usize = 64 * 1024;
 

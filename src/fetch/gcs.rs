@@ -18,7 +18,7 @@ use url::Url;
 use super::reserved_ip::{RESERVED_ADDRESS_MSG, url_has_reserved_ip_host};
 use super::transfer::{read_capped, retrying, within_download_timeout};
 use super::{Downloader, redact_url};
-use crate::cache::{CacheError, CacheResult};
+use crate::error::{CacheError, CacheResult};
 use crate::sources::{GcsAuth, GcsSourceConfig, Secret, google_token_uri};
 
 /// What a token may do: sources only read; the shared cache also writes.

@@ -15,7 +15,7 @@ use super::reserved_ip::{
 };
 use super::transfer::{log_download, retrying, truncate, within_download_timeout, write_body};
 use super::{Downloader, FetchConfig, redact_url};
-use crate::cache::{CacheError, CacheResult};
+use crate::error::{CacheError, CacheResult};
 
 const MAX_REDIRECTS: usize = 10;
 
@@ -155,15 +155,17 @@ impl Downloader {
         self.download(url, headers, false, max_size, dest).await
     }
 
-    /// [`Self::download_http`] for sources that set `accept_invalid_certs`.
+    /// [`Self::download_http_capped`] that may skip certificate checks, for sources that
+    /// set `accept_invalid_certs`.
     pub async fn download_http_with(
         &self,
         url: &Url,
         headers: &BTreeMap<String, String>,
         accept_invalid_certs: bool,
+        max_size: u64,
         dest: &mut tokio::fs::File,
     ) -> CacheResult<u64> {
-        let max_size = self.inner.config.max_download_size;
+        let max_size = max_size.min(self.inner.config.max_download_size);
         self.download(url, headers, accept_invalid_certs, max_size, dest)
             .await
     }

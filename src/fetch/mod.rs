@@ -4,8 +4,8 @@
 //! concurrency limit per source, and refusal of reserved IP ranges unless
 //! `connect_to_reserved_ips` is set; listing what a source has for an object (Sentry's
 //! search; the directory layouts for the others); and decompression of the downloaded
-//! payload (gzip, zstd, zlib, zip, CAB, xz, bzip2) into a temp file; and the `000Admin`
-//! indexes of symstore sources (`index`). Credentials never reach logs or errors. Errors
+//! payload (gzip, zstd, zlib, zip, CAB, xz, bzip2) into a temp file. A file is named by
+//! a location on a source or by a whole URL (`RemoteFile`). Credentials never reach logs or errors. Errors
 //! are reported as [`CacheError`] so callers can store them as negative cache entries.
 
 use std::sync::Arc;
@@ -14,14 +14,13 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use url::Url;
 
-use crate::cache::{CacheError, CacheResult};
+use crate::error::{CacheError, CacheResult};
 use crate::sources::SourceId;
 
 mod decompress;
 mod filesystem;
 mod gcs;
 mod http;
-mod index;
 mod remote;
 mod reserved_ip;
 mod s3;
@@ -32,7 +31,6 @@ mod transfer;
 
 pub use decompress::decompress_file;
 pub(crate) use gcs::{GcsAccess, download_url as gcs_download_url};
-pub use index::SymstoreIndexes;
 pub use remote::{RemoteFile, fetch_file};
 pub use reserved_ip::is_reserved_ip;
 pub(crate) use s3::{build_client as build_s3_client, http_client as s3_http_client};

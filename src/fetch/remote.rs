@@ -3,10 +3,15 @@ use std::sync::Arc;
 
 use tempfile::NamedTempFile;
 
+use std::collections::BTreeMap;
+
+use url::Url;
+
 use super::{Downloader, decompress_file};
-use crate::cache::{CacheError, CacheKey, CacheResult, Scope};
+use crate::error::{CacheError, CacheResult};
 use crate::sources::{
-    FileType, ObjectId, SourceConfig, SourceId, sentry_file_uri, source_locations,
+    CommonSourceConfig, FileType, HttpSourceConfig, ObjectId, SourceConfig, SourceId,
+    sentry_file_uri, source_locations,
 };
 
 /// One file at one source: where a debug file could be. Its `uri` is what candidate
@@ -47,15 +52,24 @@ impl RemoteFile {
         &self.uri
     }
 
-    /// The cache key of this file for a request in `scope`. Public sources share their
-    /// files across scopes.
-    pub fn cache_key(&self, scope: &Scope) -> CacheKey {
-        let scope = if self.source.files().is_public {
-            Scope::Global
-        } else {
-            scope.clone()
+    /// A file named by an absolute URL rather than by a location on a configured source
+    /// (a scraped script, a download URL an API returned, a linked source file). It is
+    /// fetched like a file of an HTTP source with `headers`, under the same reserved-IP
+    /// rule and limits; `source` names it in candidate reports and cache keys.
+    pub fn from_url(source: SourceId, url: Url, headers: BTreeMap<String, String>) -> Self {
+        let http = HttpSourceConfig {
+            id: source,
+            url,
+            headers,
+            files: CommonSourceConfig::default(),
+            accept_invalid_certs: false,
         };
-        CacheKey::new(scope, &[self.source_id().as_str(), self.uri()])
+        RemoteFile::new(SourceConfig::Http(Arc::new(http)), String::new())
+    }
+
+    /// Whether files of this source may be shared across request scopes.
+    pub fn is_public(&self) -> bool {
+        self.source.files().is_public
     }
 }
 
@@ -89,7 +103,8 @@ impl Downloader {
 }
 
 /// Downloads `file` into `dest` and unpacks it if it is compressed, so `dest` ends up
-/// holding the plain file.
+/// holding the plain file. `max_size` caps the payload (HTTP downloads while they
+/// stream, every kind when unpacked) below the configured `max_download_size`.
 pub async fn fetch_file(
     downloader: &Downloader,
     file: &RemoteFile,
@@ -103,7 +118,13 @@ pub async fn fetch_file(
         SourceConfig::Http(http) => {
             let url = http.join_url(&file.path).ok_or(CacheError::NotFound)?;
             downloader
-                .download_http(&url, &http.headers, &mut out)
+                .download_http_with(
+                    &url,
+                    &http.headers,
+                    http.accept_invalid_certs,
+                    max_size,
+                    &mut out,
+                )
                 .await?;
         }
         SourceConfig::Filesystem(fs) => {
@@ -133,6 +154,7 @@ pub async fn fetch_file(
     out.flush().await.map_err(CacheError::internal)?;
     drop(out);
 
+    let max_size = max_size.min(downloader.config().max_download_size);
     let path = dest.path().to_owned();
     let dir = path.parent().unwrap_or(Path::new(".")).to_owned();
     let unpacked = tokio::task::spawn_blocking(move || decompress_file(&path, &dir, max_size))

@@ -19,7 +19,7 @@ use url::Url;
 use super::reserved_ip::{RESERVED_ADDRESS_MSG, resolve_public, url_has_reserved_ip_host};
 use super::transfer::{log_download, retrying, truncate, within_download_timeout, write_body};
 use super::{Downloader, FetchConfig};
-use crate::cache::{CacheError, CacheResult};
+use crate::error::{CacheError, CacheResult};
 use crate::sources::{S3SourceConfig, Secret};
 
 /// What distinguishes one S3 client from another.

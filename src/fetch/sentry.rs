@@ -10,7 +10,7 @@ use url::Url;
 
 use super::transfer::{read_capped, retrying, within_download_timeout};
 use super::{Downloader, redact_url};
-use crate::cache::{CacheError, CacheResult};
+use crate::error::{CacheError, CacheResult};
 use crate::sources::{FileType, ObjectId, Secret, SentryFileInfo, SentrySourceConfig, next_page};
 
 /// Sentry pages by 20 files at most; this many pages is more debug files than any one

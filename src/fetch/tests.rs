@@ -19,7 +19,7 @@ use tempfile::NamedTempFile;
 use url::Url;
 
 use super::{Downloader, FetchConfig, is_too_large};
-use crate::cache::CacheError;
+use crate::error::CacheError;
 
 #[derive(Clone, Default)]
 struct Hits(Arc<AtomicUsize>);

@@ -10,7 +10,7 @@ use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 
 use super::reserved_ip::RESERVED_ADDRESS_MSG;
 use super::{Downloader, FetchConfig, too_large};
-use crate::cache::{CacheError, CacheResult};
+use crate::error::{CacheError, CacheResult};
 
 pub(super) const MAX_TRIES: u32 = 3;
 /// First retry delay; doubled for each further try, so a struggling server gets room.

@@ -11,12 +11,11 @@ use minidump::Module;
 use minidump_unwind::{FrameWalker, SymbolFile};
 use symbolic::cfi::CfiCache;
 use symbolic::common::{ByteView, DebugId};
-use symbolic::debuginfo::Object;
 use symbolic::debuginfo::breakpad::BreakpadModuleRecord;
 
-use super::derived::{DerivedActor, DerivedFormat};
-use super::objects::ObjectPurpose;
-use crate::cache::{CacheError, CacheKind, CacheResult};
+use crate::cache::{CacheKind, DerivedFormat};
+use crate::error::{CacheError, CacheResult};
+use crate::lookup::{ObjectDerived, ObjectDerivedFormat, ObjectHandle, ObjectPurpose};
 
 /// Bump when what we write changes; symbolic's own container version is pinned by a
 /// test so an upgrade that changes it forces a bump here.
@@ -71,14 +70,14 @@ fn parse_cfi(data: ByteView<'static>) -> CacheResult<CfiItem> {
 pub struct CfiFormat;
 
 impl DerivedFormat for CfiFormat {
+    type Input = Arc<ObjectHandle>;
     type Item = CfiItem;
     const KIND: CacheKind = CFICACHES;
-    const PURPOSE: ObjectPurpose = ObjectPurpose::Unwind;
-    const MEMORY_SHARE: (u64, u64) = (1, 16);
     /// The parsed rules live on the heap, several times the size of their text.
     const MEMORY_FACTOR: u32 = 8;
 
-    fn convert(object: &Object<'_>, out: &mut BufWriter<File>) -> CacheResult<()> {
+    fn convert(input: Arc<ObjectHandle>, out: &mut BufWriter<File>) -> CacheResult<()> {
+        let object = input.object();
         let cache =
             CfiCache::from_object(object).map_err(|e| CacheError::Malformed(e.to_string()))?;
         cache.write_to(out).map_err(CacheError::internal)
@@ -89,7 +88,11 @@ impl DerivedFormat for CfiFormat {
     }
 }
 
-pub type CfiCacheActor = DerivedActor<CfiFormat>;
+impl ObjectDerivedFormat for CfiFormat {
+    const PURPOSE: ObjectPurpose = ObjectPurpose::Unwind;
+}
+
+pub type CfiCacheActor = ObjectDerived<CfiFormat>;
 
 #[cfg(test)]
 mod tests {

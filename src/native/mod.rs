@@ -1,13 +1,12 @@
-//! Native symbolication: finding debug files for modules (`objects`), the caches
-//! derived from them (`symcache`, `cfi`, `ppdb`), demangling, symbolicating stack traces
-//! (`symbolicate`), minidump stackwalking (`stackwalk`) and source context.
+//! Native symbolication (ELF, Mach-O, PE/PDB, Breakpad, Wasm and .NET): the caches
+//! derived from debug files (`symcache`, `cfi`, `ppdb`), demangling, symbolicating
+//! stack traces (`symbolicate`), minidump stackwalking (`stackwalk`), Apple crash
+//! reports (`apple`) and native source context (`source_context`). Finding and fetching
+//! the files is `lookup`'s.
 
 mod apple;
 mod cfi;
 pub mod demangle;
-mod derived;
-mod embedded_sources;
-pub mod objects;
 mod ppdb;
 mod source_context;
 mod stackwalk;
@@ -17,12 +16,11 @@ pub mod symcache;
 use std::sync::Arc;
 
 use anyhow::Context;
-use futures::future;
 
 use serde::Deserialize;
 
 use crate::cache::{Caches, Scope};
-use crate::fetch::Downloader;
+use crate::lookup::{Lookup, ObjectsActor, SourceFiles};
 use crate::sources::SourceConfig;
 use crate::types::{
     CompleteObjectInfo, CompletedSymbolicationResponse, RawObjectInfo, RawStacktrace,
@@ -30,11 +28,10 @@ use crate::types::{
 };
 use cfi::CfiCacheActor;
 use demangle::DemangleCache;
-use objects::ObjectsActor;
 use ppdb::PpdbCacheActor;
-use source_context::{SourceFiles, sourcelink_candidate};
+use source_context::apply_source_context;
 use stackwalk::{Minidump, Stackwalk};
-use symbolicate::{ModuleLookup, set_context, symbolicate_stacktrace};
+use symbolicate::{ModuleLookup, symbolicate_stacktrace};
 use symcache::SymCacheActor;
 
 /// The JSON body of `POST /symbolicate`. Unknown fields are ignored, as upstream does.
@@ -61,7 +58,7 @@ pub struct NativeService {
     symcaches: SymCacheActor,
     cficaches: CfiCacheActor,
     ppdb_caches: PpdbCacheActor,
-    source_files: SourceFiles,
+    source_files: Arc<SourceFiles>,
     demangle: DemangleCache,
 }
 
@@ -73,16 +70,12 @@ pub struct CrashReportRequest {
 }
 
 impl NativeService {
-    pub fn new(caches: &Caches, downloader: Downloader, max_download_size: u64) -> Self {
-        let objects = Arc::new(ObjectsActor::new(
-            caches,
-            downloader.clone(),
-            max_download_size,
-        ));
+    pub fn new(caches: &Caches, lookup: &Lookup) -> Self {
+        let objects = lookup.objects.clone();
         NativeService {
             symcaches: SymCacheActor::new(caches, objects.clone()),
             cficaches: CfiCacheActor::new(caches, objects.clone()),
-            source_files: SourceFiles::new(caches, downloader),
+            source_files: lookup.source_files.clone(),
             ppdb_caches: PpdbCacheActor::new(caches, objects.clone()),
             objects,
             demangle: DemangleCache::new(10 * 1024 * 1024),
@@ -95,16 +88,15 @@ impl NativeService {
         sources: Arc<[SourceConfig]>,
         request: SymbolicateRequest,
     ) -> CompletedSymbolicationResponse {
-        let modules = request.modules.into_iter().map(Into::into).collect();
-        self.symbolicate_modules(
-            &scope,
-            &sources,
-            modules,
-            request.stacktraces,
-            request.signal,
-            request.options,
-            &RewriteRules::default(),
-        )
+        self.run(Job {
+            scope: &scope,
+            sources: &sources,
+            modules: request.modules.into_iter().map(Into::into).collect(),
+            stacktraces: request.stacktraces,
+            signal: request.signal,
+            options: request.options,
+            rewrite_first_module: &RewriteRules::default(),
+        })
         .await
     }
 
@@ -159,74 +151,70 @@ impl NativeService {
         modules: Vec<CompleteObjectInfo>,
         stacktraces: Vec<RawStacktrace>,
     ) -> CompletedSymbolicationResponse {
-        self.symbolicate_modules(
+        self.run(Job {
             scope,
-            &request.sources,
+            sources: &request.sources,
             modules,
             stacktraces,
-            None,
-            request.options,
-            &request.rewrite_first_module,
-        )
+            signal: None,
+            options: request.options,
+            rewrite_first_module: &request.rewrite_first_module,
+        })
         .await
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn symbolicate_modules(
-        &self,
-        scope: &Scope,
-        sources: &[SourceConfig],
-        modules: Vec<CompleteObjectInfo>,
-        stacktraces: Vec<RawStacktrace>,
-        signal: Option<Signal>,
-        options: RequestOptions,
-        rewrite_first_module: &RewriteRules,
-    ) -> CompletedSymbolicationResponse {
-        let mut lookup = ModuleLookup::new(modules, rewrite_first_module);
+    /// Symbolicates the stack traces of one job against its modules, then applies
+    /// source context if asked.
+    async fn run(&self, job: Job<'_>) -> CompletedSymbolicationResponse {
+        let mut lookup = ModuleLookup::new(job.modules, job.rewrite_first_module);
         lookup
             .fetch_caches(
                 &self.symcaches,
                 &self.ppdb_caches,
-                sources,
-                scope,
-                &stacktraces,
+                job.sources,
+                job.scope,
+                &job.stacktraces,
             )
             .await;
-        let mut stacktraces: Vec<_> = stacktraces
+        let mut stacktraces: Vec<_> = job
+            .stacktraces
             .into_iter()
-            .map(|trace| symbolicate_stacktrace(&self.demangle, &lookup, signal, trace))
+            .map(|trace| symbolicate_stacktrace(&self.demangle, &lookup, job.signal, trace))
             .collect();
-        if options.apply_source_context {
-            lookup
-                .fetch_sources(&self.objects, sources, scope, &stacktraces)
-                .await;
-            let remote = lookup.apply_source_context(&mut stacktraces);
-            let fetched = future::join_all(remote.into_iter().map(|source| async {
-                let result = self.source_files.fetch(scope, &source.url).await;
-                (source, result)
-            }))
+        if job.options.apply_source_context {
+            apply_source_context(
+                &self.objects,
+                &self.source_files,
+                job.sources,
+                job.scope,
+                &mut lookup,
+                &mut stacktraces,
+            )
             .await;
-            for (source, result) in fetched {
-                if let Ok(bytes) = &result {
-                    let text = String::from_utf8_lossy(bytes);
-                    for &(t, f) in &source.frames {
-                        set_context(&mut stacktraces[t].frames[f].raw, &text);
-                    }
-                }
-                lookup.add_candidate(source.module, sourcelink_candidate(&source.url, &result));
-            }
         }
         let mut modules = lookup.into_modules();
-        if !options.dif_candidates {
+        if !job.options.dif_candidates {
             for module in &mut modules {
                 module.candidates = Default::default();
             }
         }
         CompletedSymbolicationResponse {
-            signal,
+            signal: job.signal,
             stacktraces,
             modules,
             ..Default::default()
         }
     }
+}
+
+/// One native symbolication: the modules and stack traces to symbolicate, where to
+/// look, and how.
+struct Job<'a> {
+    scope: &'a Scope,
+    sources: &'a [SourceConfig],
+    modules: Vec<CompleteObjectInfo>,
+    stacktraces: Vec<RawStacktrace>,
+    signal: Option<Signal>,
+    options: RequestOptions,
+    rewrite_first_module: &'a RewriteRules,
 }

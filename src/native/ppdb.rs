@@ -9,9 +9,9 @@ use symbolic::common::{ByteView, Language, SelfCell, split_path};
 use symbolic::debuginfo::Object;
 use symbolic::ppdb::{PortablePdbCache, PortablePdbCacheConverter};
 
-use super::derived::{DerivedActor, DerivedFormat};
-use super::objects::ObjectPurpose;
-use crate::cache::{CacheError, CacheKind, CacheResult};
+use crate::cache::{CacheKind, DerivedFormat};
+use crate::error::{CacheError, CacheResult};
+use crate::lookup::{ObjectDerived, ObjectDerivedFormat, ObjectHandle, ObjectPurpose};
 use crate::sources::{FileType, ObjectType};
 use crate::types::{FrameStatus, RawFrame, SymbolicatedFrame};
 
@@ -26,16 +26,12 @@ pub type OwnedPpdbCache = Arc<SelfCell<ByteView<'static>, PortablePdbCache<'stat
 pub struct PpdbFormat;
 
 impl DerivedFormat for PpdbFormat {
+    type Input = Arc<ObjectHandle>;
     type Item = OwnedPpdbCache;
     const KIND: CacheKind = PPDB_CACHES;
-    const PURPOSE: ObjectPurpose = ObjectPurpose::Debug;
-    const MEMORY_SHARE: (u64, u64) = (1, 16);
 
-    fn filetypes(_: ObjectType) -> &'static [FileType] {
-        &[FileType::PortablePdb]
-    }
-
-    fn convert(object: &Object<'_>, out: &mut BufWriter<File>) -> CacheResult<()> {
+    fn convert(input: Arc<ObjectHandle>, out: &mut BufWriter<File>) -> CacheResult<()> {
+        let object = input.object();
         let Object::PortablePdb(ppdb) = object else {
             return Err(CacheError::Unsupported(
                 "Only portable PDB files can be used for .NET symbolication".into(),
@@ -55,7 +51,14 @@ impl DerivedFormat for PpdbFormat {
     }
 }
 
-pub type PpdbCacheActor = DerivedActor<PpdbFormat>;
+impl ObjectDerivedFormat for PpdbFormat {
+    const PURPOSE: ObjectPurpose = ObjectPurpose::Debug;
+    fn filetypes(_: ObjectType) -> &'static [FileType] {
+        &[FileType::PortablePdb]
+    }
+}
+
+pub type PpdbCacheActor = ObjectDerived<PpdbFormat>;
 
 /// A .NET frame: `function_id` is the method's index, `instruction_addr` the IL offset.
 pub fn symbolicate_dotnet_frame(

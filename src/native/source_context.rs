@@ -1,216 +1,211 @@
-//! Source context: the lines around a frame's line, from sources that a debug file or a
-//! source bundle carries, or that they link to (SourceLink URLs, fetched through the
-//! fetch layer and cached as `sourcefiles`). Lines are trimmed as upstream trims them, so
-//! long (minified or generated) lines do not bloat responses.
+//! Source context for native frames, as one step after symbolication: find a file with
+//! sources for each module that symbolicated frames point into (a source bundle or
+//! portable PDB, else the debug file itself when it embeds sources or links them), cut
+//! the lines around each frame, fetch linked sources once per request, and report every
+//! file consulted as a candidate.
 
-use std::collections::BTreeMap;
+use std::collections::{HashMap, HashSet};
 
-use futures::future::BoxFuture;
-use symbolic::common::ByteView;
-use tempfile::NamedTempFile;
+use futures::future;
+use symbolic::debuginfo::Object;
 use url::Url;
 
-use crate::cache::{
-    CacheError, CacheItemRequest, CacheKey, CacheKind, CacheResult, Cacher, Caches, Scope,
+use super::symbolicate::ModuleLookup;
+use crate::cache::Scope;
+use crate::lookup::{
+    ObjectPurpose, ObjectsActor, SourceFiles, context_lines, fetchable_link, sourcelink_candidate,
 };
-use crate::fetch::Downloader;
-use crate::types::{ObjectCandidate, ObjectDownloadInfo, ObjectFeatures, ObjectUseInfo};
+use crate::sources::{FileType, SourceConfig};
+use crate::types::{CompleteStacktrace, ObjectCandidate, RawFrame};
 
-/// Lines of context before and after the frame's line.
-pub const CONTEXT_LINES: usize = 5;
-
-/// `(pre_context, context_line, post_context)` around 1-based `lineno`, or `None` when
-/// the source has no such line.
-pub fn context_lines(
-    source: &str,
-    lineno: usize,
-    column: usize,
-) -> Option<(Vec<String>, String, Vec<String>)> {
-    if lineno == 0 {
-        return None;
-    }
-    let first = lineno.saturating_sub(CONTEXT_LINES + 1);
-    let mut lines = source.lines().skip(first);
-    let pre = (&mut lines)
-        .take(lineno - 1 - first)
-        .map(|l| trim_line(l, column))
-        .collect();
-    let line = trim_line(lines.next()?, column);
-    let post = lines
-        .take(CONTEXT_LINES)
-        .map(|l| trim_line(l, column))
-        .collect();
-    Some((pre, line, post))
-}
-
-/// Source files downloaded from the links in debug files.
-pub const SOURCEFILES: CacheKind = CacheKind {
-    name: "sourcefiles",
-    version: 1,
-    compatible: &[],
-};
-
-/// No source file worth showing context from is this big; a link to one is a mistake
-/// or an attack.
-const MAX_SOURCE_FILE: u64 = 10 * 1024 * 1024;
-
-struct FetchSourceFile {
-    downloader: Downloader,
-    url: Url,
-}
-
-impl CacheItemRequest for FetchSourceFile {
-    type Item = ByteView<'static>;
-
-    fn compute<'a>(&'a self, temp_file: &'a mut NamedTempFile) -> BoxFuture<'a, CacheResult<()>> {
-        Box::pin(async move {
-            let file = temp_file
-                .as_file()
-                .try_clone()
-                .map_err(CacheError::internal)?;
-            let mut out = tokio::fs::File::from_std(file);
-            // Links are data from the debug file: the same reserved-IP rules as for
-            // sources apply inside the downloader.
-            self.downloader
-                .download_http_capped(&self.url, &BTreeMap::new(), MAX_SOURCE_FILE, &mut out)
-                .await?;
-            Ok(())
-        })
-    }
-
-    fn load(&self, data: ByteView<'static>) -> CacheResult<Self::Item> {
-        Ok(data)
+/// Fills in `pre_context`/`context_line`/`post_context` (and `source_link`) of
+/// `stacktraces`, and adds the candidates it consulted to `lookup`'s modules.
+pub async fn apply_source_context(
+    objects: &ObjectsActor,
+    source_files: &SourceFiles,
+    sources: &[SourceConfig],
+    scope: &Scope,
+    lookup: &mut ModuleLookup,
+    stacktraces: &mut [CompleteStacktrace],
+) {
+    lookup
+        .fetch_sources(objects, sources, scope, stacktraces)
+        .await;
+    let remote = lookup.context_from_local_sources(stacktraces);
+    let fetched = future::join_all(remote.into_iter().map(|source| async {
+        let result = source_files.fetch(scope, &source.url).await;
+        (source, result)
+    }))
+    .await;
+    for (source, result) in fetched {
+        if let Ok(bytes) = &result {
+            let text = String::from_utf8_lossy(bytes);
+            for &(t, f) in &source.frames {
+                set_context(&mut stacktraces[t].frames[f].raw, &text);
+            }
+        }
+        lookup.add_candidate(source.module, sourcelink_candidate(&source.url, &result));
     }
 }
 
-/// Fetches and caches the source files that SourceLink (and source bundle) entries
-/// point to.
-pub struct SourceFiles {
-    downloader: Downloader,
-    cache: Cacher<FetchSourceFile>,
-}
+impl ModuleLookup {
+    /// Looks for files with sources (source bundles, portable PDBs) for the modules
+    /// that symbolicated frames point into; every candidate is reported.
+    async fn fetch_sources(
+        &mut self,
+        objects: &ObjectsActor,
+        sources: &[SourceConfig],
+        scope: &Scope,
+        stacktraces: &[CompleteStacktrace],
+    ) {
+        let mut referenced = HashSet::new();
+        for frame in stacktraces.iter().flat_map(|s| &s.frames) {
+            if let Some(entry) = self.entry_for(frame.raw.instruction_addr.0, frame.raw.addr_mode) {
+                referenced.insert(entry.index);
+            }
+        }
+        let jobs = self
+            .modules
+            .iter_mut()
+            .filter(|m| referenced.contains(&m.index))
+            .filter_map(|m| {
+                let id = m.ids.as_ref().ok()?.clone();
+                Some(async move {
+                    let find = objects
+                        .find(
+                            sources,
+                            FileType::sources(),
+                            &id,
+                            scope,
+                            ObjectPurpose::Source,
+                        )
+                        .await;
+                    m.info.candidates.merge(find.candidates);
+                    // Without a source bundle, the debug file itself may carry the
+                    // sources (DWARF 5 embedded sources).
+                    let found = find
+                        .found
+                        .filter(|f| f.meta.is_ok())
+                        .or_else(|| m.debug_file_with_sources.take());
+                    if let Some(found) = found
+                        && let Ok(handle) = objects.fetch(&found, &id).await
+                    {
+                        // A PDB that only points to its sources (SRCSRV) has none itself.
+                        m.info.features.has_sources |= found
+                            .meta
+                            .as_ref()
+                            .is_ok_and(|meta| meta.features.has_sources);
+                        m.sources = Some(handle);
+                    }
+                })
+            });
+        future::join_all(jobs).await;
+    }
 
-impl SourceFiles {
-    pub fn new(caches: &Caches, downloader: Downloader) -> Self {
-        SourceFiles {
-            downloader,
-            cache: caches.downloaded(SOURCEFILES, caches.memory_share(1, 64)),
+    /// Fills in `pre_context`/`context_line`/`post_context` of frames whose module has
+    /// a file with sources that knows the frame's path, and `source_link` where that
+    /// file links the source. Sources that are only linked are returned, to be fetched.
+    fn context_from_local_sources(
+        &self,
+        stacktraces: &mut [CompleteStacktrace],
+    ) -> Vec<RemoteSource> {
+        let mut sessions = HashMap::new();
+        let mut remote: HashMap<Url, RemoteSource> = HashMap::new();
+        for (t, trace) in stacktraces.iter_mut().enumerate() {
+            for (f, frame) in trace.frames.iter_mut().enumerate() {
+                let raw = &mut frame.raw;
+                let (Some(abs_path), Some(_)) = (raw.abs_path.as_deref(), raw.lineno) else {
+                    continue;
+                };
+                let Some(entry) = self.entry_for(raw.instruction_addr.0, raw.addr_mode) else {
+                    continue;
+                };
+                let Some(handle) = &entry.sources else {
+                    continue;
+                };
+                // Only source bundles and portable PDBs answer through a debug session; a
+                // debug file that carries (DWARF) or points to (SRCSRV) its sources is asked
+                // directly, without building a session of a whole debug file per request.
+                let link = if matches!(
+                    handle.object(),
+                    Object::SourceBundle(_) | Object::PortablePdb(_)
+                ) {
+                    let session = sessions
+                        .entry(entry.index)
+                        .or_insert_with(|| handle.object().debug_session().ok());
+                    let Some(session) = session else { continue };
+                    let Ok(Some(descriptor)) = session.source_by_path(abs_path) else {
+                        continue;
+                    };
+                    if let Some(text) = descriptor.contents() {
+                        set_context(raw, text);
+                    }
+                    let fetch = descriptor.contents().is_none();
+                    descriptor
+                        .url()
+                        .and_then(fetchable_link)
+                        .map(|url| (url, fetch))
+                } else if let Some(text) = handle.embedded_source(abs_path) {
+                    set_context(raw, text);
+                    None
+                } else {
+                    handle
+                        .srcsrv_url(abs_path)
+                        .and_then(|url| fetchable_link(&url))
+                        .map(|url| (url, true))
+                };
+                if let Some((url, fetch)) = link {
+                    raw.source_link = Some(url.to_string());
+                    if fetch {
+                        RemoteSource::want(&mut remote, url, entry.index, (t, f));
+                    }
+                }
+            }
+        }
+        remote.into_values().collect()
+    }
+
+    /// Reports a linked source download on the module whose frames needed it.
+    fn add_candidate(&mut self, module: usize, candidate: ObjectCandidate) {
+        if let Some(entry) = self.modules.iter_mut().find(|m| m.index == module) {
+            entry.info.candidates.merge_one(candidate);
         }
     }
+}
 
-    pub async fn fetch(&self, scope: &Scope, url: &Url) -> CacheResult<ByteView<'static>> {
-        let key = CacheKey::new(scope.clone(), &[url.as_str()]);
-        let request = FetchSourceFile {
-            downloader: self.downloader.clone(),
-            url: url.clone(),
-        };
-        self.cache.get(key, request).await
+/// A source file that frames' debug info links to instead of embedding.
+struct RemoteSource {
+    pub url: Url,
+    /// The request index of the module whose candidates report the download.
+    pub module: usize,
+    /// `(stack trace, frame)` positions that want its lines.
+    pub frames: Vec<(usize, usize)>,
+}
+
+impl RemoteSource {
+    /// Notes that the frame at `position` wants `url`, fetched once per request.
+    fn want(
+        all: &mut HashMap<Url, RemoteSource>,
+        url: Url,
+        module: usize,
+        position: (usize, usize),
+    ) {
+        all.entry(url.clone())
+            .or_insert_with(|| RemoteSource {
+                url,
+                module,
+                frames: Vec::new(),
+            })
+            .frames
+            .push(position);
     }
 }
 
-/// Only web links are followed: a `file://` link would read the server's own disk.
-pub fn fetchable_link(url: &str) -> Option<Url> {
-    let url = Url::parse(url).ok()?;
-    matches!(url.scheme(), "http" | "https").then_some(url)
-}
-
-/// The candidate that reports a linked source download, as upstream lists it.
-pub fn sourcelink_candidate(url: &Url, result: &CacheResult<ByteView<'static>>) -> ObjectCandidate {
-    let download = ObjectDownloadInfo::from_result(result.as_ref().map(|_| ObjectFeatures {
-        has_sources: true,
-        ..Default::default()
-    }));
-    ObjectCandidate {
-        source: "sourcelink".into(),
-        location: crate::fetch::redact_url(url),
-        download,
-        unwind: ObjectUseInfo::None,
-        debug: ObjectUseInfo::None,
-    }
-}
-
-/// Keeps about 140 bytes of a line longer than 150, centred 60 bytes before `column`,
-/// marking cut edges with `{snip}`.
-fn trim_line(line: &str, column: usize) -> String {
-    let len = line.len();
-    if len <= 150 {
-        return line.to_owned();
-    }
-    let mut start = column.min(len).saturating_sub(60);
-    if start < 5 {
-        start = 0;
-    }
-    let mut end = (start + 140).min(len);
-    if end > len.saturating_sub(5) {
-        end = len;
-    }
-    if end == len {
-        start = end.saturating_sub(140);
-    }
-    let start = floor_char_boundary(line, start);
-    let end = floor_char_boundary(line, end);
-    let mut out = String::with_capacity(end - start + 14);
-    if start > 0 {
-        out.push_str("{snip} ");
-    }
-    out.push_str(&line[start..end]);
-    if end < len {
-        out.push_str(" {snip}");
-    }
-    out
-}
-
-fn floor_char_boundary(s: &str, mut idx: usize) -> usize {
-    if idx >= s.len() {
-        return s.len();
-    }
-    while !s.is_char_boundary(idx) {
-        idx -= 1;
-    }
-    idx
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn window_is_clamped_at_both_ends() {
-        let src = (1..=20)
-            .map(|i| format!("line {i}"))
-            .collect::<Vec<_>>()
-            .join("\n");
-        let (pre, line, post) = context_lines(&src, 3, 0).unwrap();
-        assert_eq!(pre, ["line 1", "line 2"]);
-        assert_eq!(line, "line 3");
-        assert_eq!(post.len(), 5);
-        let (pre, line, post) = context_lines(&src, 20, 0).unwrap();
-        assert_eq!(pre.len(), 5);
-        assert_eq!(line, "line 20");
-        assert!(post.is_empty());
-        assert!(context_lines(&src, 21, 0).is_none());
-        assert!(context_lines(&src, 0, 0).is_none());
-    }
-
-    #[test]
-    fn only_web_links_are_fetched() {
-        assert!(fetchable_link("https://raw.example.com/a.cs").is_some());
-        assert!(fetchable_link("http://example.com/a.c").is_some());
-        assert!(fetchable_link("file:///etc/passwd").is_none());
-        assert!(fetchable_link("/etc/passwd").is_none());
-    }
-
-    #[test]
-    fn long_lines_are_snipped_around_the_column() {
-        let long = "abcdefghij".repeat(30);
-        let start = trim_line(&long, 0);
-        assert!(start.ends_with(" {snip}") && !start.starts_with("{snip}"));
-        assert_eq!(start.len(), 140 + 7);
-        let middle = trim_line(&long, 150);
-        assert!(middle.starts_with("{snip} ") && middle.ends_with(" {snip}"));
-        let end = trim_line(&long, 10_000);
-        assert!(end.starts_with("{snip} ") && !end.ends_with("{snip}"));
-        let unicode = "❤️🧡💛".repeat(30);
-        assert!(trim_line(&unicode, 70).contains("{snip}"));
+pub fn set_context(frame: &mut RawFrame, text: &str) {
+    let Some(lineno) = frame.lineno else { return };
+    if let Some((pre, line, post)) = context_lines(text, lineno as usize, 0) {
+        frame.pre_context = pre;
+        frame.context_line = Some(line);
+        frame.post_context = post;
     }
 }

@@ -19,10 +19,10 @@ use symbolic::common::{Arch, ByteView, DebugId};
 use tokio::sync::OnceCell;
 
 use super::cfi::{CfiCacheActor, CfiItem};
-use super::derived::Derived;
-use super::symbolicate::status_for_result;
 use super::symcache::{OwnedSymCache, SymCacheActor};
-use crate::cache::{CacheResult, Scope};
+use crate::cache::Scope;
+use crate::error::CacheResult;
+use crate::lookup::Derived;
 use crate::sources::{ObjectId, ObjectType, SourceConfig};
 use crate::types::{
     CompleteObjectInfo, CompletedSymbolicationResponse, FrameTrust, HexValue, ObjectFileStatus,
@@ -402,7 +402,7 @@ impl Stackwalk<'_> {
                             info.raw.debug_file.clone_from(&rules.debug_file);
                         }
                     }
-                    status_for_result(&cfi.cache)
+                    ObjectFileStatus::from_result(&cfi.cache)
                 }
                 None => ObjectFileStatus::Unused,
             });

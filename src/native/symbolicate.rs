@@ -2,48 +2,26 @@
 //! SymCaches of the modules that frames reference, look up addresses (with the
 //! instruction-address adjustment rules), expand inlined frames, demangle.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::future;
 use symbolic::common::{InstructionInfo, Language, split_path};
-use symbolic::debuginfo::Object;
 use symbolic::symcache::SymCache;
-use url::Url;
 
 use super::demangle::DemangleCache;
-use super::objects::{FoundObject, ObjectHandle, ObjectPurpose, ObjectsActor};
 use super::ppdb::{OwnedPpdbCache, PpdbCacheActor, symbolicate_dotnet_frame};
-use super::source_context::{context_lines, fetchable_link};
+use crate::lookup::{FoundObject, ObjectHandle};
+
 use super::symcache::{OwnedSymCache, SymCacheActor};
-use crate::cache::{CacheError, CacheResult, Scope};
-use crate::sources::{FileType, ObjectId, ObjectType, SourceConfig};
+use crate::cache::Scope;
+use crate::error::{CacheError, CacheResult};
+use crate::sources::{ObjectId, ObjectType, SourceConfig};
 use crate::types::{
     AddrMode, CompleteObjectInfo, CompleteStacktrace, FrameStatus, FrameTrust, HexValue,
-    ObjectCandidate, ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, Registers,
-    RewriteRules, Signal, SymbolicatedFrame,
+    ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, Registers, RewriteRules, Signal,
+    SymbolicatedFrame,
 };
-
-pub fn status_for_error(err: &CacheError) -> ObjectFileStatus {
-    match err {
-        CacheError::NotFound => ObjectFileStatus::Missing,
-        CacheError::PermissionDenied(_) | CacheError::DownloadError(_) => {
-            ObjectFileStatus::FetchingFailed
-        }
-        CacheError::TooLarge(_) => ObjectFileStatus::TooLarge,
-        CacheError::Timeout(_) => ObjectFileStatus::Timeout,
-        CacheError::Malformed(_) => ObjectFileStatus::Malformed,
-        CacheError::Unsupported(_) => ObjectFileStatus::Unsupported,
-        CacheError::InternalError => ObjectFileStatus::Other,
-    }
-}
-
-pub fn status_for_result<T>(result: &CacheResult<T>) -> ObjectFileStatus {
-    match result {
-        Ok(_) => ObjectFileStatus::Found,
-        Err(err) => status_for_error(err),
-    }
-}
 
 /// An id the client sent that does not parse makes the module unusable; upstream
 /// silently drops such ids, we report the module as malformed instead.
@@ -84,21 +62,21 @@ enum ModuleCache {
     Ppdb(OwnedPpdbCache),
 }
 
-struct ModuleEntry {
+pub(super) struct ModuleEntry {
     /// Position in the request's module list (what `rel:N` refers to).
-    index: usize,
-    info: CompleteObjectInfo,
-    ids: Result<ObjectId, String>,
+    pub(super) index: usize,
+    pub(super) info: CompleteObjectInfo,
+    pub(super) ids: Result<ObjectId, String>,
     cache: CacheResult<ModuleCache>,
     /// A file with sources (source bundle, embedded sources), if one was found.
-    sources: Option<Arc<ObjectHandle>>,
+    pub(super) sources: Option<Arc<ObjectHandle>>,
     /// The debug file, when it carries sources itself.
-    debug_file_with_sources: Option<FoundObject>,
+    pub(super) debug_file_with_sources: Option<FoundObject>,
 }
 
 /// The request's modules, sorted by address for lookups.
 pub struct ModuleLookup {
-    modules: Vec<ModuleEntry>,
+    pub(super) modules: Vec<ModuleEntry>,
 }
 
 struct Lookup<'a> {
@@ -172,7 +150,7 @@ impl ModuleLookup {
         ModuleLookup { modules }
     }
 
-    fn entry_for(&self, addr: u64, addr_mode: AddrMode) -> Option<&ModuleEntry> {
+    pub(super) fn entry_for(&self, addr: u64, addr_mode: AddrMode) -> Option<&ModuleEntry> {
         match addr_mode {
             AddrMode::Abs => {
                 let idx = match self
@@ -236,7 +214,7 @@ impl ModuleLookup {
                         let result = ppdb_caches.fetch(sources, id, scope).await;
                         m.info.features.merge(&result.features);
                         m.info.candidates.merge(result.candidates);
-                        m.info.debug_status = status_for_result(&result.cache);
+                        m.info.debug_status = ObjectFileStatus::from_result(&result.cache);
                         m.cache = result.cache.map(ModuleCache::Ppdb);
                     }
                     Ok(id) => {
@@ -244,7 +222,7 @@ impl ModuleLookup {
                         m.debug_file_with_sources = result.with_sources;
                         m.info.features.merge(&result.features);
                         m.info.candidates.merge(result.candidates);
-                        m.info.debug_status = status_for_result(&result.cache);
+                        m.info.debug_status = ObjectFileStatus::from_result(&result.cache);
                         if let Ok(cache) = &result.cache {
                             m.info.arch = cache.get().arch();
                         }
@@ -259,170 +237,10 @@ impl ModuleLookup {
         future::join_all(jobs).await;
     }
 
-    /// Looks for files with sources (source bundles, portable PDBs) for the modules
-    /// that symbolicated frames point into; every candidate is reported.
-    pub async fn fetch_sources(
-        &mut self,
-        objects: &ObjectsActor,
-        sources: &[SourceConfig],
-        scope: &Scope,
-        stacktraces: &[CompleteStacktrace],
-    ) {
-        let mut referenced = HashSet::new();
-        for frame in stacktraces.iter().flat_map(|s| &s.frames) {
-            if let Some(entry) = self.entry_for(frame.raw.instruction_addr.0, frame.raw.addr_mode) {
-                referenced.insert(entry.index);
-            }
-        }
-        let jobs = self
-            .modules
-            .iter_mut()
-            .filter(|m| referenced.contains(&m.index))
-            .filter_map(|m| {
-                let id = m.ids.as_ref().ok()?.clone();
-                Some(async move {
-                    let find = objects
-                        .find(
-                            sources,
-                            FileType::sources(),
-                            &id,
-                            scope,
-                            ObjectPurpose::Source,
-                        )
-                        .await;
-                    m.info.candidates.merge(find.candidates);
-                    // Without a source bundle, the debug file itself may carry the
-                    // sources (DWARF 5 embedded sources).
-                    let found = find
-                        .found
-                        .filter(|f| f.meta.is_ok())
-                        .or_else(|| m.debug_file_with_sources.take());
-                    if let Some(found) = found
-                        && let Ok(handle) = objects.fetch(&found, &id).await
-                    {
-                        // A PDB that only points to its sources (SRCSRV) has none itself.
-                        m.info.features.has_sources |= found
-                            .meta
-                            .as_ref()
-                            .is_ok_and(|meta| meta.features.has_sources);
-                        m.sources = Some(handle);
-                    }
-                })
-            });
-        future::join_all(jobs).await;
-    }
-
-    /// Fills in `pre_context`/`context_line`/`post_context` of frames whose module has
-    /// a file with sources that knows the frame's path, and `source_link` where that
-    /// file links the source. Sources that are only linked are returned, to be fetched.
-    pub fn apply_source_context(
-        &self,
-        stacktraces: &mut [CompleteStacktrace],
-    ) -> Vec<RemoteSource> {
-        let mut sessions = HashMap::new();
-        let mut remote: HashMap<Url, RemoteSource> = HashMap::new();
-        for (t, trace) in stacktraces.iter_mut().enumerate() {
-            for (f, frame) in trace.frames.iter_mut().enumerate() {
-                let raw = &mut frame.raw;
-                let (Some(abs_path), Some(_)) = (raw.abs_path.as_deref(), raw.lineno) else {
-                    continue;
-                };
-                let Some(entry) = self.entry_for(raw.instruction_addr.0, raw.addr_mode) else {
-                    continue;
-                };
-                let Some(handle) = &entry.sources else {
-                    continue;
-                };
-                // Only source bundles and portable PDBs answer through a debug session; a
-                // debug file that carries (DWARF) or points to (SRCSRV) its sources is asked
-                // directly, without building a session of a whole debug file per request.
-                let link = if matches!(
-                    handle.object(),
-                    Object::SourceBundle(_) | Object::PortablePdb(_)
-                ) {
-                    let session = sessions
-                        .entry(entry.index)
-                        .or_insert_with(|| handle.object().debug_session().ok());
-                    let Some(session) = session else { continue };
-                    let Ok(Some(descriptor)) = session.source_by_path(abs_path) else {
-                        continue;
-                    };
-                    if let Some(text) = descriptor.contents() {
-                        set_context(raw, text);
-                    }
-                    let fetch = descriptor.contents().is_none();
-                    descriptor
-                        .url()
-                        .and_then(fetchable_link)
-                        .map(|url| (url, fetch))
-                } else if let Some(text) = handle.embedded_source(abs_path) {
-                    set_context(raw, text);
-                    None
-                } else {
-                    handle
-                        .srcsrv_url(abs_path)
-                        .and_then(|url| fetchable_link(&url))
-                        .map(|url| (url, true))
-                };
-                if let Some((url, fetch)) = link {
-                    raw.source_link = Some(url.to_string());
-                    if fetch {
-                        RemoteSource::want(&mut remote, url, entry.index, (t, f));
-                    }
-                }
-            }
-        }
-        remote.into_values().collect()
-    }
-
-    /// Reports a linked source download on the module whose frames needed it.
-    pub fn add_candidate(&mut self, module: usize, candidate: ObjectCandidate) {
-        if let Some(entry) = self.modules.iter_mut().find(|m| m.index == module) {
-            entry.info.candidates.merge_one(candidate);
-        }
-    }
-
     /// The modules in the order the client sent them.
     pub fn into_modules(mut self) -> Vec<CompleteObjectInfo> {
         self.modules.sort_by_key(|m| m.index);
         self.modules.into_iter().map(|m| m.info).collect()
-    }
-}
-
-/// A source file that frames' debug info links to instead of embedding.
-pub struct RemoteSource {
-    pub url: Url,
-    /// The request index of the module whose candidates report the download.
-    pub module: usize,
-    /// `(stack trace, frame)` positions that want its lines.
-    pub frames: Vec<(usize, usize)>,
-}
-
-impl RemoteSource {
-    /// Notes that the frame at `position` wants `url`, fetched once per request.
-    fn want(
-        all: &mut HashMap<Url, RemoteSource>,
-        url: Url,
-        module: usize,
-        position: (usize, usize),
-    ) {
-        all.entry(url.clone())
-            .or_insert_with(|| RemoteSource {
-                url,
-                module,
-                frames: Vec::new(),
-            })
-            .frames
-            .push(position);
-    }
-}
-
-pub fn set_context(frame: &mut RawFrame, text: &str) {
-    let Some(lineno) = frame.lineno else { return };
-    if let Some((pre, line, post)) = context_lines(text, lineno as usize, 0) {
-        frame.pre_context = pre;
-        frame.context_line = Some(line);
-        frame.post_context = post;
     }
 }
 
@@ -497,8 +315,7 @@ fn symbolicate_frame(
     let symcache = match &lookup.entry.cache {
         Ok(ModuleCache::SymCache(cache)) => cache.get(),
         Ok(ModuleCache::Ppdb(cache)) => return symbolicate_dotnet_frame(cache.get(), frame, index),
-        Err(CacheError::Malformed(_)) => return Err(FrameStatus::Malformed),
-        Err(_) => return Err(FrameStatus::Missing),
+        Err(err) => return Err(FrameStatus::from_module_error(err)),
     };
     let relative_addr = caller_relative_addr(symcache, &lookup, registers, signal, index, adjust)?;
 

@@ -6,12 +6,11 @@ use std::io::BufWriter;
 use std::sync::Arc;
 
 use symbolic::common::{ByteView, SelfCell};
-use symbolic::debuginfo::Object;
 use symbolic::symcache::{SymCache, SymCacheConverter};
 
-use super::derived::{DerivedActor, DerivedFormat};
-use super::objects::ObjectPurpose;
-use crate::cache::{CacheError, CacheKind, CacheResult};
+use crate::cache::{CacheKind, DerivedFormat};
+use crate::error::{CacheError, CacheResult};
+use crate::lookup::{ObjectDerived, ObjectDerivedFormat, ObjectHandle, ObjectPurpose};
 
 /// Bump when what we write into a SymCache changes; `symbolic`'s own format version is
 /// pinned by a test so an upgrade that changes it forces a bump here.
@@ -26,13 +25,12 @@ pub type OwnedSymCache = Arc<SelfCell<ByteView<'static>, SymCache<'static>>>;
 pub struct SymCacheFormat;
 
 impl DerivedFormat for SymCacheFormat {
+    type Input = Arc<ObjectHandle>;
     type Item = OwnedSymCache;
     const KIND: CacheKind = SYMCACHES;
-    const PURPOSE: ObjectPurpose = ObjectPurpose::Debug;
-    /// What every warm request reads: most of the memory budget.
-    const MEMORY_SHARE: (u64, u64) = (3, 4);
 
-    fn convert(object: &Object<'_>, out: &mut BufWriter<File>) -> CacheResult<()> {
+    fn convert(input: Arc<ObjectHandle>, out: &mut BufWriter<File>) -> CacheResult<()> {
+        let object = input.object();
         let mut converter = SymCacheConverter::new();
         converter
             .process_object(object)
@@ -47,7 +45,11 @@ impl DerivedFormat for SymCacheFormat {
     }
 }
 
-pub type SymCacheActor = DerivedActor<SymCacheFormat>;
+impl ObjectDerivedFormat for SymCacheFormat {
+    const PURPOSE: ObjectPurpose = ObjectPurpose::Debug;
+}
+
+pub type SymCacheActor = ObjectDerived<SymCacheFormat>;
 
 #[cfg(test)]
 mod tests {

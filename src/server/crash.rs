@@ -19,7 +19,7 @@ use url::Url;
 
 use super::error::parse_json;
 use super::{ApiError, AppState, Params, RequestParams};
-use crate::cache::CacheError;
+use crate::error::CacheError;
 use crate::fetch::decompress_file;
 use crate::native::CrashReportRequest;
 use crate::sources::SourceConfig;

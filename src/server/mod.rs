@@ -21,6 +21,7 @@ use serde::Deserialize;
 use crate::cache::{Caches, Scope};
 use crate::config::Config;
 use crate::fetch::Downloader;
+use crate::lookup::Lookup;
 use crate::native::NativeService;
 use crate::service::RequestService;
 use crate::sources::SourceConfig;
@@ -44,8 +45,14 @@ pub struct AppState {
 impl AppState {
     pub fn new(config: &Config) -> anyhow::Result<Self> {
         let downloader = Downloader::new(config.fetch_config())?;
-        let caches = Arc::new(Caches::from_config(config, &downloader)?);
-        let native = NativeService::new(&caches, downloader.clone(), config.max_download_size);
+        let caches = Arc::new(Caches::new(
+            &config.cache_dir,
+            &config.caches,
+            config.shared_cache.as_ref(),
+            &downloader,
+        )?);
+        let lookup = Lookup::new(&caches, downloader.clone());
+        let native = NativeService::new(&caches, &lookup);
         Ok(AppState {
             // Results waiting to be polled may hold at most 64 MiB.
             service: RequestService::new(config.max_concurrent_requests, 64 * 1024 * 1024),

@@ -1,50 +1,16 @@
-//! Source configurations as they appear in requests and in the server config file.
+//! `SourceConfig`: one source of any kind, as it appears in requests and in the server
+//! config file. Each kind's own settings live in a file of their own.
 
-use std::collections::BTreeMap;
-use std::fmt;
-use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, LazyLock};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use url::Url;
 
-use super::filters::SourceFilters;
+use super::common::{CommonSourceConfig, SourceId};
+use super::filesystem::FilesystemSourceConfig;
 use super::gcs::GcsSourceConfig;
+use super::http::HttpSourceConfig;
 use super::s3::S3SourceConfig;
 use super::sentry::SentrySourceConfig;
-
-/// Identifier of a source, chosen freely by whoever configures it (e.g. `sentry:microsoft`).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct SourceId(String);
-
-impl SourceId {
-    pub fn new(id: impl Into<String>) -> Self {
-        SourceId(id.into())
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for SourceId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl From<&str> for SourceId {
-    fn from(id: &str) -> Self {
-        SourceId::new(id)
-    }
-}
-
-impl From<String> for SourceId {
-    fn from(id: String) -> Self {
-        SourceId(id)
-    }
-}
 
 /// A configured place to fetch debug files from.
 ///
@@ -154,201 +120,16 @@ impl SourceConfig {
     }
 }
 
-/// Settings every bucket-like source has; flattened into the source object on the wire.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct CommonSourceConfig {
-    pub filters: SourceFilters,
-    pub layout: DirectoryLayout,
-    /// Whether files from this source may be shared across scopes (e.g. in caches).
-    pub is_public: bool,
-    /// Whether the source publishes a Symstore index (`000Admin`) that is authoritative for
-    /// which files exist.
-    pub has_index: bool,
-}
-
-impl CommonSourceConfig {
-    pub fn with_layout(ty: DirectoryLayoutType) -> Self {
-        CommonSourceConfig {
-            layout: DirectoryLayout {
-                ty,
-                ..DirectoryLayout::default()
-            },
-            ..CommonSourceConfig::default()
-        }
-    }
-}
-
-/// How files are named on a source.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(default)]
-pub struct DirectoryLayout {
-    #[serde(rename = "type")]
-    pub ty: DirectoryLayoutType,
-    /// Overrides the layout's casing; needed where lookups are case-sensitive in practice
-    /// (S3 buckets, many self-hosted "symstore" servers) although the protocol says otherwise.
-    pub casing: FilenameCasing,
-}
-
-/// Naming convention of a source. See `docs/advanced/symbol-server-compatibility.md` upstream.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum DirectoryLayoutType {
-    /// The format native to each file type: LLDB for Mach-O, GDB build-id for ELF/WASM,
-    /// Microsoft Symbol Server for PE/PDB, plus Breakpad and source bundles.
-    #[default]
-    #[serde(rename = "native")]
-    Native,
-    /// Microsoft Symbol Server (with SSQP key conventions for non-Windows formats).
-    #[serde(rename = "symstore")]
-    Symstore,
-    /// Symbol Server with the two-tier `index2.txt` layout.
-    #[serde(rename = "symstore_index2")]
-    SymstoreIndex2,
-    /// Symbol Server with SSQP casing rules.
-    #[serde(rename = "ssqp")]
-    Ssqp,
-    /// debuginfod (`{build-id}/executable`, `{build-id}/debuginfo`).
-    #[serde(rename = "debuginfod")]
-    Debuginfod,
-    /// Sentry's own format produced by `symsorter`.
-    #[serde(rename = "unified")]
-    Unified,
-    /// `{code_file}/{code_id}/symbols`, for every file type.
-    #[serde(rename = "slashsymbols")]
-    SlashSymbols,
-}
-
-/// Casing forced onto every generated location.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FilenameCasing {
-    /// Keep the layout's own conventions.
-    #[default]
-    Default,
-    Uppercase,
-    Lowercase,
-}
-
-/// An HTTP(S) symbol server.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct HttpSourceConfig {
-    pub id: SourceId,
-    /// Base URL; locations are appended below it as path segments.
-    #[serde(with = "url_as_string")]
-    pub url: Url,
-    /// Extra headers for every request (e.g. authorization).
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    #[serde(flatten)]
-    pub files: CommonSourceConfig,
-    /// Skip TLS certificate verification for this source.
-    #[serde(default)]
-    pub accept_invalid_certs: bool,
-}
-
-impl HttpSourceConfig {
-    /// The URL of `path` (a `/`-separated location) below this source's base URL.
-    ///
-    /// Like upstream, the base is treated as a directory even without a trailing slash, empty
-    /// segments are dropped (`a//b` is `a/b`, a leading `/` does not reach the host root), and
-    /// each segment is percent-encoded (including `%`, `?` and `#`). Segments that would navigate
-    /// (`.`, `..`, or ones the URL parser turns into those by stripping tabs and newlines) are
-    /// dropped as well, so the result always stays below the base. Query and fragment of the
-    /// base are kept. Returns `None` if the base URL cannot be a base (e.g. `mailto:`).
-    pub fn join_url(&self, path: &str) -> Option<Url> {
-        let mut url = self.url.clone();
-        url.path_segments_mut()
-            .ok()?
-            .pop_if_empty()
-            .extend(path.split('/').filter(|s| is_plain_url_segment(s)));
-        Some(url)
-    }
-}
-
-fn is_plain_url_segment(segment: &str) -> bool {
-    // The URL parser silently removes ASCII tab and newlines, so `.\t.` would become `..` *after*
-    // the `extend` check for dot segments; judge segments by what the parser will see.
-    let seen: String = segment
-        .chars()
-        .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
-        .collect();
-    !matches!(seen.as_str(), "" | "." | "..")
-}
-
-/// (De)serializes a [`Url`] as its string form, so that `url`'s own `serde` feature is not needed.
-pub(super) mod url_as_string {
-    use std::borrow::Cow;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-    use url::Url;
-
-    pub fn serialize<S: Serializer>(url: &Url, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(url.as_str())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Url, D::Error> {
-        let s = Cow::<str>::deserialize(deserializer)?;
-        Url::parse(&s).map_err(serde::de::Error::custom)
-    }
-}
-
-/// [`url_as_string`] for optional URLs.
-pub(super) mod optional_url_as_string {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use url::Url;
-
-    pub fn serialize<S: Serializer>(url: &Option<Url>, serializer: S) -> Result<S::Ok, S::Error> {
-        match url {
-            Some(url) => serializer.serialize_some(url.as_str()),
-            None => serializer.serialize_none(),
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Option<Url>, D::Error> {
-        Option::<String>::deserialize(deserializer)?
-            .map(|s| Url::parse(&s).map_err(serde::de::Error::custom))
-            .transpose()
-    }
-}
-
-/// A directory on the local file system.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct FilesystemSourceConfig {
-    pub id: SourceId,
-    /// Root directory of the symbols.
-    pub path: PathBuf,
-    #[serde(flatten)]
-    pub files: CommonSourceConfig,
-}
-
-impl FilesystemSourceConfig {
-    /// The file system path of `path` (a `/`-separated location) below this source's root.
-    ///
-    /// Segments that are empty, `.` or `..`, or that are not a single plain file name for the
-    /// host OS (e.g. `C:` on Windows), are dropped, mirroring [`HttpSourceConfig::join_url`]. The
-    /// result is therefore always inside `self.path`, even for hostile input.
-    pub fn join_path(&self, path: &str) -> PathBuf {
-        let mut joined = self.path.clone();
-        for segment in path.split('/') {
-            let mut components = Path::new(segment).components();
-            if let (Some(Component::Normal(name)), None) = (components.next(), components.next()) {
-                // Parsing collapses things like a trailing `.`; push the original segment only if
-                // it really is that single name.
-                if name == segment {
-                    joined.push(name);
-                }
-            }
-        }
-        joined
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+    use std::path::{Component, Path, PathBuf};
+
     use super::*;
-    use crate::sources::FileType;
+    use crate::sources::{
+        DirectoryLayout, DirectoryLayoutType, FileType, FilenameCasing, FilesystemSourceConfig,
+        HttpSourceConfig,
+    };
 
     fn http(url: &str) -> HttpSourceConfig {
         HttpSourceConfig {

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use url::Url;
 
 use super::bucket::{bucket_key, bucket_uri};
-use super::config::{CommonSourceConfig, SourceId, optional_url_as_string};
+use super::common::{CommonSourceConfig, SourceId, optional_url_as_string};
 use super::secret::Secret;
 
 /// Where Google's OAuth tokens come from unless a source or a credentials file says otherwise.

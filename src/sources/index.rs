@@ -45,6 +45,27 @@ impl SymstoreIndex {
         self.paths.contains(path)
     }
 
+    /// Every listed path, one per line: the form a loaded index is cached in.
+    pub fn to_lines(&self) -> String {
+        let mut out = String::with_capacity(self.paths.iter().map(|p| p.len() + 1).sum());
+        for path in &self.paths {
+            out.push_str(path);
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Reads what [`Self::to_lines`] wrote.
+    pub fn from_lines(text: &str) -> Self {
+        SymstoreIndex {
+            paths: text
+                .lines()
+                .filter(|l| !l.is_empty())
+                .map(Into::into)
+                .collect(),
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.paths.len()
     }
@@ -71,6 +92,7 @@ mod tests {
         assert!(index.contains("app.pdb/3249D99D0C4049318610F4E4FB0B69361/app.pdb"));
         assert!(!index.contains("app.pdb/3249D99D0C4049318610F4E4FB0B69361/app.pd_"));
         assert!(!index.contains("app.pdb/3249D99D0C4049318610F4E4FB0B69361/app.src.zip"));
+        assert_eq!(SymstoreIndex::from_lines(&index.to_lines()), index);
     }
 
     #[test]

@@ -28,10 +28,13 @@
 //!    generated locations.
 
 mod bucket;
+mod common;
 mod config;
+mod filesystem;
 mod filetype;
 mod filters;
 mod gcs;
+mod http;
 pub mod index;
 mod paths;
 mod s3;
@@ -39,13 +42,15 @@ mod secret;
 mod sentry;
 mod types;
 
-pub use config::{
-    CommonSourceConfig, DirectoryLayout, DirectoryLayoutType, FilenameCasing,
-    FilesystemSourceConfig, HttpSourceConfig, SourceConfig, SourceId,
+pub use common::{
+    CommonSourceConfig, DirectoryLayout, DirectoryLayoutType, FilenameCasing, SourceId,
 };
+pub use config::SourceConfig;
+pub use filesystem::FilesystemSourceConfig;
 pub use filetype::FileType;
 pub use filters::{Glob, SourceFilters, matches_path_patterns};
 pub use gcs::{GOOGLE_TOKEN_URI, GcsAuth, GcsSourceConfig, google_token_uri};
+pub use http::HttpSourceConfig;
 pub use paths::{get_directory_paths, parse_symstore_path, source_locations};
 pub use s3::{AwsCredentialsProvider, S3Region, S3SourceConfig};
 pub use secret::Secret;

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use symbolic::common::{CodeId, DebugId, Uuid};
 
-use super::config::{CommonSourceConfig, DirectoryLayout, DirectoryLayoutType, FilenameCasing};
+use super::common::{CommonSourceConfig, DirectoryLayout, DirectoryLayoutType, FilenameCasing};
 use super::filetype::FileType;
 use super::types::{ObjectId, ObjectType};
 

@@ -7,7 +7,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use url::Url;
 
 use super::bucket::{bucket_key, bucket_uri};
-use super::config::{CommonSourceConfig, SourceId};
+use super::common::{CommonSourceConfig, SourceId};
 use super::secret::Secret;
 
 /// An S3 bucket.

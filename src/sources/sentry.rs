@@ -4,7 +4,7 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use url::Url;
 
-use super::config::{SourceId, url_as_string};
+use super::common::{SourceId, url_as_string};
 use super::filetype::FileType;
 use super::secret::Secret;
 use super::types::ObjectId;

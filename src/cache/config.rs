@@ -1,0 +1,116 @@
+//! The `caches` section of the config file: lifetime rules per family of cache files,
+//! the in-memory budget, the disk budget and how often cleanup runs.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::fetch::FetchConfig;
+use crate::units::{
+    deserialize_duration, deserialize_opt_duration, deserialize_opt_size, deserialize_size,
+};
+
+/// Lifetime rules of one family of cache files (see `docs/architecture.md`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default)]
+pub struct CacheConfig {
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub max_unused_for: Duration,
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub retry_misses_after: Duration,
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub retry_malformed_after: Duration,
+    /// Transient failures (timeouts, 5xx) are remembered only this long, so a flapping
+    /// symbol server is not hammered, yet recovers quickly.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub retry_errors_after: Duration,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            max_unused_for: Duration::from_secs(7 * 24 * 3600),
+            retry_misses_after: Duration::from_secs(3600),
+            retry_malformed_after: Duration::from_secs(24 * 3600),
+            retry_errors_after: Duration::from_secs(60),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default)]
+pub struct InMemoryConfig {
+    /// Bytes of parsed cache items (SymCaches, object metadata) kept in memory. The items
+    /// are memory-mapped, so this bounds address space and page cache pressure, not heap.
+    #[serde(deserialize_with = "deserialize_size")]
+    pub capacity: u64,
+    /// Sentry debug-file search answers kept (per query and token), and how long.
+    pub sentry_index_capacity: u64,
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub sentry_index_ttl: Duration,
+    /// S3 clients kept, one per region, endpoint and credentials.
+    pub s3_client_capacity: u64,
+    /// GCS OAuth tokens kept, one per credentials.
+    pub gcs_token_capacity: u64,
+}
+
+impl Default for InMemoryConfig {
+    fn default() -> Self {
+        let fetch = FetchConfig::default();
+        InMemoryConfig {
+            capacity: 2 * 1024 * 1024 * 1024,
+            sentry_index_capacity: fetch.sentry_index_capacity,
+            sentry_index_ttl: fetch.sentry_index_ttl,
+            s3_client_capacity: fetch.s3_client_capacity,
+            gcs_token_capacity: fetch.gcs_token_capacity,
+        }
+    }
+}
+
+/// Upstream's `caches.diagnostics`: how long crash files kept for diagnosis live. omnisym
+/// keeps uploaded crash files only while their request runs (under `cache_dir/tmp`), so
+/// `retention` bounds how long a leftover of a killed process may stay there.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default)]
+pub struct DiagnosticsCacheConfig {
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub retention: Duration,
+}
+
+impl Default for DiagnosticsCacheConfig {
+    fn default() -> Self {
+        DiagnosticsCacheConfig {
+            retention: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default)]
+pub struct CachesConfig {
+    pub downloaded: CacheConfig,
+    pub derived: CacheConfig,
+    pub diagnostics: DiagnosticsCacheConfig,
+    pub in_memory: InMemoryConfig,
+    /// Disk budget of `cache_dir` (omnisym only); the periodic cleanup evicts the least
+    /// recently used files beyond it. `None`: only the time rules apply.
+    #[serde(deserialize_with = "deserialize_opt_size")]
+    pub max_disk_size: Option<u64>,
+    /// How often the server applies the cleanup rules itself; `0` turns it off (then
+    /// run `omnisym cleanup` from cron, as upstream requires).
+    #[serde(deserialize_with = "deserialize_opt_duration")]
+    pub cleanup_interval: Option<Duration>,
+}
+
+impl Default for CachesConfig {
+    fn default() -> Self {
+        CachesConfig {
+            downloaded: CacheConfig::default(),
+            derived: CacheConfig::default(),
+            diagnostics: DiagnosticsCacheConfig::default(),
+            in_memory: InMemoryConfig::default(),
+            max_disk_size: None,
+            cleanup_interval: Some(Duration::from_secs(3600)),
+        }
+    }
+}

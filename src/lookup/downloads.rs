@@ -1,0 +1,146 @@
+//! Downloaded files of any format, cached: a file at a location on a source (or at a
+//! URL) is fetched once, unpacked, checked by its format and kept on disk under the
+//! `downloaded` lifetime rules, however many requests and platforms ask for it.
+
+use std::io::{Seek, Write};
+use std::marker::PhantomData;
+use std::path::Path;
+
+use futures::future::BoxFuture;
+use symbolic::common::ByteView;
+use tempfile::NamedTempFile;
+
+use crate::cache::{CacheItemRequest, CacheKey, CacheKind, Cacher, Caches, Scope};
+use crate::error::{CacheError, CacheResult};
+use crate::fetch::{Downloader, RemoteFile, fetch_file};
+
+/// What a downloaded file must be, and what it becomes once it is.
+pub trait FileFormat: Send + Sync + 'static {
+    type Item: Clone + Send + Sync + 'static;
+    /// What the check needs to know beyond the file (e.g. which object of a fat
+    /// archive the module is).
+    type Hint: Clone + Send + Sync + 'static;
+    const KIND: CacheKind;
+    /// See [`CacheItemRequest::MEMORY_FACTOR`].
+    const MEMORY_FACTOR: u32 = 1;
+    /// Largest file of this format worth fetching; the configured `max_download_size`
+    /// applies below it.
+    const MAX_SIZE: u64 = u64::MAX;
+
+    /// Checks the unpacked file at `path` on a blocking thread. May return the bytes to
+    /// keep instead of the whole file (one object out of a fat archive).
+    fn prepare(path: &Path, hint: &Self::Hint) -> CacheResult<Option<Vec<u8>>>;
+
+    fn load(data: ByteView<'static>) -> CacheResult<Self::Item>;
+}
+
+/// The cache key of `file` for a request in `scope`. Public sources share their files
+/// across scopes.
+pub fn file_key(file: &RemoteFile, scope: &Scope) -> CacheKey {
+    let scope = if file.is_public() {
+        Scope::Global
+    } else {
+        scope.clone()
+    };
+    CacheKey::new(scope, &[file.source_id().as_str(), file.uri()])
+}
+
+pub struct DownloadRequest<F: FileFormat> {
+    file: RemoteFile,
+    hint: F::Hint,
+    downloader: Downloader,
+    format: PhantomData<fn() -> F>,
+}
+
+impl<F: FileFormat> CacheItemRequest for DownloadRequest<F> {
+    type Item = F::Item;
+    const MEMORY_FACTOR: u32 = F::MEMORY_FACTOR;
+
+    fn compute<'a>(&'a self, temp_file: &'a mut NamedTempFile) -> BoxFuture<'a, CacheResult<()>> {
+        Box::pin(async move {
+            fetch_file(&self.downloader, &self.file, temp_file, F::MAX_SIZE).await?;
+            let hint = self.hint.clone();
+            let path = temp_file.path().to_owned();
+            let kept = tokio::task::spawn_blocking(move || F::prepare(&path, &hint))
+                .await
+                .map_err(CacheError::internal)??;
+            if let Some(bytes) = kept {
+                let file = temp_file.as_file_mut();
+                file.set_len(0).map_err(CacheError::internal)?;
+                file.rewind().map_err(CacheError::internal)?;
+                file.write_all(&bytes).map_err(CacheError::internal)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn load(&self, data: ByteView<'static>) -> CacheResult<Self::Item> {
+        F::load(data)
+    }
+}
+
+/// The downloaded files of format `F`.
+pub struct Downloads<F: FileFormat> {
+    cacher: Cacher<DownloadRequest<F>>,
+    downloader: Downloader,
+}
+
+impl<F: FileFormat> Downloads<F> {
+    pub fn new(caches: &Caches, downloader: Downloader) -> Self {
+        Downloads {
+            cacher: caches.downloaded(F::KIND),
+            downloader,
+        }
+    }
+
+    /// The file at `file`, fetched at most once per key.
+    pub async fn get(
+        &self,
+        file: &RemoteFile,
+        scope: &Scope,
+        hint: F::Hint,
+    ) -> CacheResult<F::Item> {
+        self.get_keyed(file_key(file, scope), file, hint).await
+    }
+
+    /// [`Self::get`] for a caller that already computed the file's key.
+    pub async fn get_keyed(
+        &self,
+        key: CacheKey,
+        file: &RemoteFile,
+        hint: F::Hint,
+    ) -> CacheResult<F::Item> {
+        let request = DownloadRequest {
+            file: file.clone(),
+            hint,
+            downloader: self.downloader.clone(),
+            format: PhantomData,
+        };
+        self.cacher.get(key, request).await
+    }
+}
+
+/// Files kept as they came, for formats the platform reads itself (source files,
+/// scripts, source maps, mapping files): only their cache kind and size limit differ.
+pub trait PlainFormat: Send + Sync + 'static {
+    const KIND: CacheKind;
+    const MAX_SIZE: u64;
+}
+
+/// Adapts a [`PlainFormat`] into a [`FileFormat`] whose item is the file's bytes.
+pub struct Plain<P>(PhantomData<fn() -> P>);
+
+impl<P: PlainFormat> FileFormat for Plain<P> {
+    type Item = ByteView<'static>;
+    type Hint = ();
+    const KIND: CacheKind = P::KIND;
+    const MAX_SIZE: u64 = P::MAX_SIZE;
+
+    fn prepare(_path: &Path, _hint: &()) -> CacheResult<Option<Vec<u8>>> {
+        Ok(None)
+    }
+
+    fn load(data: ByteView<'static>) -> CacheResult<Self::Item> {
+        Ok(data)
+    }
+}

@@ -1,0 +1,54 @@
+//! Where a file for a module could be: every location on every source, in the order
+//! upstream tries them.
+
+use futures::future;
+
+use super::index::SymstoreIndexes;
+use crate::cache::{Caches, Scope};
+use crate::fetch::{Downloader, RemoteFile};
+use crate::sources::{FileType, ObjectId, SourceConfig};
+
+pub struct Locator {
+    downloader: Downloader,
+    indexes: SymstoreIndexes,
+}
+
+impl Locator {
+    pub fn new(caches: &Caches, downloader: Downloader) -> Self {
+        Locator {
+            indexes: SymstoreIndexes::new(caches, downloader.clone()),
+            downloader,
+        }
+    }
+
+    pub fn downloader(&self) -> &Downloader {
+        &self.downloader
+    }
+
+    /// Every location where a file of one of `filetypes` for `id` could be: sources in
+    /// request order, then file types, then each layout's paths from the most to the
+    /// least preferred (Sentry sources: their search's order). Sources with a symstore
+    /// index only offer what their index lists.
+    pub async fn list_files(
+        &self,
+        sources: &[SourceConfig],
+        filetypes: &[FileType],
+        id: &ObjectId,
+        scope: &Scope,
+    ) -> Vec<RemoteFile> {
+        future::join_all(sources.iter().map(|source| async move {
+            let mut files = self.downloader.list_files(source, filetypes, id).await;
+            if SymstoreIndexes::applies_to(source)
+                && !files.is_empty()
+                && let Some(index) = self.indexes.get(source, scope).await
+            {
+                files.retain(|file| index.contains(&file.path));
+            }
+            files
+        }))
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+}

@@ -1,0 +1,51 @@
+//! Finding and fetching the files that serve a module or an artifact, for every
+//! platform pipeline: where a file could be on each source (`locate`, with symstore
+//! indexes), downloading it once into the cache in any format (`downloads`: object
+//! files, source files, and whatever a platform reads itself, named by a source
+//! location or by a whole URL), object files and their ranking for a purpose with the
+//! candidate report (`objects`, `object_file`), caches derived from the best object
+//! file (`derived`), and source files for source context (`source_files`).
+//!
+//! Pipelines (`native`, `js`, `jvm`) call this module; it never calls them.
+
+mod derived;
+mod downloads;
+mod embedded_sources;
+mod index;
+mod locate;
+mod object_file;
+mod objects;
+mod source_files;
+
+use std::sync::Arc;
+
+pub use derived::{Derived, ObjectDerived, ObjectDerivedFormat};
+pub use downloads::{Downloads, FileFormat, Plain, PlainFormat, file_key};
+pub use locate::Locator;
+pub use object_file::{ObjectFile, ObjectHandle, ObjectMeta};
+pub use objects::{FindResult, FoundObject, OBJECT_META, ObjectPurpose, ObjectsActor};
+pub use source_files::{
+    CONTEXT_LINES, SourceFiles, context_lines, fetchable_link, sourcelink_candidate,
+};
+
+use crate::cache::Caches;
+use crate::fetch::Downloader;
+
+/// What every pipeline shares: one locator (and its symstore indexes), one object-file
+/// cache, one source-file cache.
+pub struct Lookup {
+    pub locator: Arc<Locator>,
+    pub objects: Arc<ObjectsActor>,
+    pub source_files: Arc<SourceFiles>,
+}
+
+impl Lookup {
+    pub fn new(caches: &Caches, downloader: Downloader) -> Self {
+        let locator = Arc::new(Locator::new(caches, downloader.clone()));
+        Lookup {
+            objects: Arc::new(ObjectsActor::new(caches, locator.clone())),
+            source_files: Arc::new(SourceFiles::new(caches, downloader)),
+            locator,
+        }
+    }
+}

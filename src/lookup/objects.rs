@@ -1,0 +1,200 @@
+//! Finding the best object file for a module: list every candidate location on every
+//! source, fetch each candidate's metadata (which downloads it once), pick the best one
+//! for the purpose, and report every candidate and what happened to it.
+
+use std::sync::Arc;
+
+use futures::future::{self, BoxFuture};
+use symbolic::common::ByteView;
+use tempfile::NamedTempFile;
+
+use super::downloads::{Downloads, file_key};
+use super::locate::Locator;
+use super::object_file::{ObjectFile, ObjectHandle, ObjectMeta};
+use crate::cache::{CacheItemRequest, CacheKey, CacheKind, Cacher, Caches, Scope};
+use crate::error::{CacheError, CacheResult};
+use crate::fetch::RemoteFile;
+use crate::sources::{FileType, ObjectId, SourceConfig};
+use crate::types::{AllObjectCandidates, ObjectCandidate, ObjectDownloadInfo, ObjectUseInfo};
+
+/// 2: `has_sources` also counts sources embedded in DWARF line tables.
+pub const OBJECT_META: CacheKind = CacheKind {
+    name: "object_meta",
+    version: 2,
+    // v1 lacks embedded DWARF sources in `has_sources`; it is served while v2 is built.
+    compatible: &[1],
+};
+
+struct FetchMeta {
+    file: RemoteFile,
+    key: CacheKey,
+    id: ObjectId,
+    objects: Arc<Downloads<ObjectFile>>,
+}
+
+impl CacheItemRequest for FetchMeta {
+    type Item = Arc<ObjectMeta>;
+
+    fn compute<'a>(&'a self, temp_file: &'a mut NamedTempFile) -> BoxFuture<'a, CacheResult<()>> {
+        Box::pin(async move {
+            let handle = self
+                .objects
+                .get_keyed(self.key.clone(), &self.file, self.id.clone())
+                .await?;
+            let meta = ObjectMeta::of(handle.object());
+            serde_json::to_writer(temp_file.as_file_mut(), &meta).map_err(CacheError::internal)
+        })
+    }
+
+    fn load(&self, data: ByteView<'static>) -> CacheResult<Self::Item> {
+        serde_json::from_slice(&data)
+            .map(Arc::new)
+            .map_err(CacheError::internal)
+    }
+}
+
+/// What a debug file is wanted for; decides which candidate wins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjectPurpose {
+    Debug,
+    Unwind,
+    Source,
+}
+
+/// A candidate that was chosen, with its metadata (or the error that is the best we
+/// could do).
+#[derive(Clone)]
+pub struct FoundObject {
+    pub file: RemoteFile,
+    pub key: CacheKey,
+    pub meta: CacheResult<Arc<ObjectMeta>>,
+}
+
+pub struct FindResult {
+    pub found: Option<FoundObject>,
+    pub candidates: AllObjectCandidates,
+}
+
+pub struct ObjectsActor {
+    objects: Arc<Downloads<ObjectFile>>,
+    meta: Cacher<FetchMeta>,
+    locator: Arc<Locator>,
+}
+
+impl ObjectsActor {
+    pub fn new(caches: &Caches, locator: Arc<Locator>) -> Self {
+        ObjectsActor {
+            objects: Arc::new(Downloads::new(caches, locator.downloader().clone())),
+            meta: caches.derived(OBJECT_META),
+            locator,
+        }
+    }
+
+    /// Looks at every candidate and picks the best for `purpose`.
+    pub async fn find(
+        &self,
+        sources: &[SourceConfig],
+        filetypes: &[FileType],
+        id: &ObjectId,
+        scope: &Scope,
+        purpose: ObjectPurpose,
+    ) -> FindResult {
+        let files = self.locator.list_files(sources, filetypes, id, scope).await;
+        let lookups = future::join_all(files.into_iter().map(|file| async move {
+            let key = file_key(&file, scope);
+            let request = FetchMeta {
+                file: file.clone(),
+                key: key.clone(),
+                id: id.clone(),
+                objects: self.objects.clone(),
+            };
+            let meta = self.meta.get(key.clone(), request).await;
+            FoundObject { file, key, meta }
+        }))
+        .await;
+
+        let candidates = create_candidates(sources, &lookups);
+        let found = select(lookups, purpose);
+        FindResult { found, candidates }
+    }
+
+    /// The parsed file behind a found candidate.
+    pub async fn fetch(
+        &self,
+        found: &FoundObject,
+        id: &ObjectId,
+    ) -> CacheResult<Arc<ObjectHandle>> {
+        self.objects
+            .get_keyed(found.key.clone(), &found.file, id.clone())
+            .await
+    }
+}
+
+/// Lower is better; a later candidate only wins with a strictly better quality.
+fn quality(meta: &CacheResult<Arc<ObjectMeta>>, purpose: ObjectPurpose) -> u8 {
+    match meta {
+        Ok(meta) => match purpose {
+            ObjectPurpose::Debug if meta.features.has_debug_info => 0,
+            ObjectPurpose::Debug if meta.features.has_symbols => 1,
+            ObjectPurpose::Unwind if meta.features.has_unwind_info => 0,
+            ObjectPurpose::Source if meta.features.has_sources => 0,
+            _ => 2,
+        },
+        Err(_) => 3,
+    }
+}
+
+fn is_useful(meta: &ObjectMeta, purpose: ObjectPurpose) -> bool {
+    match purpose {
+        ObjectPurpose::Debug => meta.features.has_debug_info || meta.features.has_symbols,
+        ObjectPurpose::Unwind => meta.features.has_unwind_info,
+        ObjectPurpose::Source => meta.features.has_sources,
+    }
+}
+
+fn select(lookups: Vec<FoundObject>, purpose: ObjectPurpose) -> Option<FoundObject> {
+    let mut best: Option<(u8, FoundObject)> = None;
+    for lookup in lookups {
+        // A "not found" says nothing about the module; any other error does, and is
+        // the answer when nothing usable turns up.
+        match &lookup.meta {
+            Ok(meta) if !is_useful(meta, purpose) => continue,
+            Err(CacheError::NotFound) => continue,
+            _ => {}
+        }
+        let q = quality(&lookup.meta, purpose);
+        if best.as_ref().is_none_or(|(bq, _)| q < *bq) {
+            best = Some((q, lookup));
+        }
+    }
+    best.map(|(_, found)| found)
+}
+
+fn create_candidates(sources: &[SourceConfig], lookups: &[FoundObject]) -> AllObjectCandidates {
+    let mut quiet_sources: Vec<_> = sources.iter().map(|s| s.id().clone()).collect();
+    let mut candidates = Vec::with_capacity(lookups.len() + quiet_sources.len());
+    for lookup in lookups {
+        quiet_sources.retain(|id| id != lookup.file.source_id());
+        let download =
+            ObjectDownloadInfo::from_result(lookup.meta.as_ref().map(|meta| meta.features.clone()));
+        candidates.push(ObjectCandidate {
+            source: lookup.file.source_id().clone(),
+            location: lookup.file.uri().to_owned(),
+            download,
+            unwind: ObjectUseInfo::None,
+            debug: ObjectUseInfo::None,
+        });
+    }
+    // A source that had nothing to offer for this module still shows up, so a user can
+    // see it was consulted.
+    for source in quiet_sources {
+        candidates.push(ObjectCandidate {
+            source,
+            location: "No object files listed on this source".into(),
+            download: ObjectDownloadInfo::NotFound,
+            unwind: ObjectUseInfo::None,
+            debug: ObjectUseInfo::None,
+        });
+    }
+    candidates.into()
+}

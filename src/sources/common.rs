@@ -1,0 +1,154 @@
+//! What every source config shares: its id, the settings of bucket-like sources
+//! (filters, layout, visibility, index), and how URLs appear on the wire.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::filters::SourceFilters;
+
+/// Identifier of a source, chosen freely by whoever configures it (e.g. `sentry:microsoft`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SourceId(String);
+
+impl SourceId {
+    pub fn new(id: impl Into<String>) -> Self {
+        SourceId(id.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SourceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for SourceId {
+    fn from(id: &str) -> Self {
+        SourceId::new(id)
+    }
+}
+
+impl From<String> for SourceId {
+    fn from(id: String) -> Self {
+        SourceId(id)
+    }
+}
+
+/// Settings every bucket-like source has; flattened into the source object on the wire.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CommonSourceConfig {
+    pub filters: SourceFilters,
+    pub layout: DirectoryLayout,
+    /// Whether files from this source may be shared across scopes (e.g. in caches).
+    pub is_public: bool,
+    /// Whether the source publishes a Symstore index (`000Admin`) that is authoritative for
+    /// which files exist.
+    pub has_index: bool,
+}
+
+impl CommonSourceConfig {
+    pub fn with_layout(ty: DirectoryLayoutType) -> Self {
+        CommonSourceConfig {
+            layout: DirectoryLayout {
+                ty,
+                ..DirectoryLayout::default()
+            },
+            ..CommonSourceConfig::default()
+        }
+    }
+}
+
+/// How files are named on a source.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DirectoryLayout {
+    #[serde(rename = "type")]
+    pub ty: DirectoryLayoutType,
+    /// Overrides the layout's casing; needed where lookups are case-sensitive in practice
+    /// (S3 buckets, many self-hosted "symstore" servers) although the protocol says otherwise.
+    pub casing: FilenameCasing,
+}
+
+/// Naming convention of a source. See `docs/advanced/symbol-server-compatibility.md` upstream.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DirectoryLayoutType {
+    /// The format native to each file type: LLDB for Mach-O, GDB build-id for ELF/WASM,
+    /// Microsoft Symbol Server for PE/PDB, plus Breakpad and source bundles.
+    #[default]
+    #[serde(rename = "native")]
+    Native,
+    /// Microsoft Symbol Server (with SSQP key conventions for non-Windows formats).
+    #[serde(rename = "symstore")]
+    Symstore,
+    /// Symbol Server with the two-tier `index2.txt` layout.
+    #[serde(rename = "symstore_index2")]
+    SymstoreIndex2,
+    /// Symbol Server with SSQP casing rules.
+    #[serde(rename = "ssqp")]
+    Ssqp,
+    /// debuginfod (`{build-id}/executable`, `{build-id}/debuginfo`).
+    #[serde(rename = "debuginfod")]
+    Debuginfod,
+    /// Sentry's own format produced by `symsorter`.
+    #[serde(rename = "unified")]
+    Unified,
+    /// `{code_file}/{code_id}/symbols`, for every file type.
+    #[serde(rename = "slashsymbols")]
+    SlashSymbols,
+}
+
+/// Casing forced onto every generated location.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FilenameCasing {
+    /// Keep the layout's own conventions.
+    #[default]
+    Default,
+    Uppercase,
+    Lowercase,
+}
+
+/// (De)serializes a [`Url`] as its string form, so that `url`'s own `serde` feature is not needed.
+pub(crate) mod url_as_string {
+    use std::borrow::Cow;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+    use url::Url;
+
+    pub fn serialize<S: Serializer>(url: &Url, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(url.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Url, D::Error> {
+        let s = Cow::<str>::deserialize(deserializer)?;
+        Url::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// [`url_as_string`] for optional URLs.
+pub(crate) mod optional_url_as_string {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use url::Url;
+
+    pub fn serialize<S: Serializer>(url: &Option<Url>, serializer: S) -> Result<S::Ok, S::Error> {
+        match url {
+            Some(url) => serializer.serialize_some(url.as_str()),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Url>, D::Error> {
+        Option::<String>::deserialize(deserializer)?
+            .map(|s| Url::parse(&s).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
