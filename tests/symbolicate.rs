@@ -451,3 +451,42 @@ fn a_bad_config_fails_start_up_naming_key_and_line() {
         "{stderr}"
     );
 }
+
+/// `accept_invalid_certs` on an HTTP source: a symbol server with a self-signed
+/// certificate is refused without it and used with it.
+#[tokio::test]
+async fn accept_invalid_certs_decides_whether_a_self_signed_server_is_used() {
+    let symsrv = SymbolServer::start_tls().await;
+    symsrv.put(
+        &elf_debug_path(),
+        &fixtures().join("native/elf/crash.debug"),
+    );
+    let server = Server::start("");
+    let source = |id: &str, accept: bool| json!([{"type": "http", "id": id, "url": symsrv.url, "accept_invalid_certs": accept}]);
+
+    let (status, refused) = server
+        .post(
+            "/symbolicate",
+            &common::elf_request(source("strict", false)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{refused}");
+    let module = &refused["modules"][0];
+    assert_eq!(module["debug_status"], "fetching_failed", "{module:#}");
+    let candidate = &module["candidates"][0];
+    assert_eq!(candidate["download"]["status"], "error", "{candidate:#}");
+    assert!(
+        symsrv.hits().is_empty(),
+        "no request got past the handshake"
+    );
+
+    let (status, served) = server
+        .post(
+            "/symbolicate",
+            &common::elf_request(source("lenient", true)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{served}");
+    common::assert_elf_symbolicated(&served);
+    assert!(!symsrv.hits().is_empty());
+}

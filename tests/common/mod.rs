@@ -264,6 +264,24 @@ struct SymState {
 
 impl SymbolServer {
     pub async fn start() -> SymbolServer {
+        Self::start_with(None).await
+    }
+
+    /// The same server over HTTPS, with a freshly made self-signed certificate for
+    /// `localhost`: no client trusts it unless told to skip certificate checks.
+    pub async fn start_tls() -> SymbolServer {
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        let key = tokio_rustls::rustls::pki_types::PrivateKeyDer::Pkcs8(
+            cert.signing_key.serialize_der().into(),
+        );
+        let config = tokio_rustls::rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.cert.der().clone()], key)
+            .unwrap();
+        Self::start_with(Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
+    }
+
+    async fn start_with(tls: Option<tokio_rustls::TlsAcceptor>) -> SymbolServer {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().to_owned();
         let hits = Arc::new(Mutex::new(Vec::new()));
@@ -277,11 +295,24 @@ impl SymbolServer {
             .with_state(state);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr: SocketAddr = listener.local_addr().unwrap();
+        let url = match &tls {
+            Some(_) => format!("https://localhost:{}/", addr.port()),
+            None => format!("http://{addr}/"),
+        };
         let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
+            match tls {
+                Some(acceptor) => {
+                    let listener = TlsListener {
+                        tcp: listener,
+                        acceptor,
+                    };
+                    axum::serve(listener, app).await.unwrap();
+                }
+                None => axum::serve(listener, app).await.unwrap(),
+            }
         });
         SymbolServer {
-            url: format!("http://{addr}/"),
+            url,
             hits,
             root,
             _dir: dir,
@@ -314,6 +345,33 @@ impl SymbolServer {
 impl Drop for SymbolServer {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// Accepts TLS connections; a failed handshake (a client refusing the certificate) only
+/// ends that connection.
+struct TlsListener {
+    tcp: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Ok((stream, addr)) = self.tcp.accept().await else {
+                continue;
+            };
+            if let Ok(tls) = self.acceptor.accept(stream).await {
+                return (tls, addr);
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.tcp.local_addr()
     }
 }
 
