@@ -215,7 +215,6 @@ mod tests {
     use flate2::write::{GzEncoder, ZlibEncoder};
 
     use super::*;
-    use crate::fetch::is_too_large;
 
     const PAYLOAD: &[u8] = b"MZ\x90\x00 pretend this is a PE file with some repetition repetition";
 
@@ -311,7 +310,7 @@ mod tests {
     fn uncompressed_over_limit_is_too_large() {
         let fx = Fixture::new();
         let err = fx.decompress(PAYLOAD, 10).unwrap_err();
-        assert!(is_too_large(&err), "{err:?}");
+        assert!(matches!(err, CacheError::TooLarge(_)), "{err:?}");
     }
 
     #[test]
@@ -421,7 +420,7 @@ mod tests {
         ] {
             assert!(data.len() < 64 * 1024);
             let err = fx.decompress(&data, 64 * 1024).unwrap_err();
-            assert!(is_too_large(&err), "{err:?}");
+            assert!(matches!(err, CacheError::TooLarge(_)), "{err:?}");
         }
         // Exactly at the limit is fine.
         let out = fx.decompress(&gzip(&big), 1 << 20).unwrap().unwrap();

@@ -32,7 +32,6 @@ mod transfer;
 pub use decompress::decompress_file;
 pub(crate) use gcs::{GcsAccess, download_url as gcs_download_url};
 pub use remote::{RemoteFile, fetch_file};
-pub use reserved_ip::is_reserved_ip;
 pub(crate) use s3::{build_client as build_s3_client, http_client as s3_http_client};
 
 /// Limits and identity for outgoing fetches. Field names follow upstream's config keys.
@@ -178,11 +177,6 @@ impl Downloader {
 /// Builds the error for a body or payload over the size limit.
 fn too_large(detail: impl std::fmt::Display) -> CacheError {
     CacheError::TooLarge(detail.to_string())
-}
-
-/// Whether `err` reports a file over `max_download_size`, as opposed to a transfer failure.
-pub fn is_too_large(err: &CacheError) -> bool {
-    matches!(err, CacheError::TooLarge(_))
 }
 
 /// `url` without userinfo, query and fragment, for logs: those are where tokens live.

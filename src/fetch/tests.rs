@@ -18,7 +18,7 @@ use bytes::Bytes;
 use tempfile::NamedTempFile;
 use url::Url;
 
-use super::{Downloader, FetchConfig, is_too_large};
+use super::{Downloader, FetchConfig};
 use crate::error::CacheError;
 
 #[derive(Clone, Default)]
@@ -268,7 +268,7 @@ async fn oversized_body_with_content_length_is_too_large() {
     };
     let (result, _) = fetch(config.clone(), &url(addr, "/sized?n=5001")).await;
     let err = result.unwrap_err();
-    assert!(is_too_large(&err), "{err:?}");
+    assert!(matches!(err, CacheError::TooLarge(_)), "{err:?}");
     assert!(err.to_string().contains("Content-Length"), "{err}");
 
     let (result, dest) = fetch(config, &url(addr, "/sized?n=5000")).await;
@@ -285,7 +285,7 @@ async fn oversized_body_without_content_length_is_too_large() {
     };
     let (result, _) = fetch(config.clone(), &url(addr, "/chunked?n=5500")).await;
     let err = result.unwrap_err();
-    assert!(is_too_large(&err), "{err:?}");
+    assert!(matches!(err, CacheError::TooLarge(_)), "{err:?}");
     assert!(!err.to_string().contains("Content-Length"), "{err}");
 
     let (result, _) = fetch(config, &url(addr, "/chunked?n=5000")).await;
@@ -483,7 +483,7 @@ async fn copy_file_over_limit_is_too_large() {
         .copy_file(&src, &mut dest.file)
         .await
         .unwrap_err();
-    assert!(is_too_large(&err), "{err:?}");
+    assert!(matches!(err, CacheError::TooLarge(_)), "{err:?}");
 }
 
 #[test]

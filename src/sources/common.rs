@@ -53,18 +53,6 @@ pub struct CommonSourceConfig {
     pub has_index: bool,
 }
 
-impl CommonSourceConfig {
-    pub fn with_layout(ty: DirectoryLayoutType) -> Self {
-        CommonSourceConfig {
-            layout: DirectoryLayout {
-                ty,
-                ..DirectoryLayout::default()
-            },
-            ..CommonSourceConfig::default()
-        }
-    }
-}
-
 /// How files are named on a source.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(default)]
