@@ -3,8 +3,11 @@
 //! files on disk (compatible old versions served while recomputed), a shared cache for
 //! replicas, one computation per key however many requests wait for it, writes through
 //! a temp file and a rename, and negative-cache placeholders for misses and failures.
-//! Keys carry the request scope and the source, so nothing crosses scopes. `cleanup`
-//! owns deletion: the time rules, stray temp files, old versions and the disk budget.
+//! Keys carry the request scope and the source, so nothing crosses scopes. `derived`
+//! builds caches from any number of parent files (keyed by theirs), `budget` splits the
+//! memory budget between kinds in one table, `config` is the `caches` section of the
+//! config file. `cleanup` owns deletion: the time rules, stray temp files, old versions
+//! and the disk budget.
 
 mod budget;
 mod cacher;

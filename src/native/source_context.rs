@@ -4,7 +4,7 @@
 //! the lines around each frame, fetch linked sources once per request, and report every
 //! file consulted as a candidate.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use futures::future;
 use symbolic::debuginfo::Object;
@@ -58,12 +58,8 @@ impl ModuleLookup {
         scope: &Scope,
         stacktraces: &[CompleteStacktrace],
     ) {
-        let mut referenced = HashSet::new();
-        for frame in stacktraces.iter().flat_map(|s| &s.frames) {
-            if let Some(entry) = self.entry_for(frame.raw.instruction_addr.0, frame.raw.addr_mode) {
-                referenced.insert(entry.index);
-            }
-        }
+        let referenced =
+            self.referenced(stacktraces.iter().flat_map(|s| &s.frames).map(|f| &f.raw));
         let jobs = self
             .modules
             .iter_mut()

@@ -188,6 +188,17 @@ impl ModuleLookup {
         })
     }
 
+    /// The request indexes of the modules that `frames` point into.
+    pub(super) fn referenced<'a>(
+        &self,
+        frames: impl Iterator<Item = &'a RawFrame>,
+    ) -> HashSet<usize> {
+        frames
+            .filter_map(|frame| self.entry_for(frame.instruction_addr.0, frame.addr_mode))
+            .map(|entry| entry.index)
+            .collect()
+    }
+
     /// Fetches SymCaches for the modules that frames point into; the others stay
     /// `unused`.
     pub async fn fetch_caches(
@@ -198,12 +209,7 @@ impl ModuleLookup {
         scope: &Scope,
         stacktraces: &[RawStacktrace],
     ) {
-        let mut referenced = HashSet::new();
-        for frame in stacktraces.iter().flat_map(|s| &s.frames) {
-            if let Some(entry) = self.entry_for(frame.instruction_addr.0, frame.addr_mode) {
-                referenced.insert(entry.index);
-            }
-        }
+        let referenced = self.referenced(stacktraces.iter().flat_map(|s| &s.frames));
         let jobs = self
             .modules
             .iter_mut()
