@@ -1,10 +1,8 @@
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use tempfile::NamedTempFile;
-
-use std::collections::BTreeMap;
-
 use url::Url;
 
 use super::{Downloader, decompress_file};
@@ -23,6 +21,9 @@ pub struct RemoteFile {
     pub path: String,
     /// Computed once: every warm lookup needs it twice (cache key, candidate report).
     uri: Arc<str>,
+    /// Where a Sentry file is downloaded from, when Sentry named the URL itself (its
+    /// JavaScript artifact lookup does); otherwise the source's download endpoint.
+    download_url: Option<Url>,
 }
 
 impl RemoteFile {
@@ -41,6 +42,16 @@ impl RemoteFile {
             source,
             path,
             uri: uri.into(),
+            download_url: None,
+        }
+    }
+
+    /// The file Sentry knows as `file_id`, downloaded from `url`. It is reported and
+    /// cached under its Sentry id, like a file the debug-file search found.
+    pub fn sentry_file(source: SourceConfig, file_id: String, url: Url) -> Self {
+        RemoteFile {
+            download_url: Some(url),
+            ..RemoteFile::new(source, file_id)
         }
     }
 
@@ -133,9 +144,11 @@ pub async fn fetch_file(
                 .await?;
         }
         SourceConfig::Sentry(sentry) => {
-            downloader
-                .download_sentry(sentry, &file.path, &mut out)
-                .await?;
+            let url = match &file.download_url {
+                Some(url) => url.clone(),
+                None => sentry.download_url(&file.path),
+            };
+            downloader.download_sentry(sentry, &url, &mut out).await?;
         }
         SourceConfig::S3(s3) => {
             downloader

@@ -109,16 +109,56 @@ impl Downloader {
         Ok((files, link))
     }
 
-    /// Downloads the file Sentry knows as `file_id`. The endpoint usually redirects to
-    /// storage; the token follows only same-host redirects (reqwest drops it otherwise).
+    /// Downloads a file of `source` from `url`. The endpoint usually redirects to
+    /// storage; the token follows only same-host redirects (reqwest drops it otherwise),
+    /// and is only sent at all to the source's own origin.
     pub(super) async fn download_sentry(
         &self,
         source: &SentrySourceConfig,
-        file_id: &str,
+        url: &Url,
         dest: &mut tokio::fs::File,
     ) -> CacheResult<u64> {
-        let headers = BTreeMap::from([("Authorization".to_owned(), bearer(&source.token))]);
-        self.download_http(&source.download_url(file_id), &headers, dest)
-            .await
+        let mut headers = BTreeMap::new();
+        if source.same_origin(url) {
+            headers.insert("Authorization".to_owned(), bearer(&source.token));
+        }
+        self.download_http(url, &headers, dest).await
+    }
+
+    /// GETs `url`, an API endpoint of `source` (the JavaScript artifact lookup), with the
+    /// source's token, retried and within the download timeout. The answer is bounded
+    /// by `max_bytes`, and the token is only sent to the source's own origin.
+    pub async fn sentry_api_get(
+        &self,
+        source: &SentrySourceConfig,
+        url: &Url,
+        max_bytes: usize,
+    ) -> CacheResult<Vec<u8>> {
+        let mut headers = HeaderMap::new();
+        if source.same_origin(url) {
+            let mut auth = HeaderValue::from_str(&bearer(&source.token)).map_err(|_| {
+                CacheError::PermissionDenied("the Sentry token is not a valid header value".into())
+            })?;
+            auth.set_sensitive(true);
+            headers.insert(AUTHORIZATION, auth);
+        }
+        let what = redact_url(url);
+        let fetch = async {
+            retrying!(
+                &what,
+                self.sentry_api_attempt(url, &headers, max_bytes).await
+            )
+        };
+        within_download_timeout(self.config(), fetch).await
+    }
+
+    async fn sentry_api_attempt(
+        &self,
+        url: &Url,
+        headers: &HeaderMap,
+        max_bytes: usize,
+    ) -> CacheResult<Vec<u8>> {
+        let response = self.send_checked(&self.inner.client, url, headers).await?;
+        read_capped(self, response, max_bytes).await
     }
 }
