@@ -285,7 +285,9 @@ fn unified_id(filetype: FileType, id: &ObjectId) -> Option<Cow<'_, str>> {
         FileType::ElfCode | FileType::ElfDebug => {
             Some(Cow::Borrowed(id.code_id.as_ref()?.as_str()))
         }
-        FileType::Proguard => None,
+        // Upstream has no place for mappings outside Sentry; here they live under their
+        // uuid, so any source kind can serve them.
+        FileType::Proguard => Some(Cow::Owned(id.debug_id?.uuid().as_simple().to_string())),
     }
 }
 
@@ -1185,7 +1187,7 @@ mod tests {
             ],
         );
         // ELF needs the build id; ids for object-agnostic types need a known object type;
-        // ProGuard has no native identity at all.
+        // a ProGuard mapping needs its uuid.
         let mut no_build_id = elf();
         no_build_id.code_id = None;
         check(Unified, F::ElfDebug, &no_build_id, &[]);
@@ -1193,7 +1195,17 @@ mod tests {
         unknown.object_type = ObjectType::Unknown;
         check(Unified, F::SourceBundle, &unknown, &[]);
         check(Unified, F::Breakpad, &unknown, &[]);
-        check(Unified, F::Proguard, &pe(), &[]);
+        check(Unified, F::Proguard, &ObjectId::default(), &[]);
+        let mapping = ObjectId {
+            debug_id: Some("5c1a7e0b-93d4-4f1e-8a62-0d7b3e9f4a21".parse().unwrap()),
+            ..ObjectId::default()
+        };
+        check(
+            Unified,
+            F::Proguard,
+            &mapping,
+            &["5c/1a7e0b93d44f1e8a620d7b3e9f4a21/proguard"],
+        );
         // Code ids too short to split produce nothing.
         let mut tiny = wasm();
         tiny.code_id = Some("a".parse().unwrap());
