@@ -9,6 +9,7 @@ pub mod cache;
 pub mod config;
 pub mod error;
 pub mod fetch;
+pub mod jvm;
 pub mod lookup;
 pub mod native;
 pub mod server;
