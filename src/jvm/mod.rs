@@ -7,8 +7,14 @@
 //! what `SymbolicateJvmRequest::{mapping_ids, source_bundle_ids}` list, builds caches
 //! with `mapping::{write_cache, load}`, and hands the outcomes to `symbolicate_jvm`.
 
+mod classes;
 pub mod interface;
 pub mod mapping;
+mod remap;
+mod source_context;
+mod symbolicate;
 
 pub use interface::{CompletedJvmSymbolicationResponse, SymbolicateJvmRequest};
 pub use mapping::{PROGUARD, ProguardMapper};
+pub use source_context::{NoSources, SourceLookup, source_path};
+pub use symbolicate::symbolicate_jvm;
