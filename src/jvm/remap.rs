@@ -84,7 +84,7 @@ fn remap_frame(
 
     let mut mapped = None;
     for (mapper, outline_position) in mappers.iter().zip(&mut state.outline_positions) {
-        match remap_with_lines(
+        match remap_full(
             mapper,
             &query,
             frame,
@@ -149,7 +149,7 @@ fn parameter_list(signature: &DeobfuscatedSignature) -> String {
 
 /// The full remapping: class, method, line and file, inlined frames expanded (innermost
 /// first), outlines and rewrite rules applied.
-fn remap_with_lines<'a>(
+fn remap_full<'a>(
     mapper: &'a ProguardCache<'a>,
     query: &StackFrame<'a>,
     original: &JvmFrame,
@@ -166,14 +166,22 @@ fn remap_with_lines<'a>(
     let frames: Vec<JvmFrame> = iter
         .map(|remapped| {
             let file = remapped.file().map(str::to_owned);
+            // Field by field rather than `..original.clone()`: that would copy the
+            // strings replaced here too, on the path every warm frame takes.
             JvmFrame {
-                module: remapped.class().to_owned(),
+                platform: original.platform.clone(),
                 function: remapped.method().to_owned(),
+                filename: file.clone().or_else(|| original.filename.clone()),
+                module: remapped.class().to_owned(),
+                abs_path: file.or_else(|| original.abs_path.clone()),
                 lineno: remapped.line().and_then(|line| u32::try_from(line).ok()),
-                abs_path: file.clone().or_else(|| original.abs_path.clone()),
-                filename: file.or_else(|| original.filename.clone()),
+                pre_context: original.pre_context.clone(),
+                context_line: original.context_line.clone(),
+                post_context: original.post_context.clone(),
+                in_app: original.in_app,
+                index: original.index,
+                signature: original.signature.clone(),
                 method_synthesized: remapped.method_synthesized(),
-                ..original.clone()
             }
         })
         .collect();
@@ -252,10 +260,16 @@ mod tests {
     fn inlined_frames_expand_innermost_first_keeping_the_index() {
         let mapper = mapper(&fixture("inline.txt"));
         let frames = [
-            frame("a.a", "onCreate", Some(4), 3),
+            JvmFrame {
+                platform: Some("java".into()),
+                ..frame("a.a", "onCreate", Some(4), 3)
+            },
             frame("a.a", "onCreate", Some(8), 4),
         ];
         let remapped = remap(&mapper, &frames, None);
+        // What remapping does not replace stays as the client sent it.
+        let platforms: Vec<_> = remapped.iter().map(|f| f.platform.as_deref()).collect();
+        assert_eq!(platforms, [Some("java"), Some("java"), Some("java"), None]);
         assert_eq!(
             summary(&remapped),
             [
