@@ -32,7 +32,9 @@ pub fn write_cache(mapping: &[u8], out: &mut impl Write) -> CacheResult<()> {
             "the file is not a valid ProGuard mapping".into(),
         ));
     }
-    ProguardCache::write(&mapping, out).map_err(CacheError::internal)
+    ProguardCache::write(&mapping, out).map_err(CacheError::internal)?;
+    // Surfaces a failed write now; a `BufWriter` would drop the error on drop.
+    out.flush().map_err(CacheError::internal)
 }
 
 /// Maps a ProGuard cache file. The header, format version and section sizes are checked
