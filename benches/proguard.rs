@@ -39,10 +39,15 @@ fn mapping() -> Option<&'static [u8]> {
             let path = dir.path().join("mapping.txt");
             let script =
                 Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gen-proguard-mapping.py");
+            // `cargo test --all-targets` runs benches once as a smoke test (without the
+            // `--bench` that `cargo bench` passes), in a debug build: a small mapping
+            // keeps that quick.
+            let smoke_test = !std::env::args().any(|arg| arg == "--bench");
+            let size_mb = if smoke_test { "2" } else { "50" };
             let status = Command::new("python3")
                 .arg(&script)
                 .arg(&path)
-                .args(["--size-mb", "50", "--seed", "1"])
+                .args(["--size-mb", size_mb, "--seed", "1"])
                 .status();
             match status {
                 Ok(status) if status.success() => Some(std::fs::read(&path).expect("mapping")),
