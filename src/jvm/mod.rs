@@ -3,18 +3,20 @@
 //! stack frames (inlines, outlines, R8 rewrite rules, synthesized methods, Compose
 //! group keys), class names, and source context from JVM source bundles.
 //!
-//! Finding and fetching mapping files and bundles is not done here: the caller fetches
-//! what `SymbolicateJvmRequest::{mapping_ids, source_bundle_ids}` list, builds caches
-//! with `mapping::{write_cache, load}`, and hands the outcomes to `symbolicate_jvm`.
+//! `service` finds and fetches the mapping files and bundles a request lists through
+//! the shared lookup, keeps a ProGuard cache per mapping file (a derived cache), and
+//! hands the outcomes to the pure `symbolicate_jvm`.
 
 mod classes;
 pub mod interface;
 pub mod mapping;
 mod remap;
+mod service;
 mod source_context;
 mod symbolicate;
 
 pub use interface::{CompletedJvmSymbolicationResponse, SymbolicateJvmRequest};
 pub use mapping::{PROGUARD, ProguardMapper};
+pub use service::JvmService;
 pub use source_context::{NoSources, SourceLookup, source_path};
 pub use symbolicate::symbolicate_jvm;

@@ -4,6 +4,7 @@
 
 mod crash;
 mod error;
+mod jvm;
 mod requests;
 mod symbolicate;
 
@@ -21,6 +22,7 @@ use serde::Deserialize;
 use crate::cache::{Caches, Scope};
 use crate::config::Config;
 use crate::fetch::Downloader;
+use crate::jvm::JvmService;
 use crate::lookup::Lookup;
 use crate::native::NativeService;
 use crate::service::RequestService;
@@ -33,6 +35,7 @@ pub use error::ApiError;
 pub struct AppState {
     pub service: RequestService,
     pub native: Arc<NativeService>,
+    pub jvm: Arc<JvmService>,
     /// Used when a request carries no `sources` key.
     pub default_sources: Arc<[SourceConfig]>,
     /// Fetches crash files named by `storage_url`.
@@ -53,10 +56,12 @@ impl AppState {
         )?);
         let lookup = Lookup::new(&caches, downloader.clone());
         let native = NativeService::new(&caches, &lookup);
+        let jvm = JvmService::new(&caches, &lookup);
         Ok(AppState {
             // Results waiting to be polled may hold at most 64 MiB.
             service: RequestService::new(config.max_concurrent_requests, 64 * 1024 * 1024),
             native: Arc::new(native),
+            jvm: Arc::new(jvm),
             default_sources: config.sources.clone().into(),
             downloader,
             crash_files: crash::CrashFiles {
@@ -77,6 +82,7 @@ pub fn router(state: AppState, config: &Config) -> Router {
         )
         .route("/symbolicate", post(symbolicate::symbolicate))
         .route("/symbolicate-any", post(crash::symbolicate_any))
+        .route("/symbolicate-jvm", post(jvm::symbolicate_jvm))
         .route("/requests/{id}", get(requests::poll))
         .layer(DefaultBodyLimit::max(config.max_request_body_size))
         // Uploads count their own bytes against `max_crash_file_size` as they stream.
