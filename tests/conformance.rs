@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// Cases that must match upstream exactly: the native `/symbolicate` milestone, the
-/// crash-report endpoints (minidumps, Apple crash reports, `/symbolicate-any`), and every
+/// crash-report endpoints (minidumps, Apple crash reports, `/symbolicate-any`), JVM, and every
 /// other case that already passes, so none regresses.
 const REQUIRED: &[&str] = &[
     "minidump_linux",
@@ -38,6 +38,13 @@ const REQUIRED: &[&str] = &[
     "native_e2e_no_sources",
     "native_e2e_sources_filetypes",
     "native_wasm_payload",
+    "jvm_basic_source_lookup",
+    "jvm_compose_stacktrace_group_keys",
+    "jvm_no_line_info_mapping",
+    "jvm_remap_exception",
+    "jvm_resolving_inline",
+    "jvm_rewrite_frames",
+    "jvm_source_lookup_with_proguard",
 ];
 
 #[test]

@@ -260,6 +260,11 @@ fn unified_id(filetype: FileType, id: &ObjectId) -> Option<Cow<'_, str>> {
                 ObjectType::Pe => FileType::Pe,
                 ObjectType::Wasm => FileType::WasmCode,
                 ObjectType::PeDotnet => FileType::PortablePdb,
+                // A source bundle of no object (a JVM app's sources) lives under its
+                // own debug id; upstream has no place for one outside Sentry.
+                ObjectType::Unknown if filetype == FileType::SourceBundle => {
+                    return Some(Cow::Owned(id.debug_id?.uuid().as_simple().to_string()));
+                }
                 ObjectType::Unknown => return None,
             };
             unified_id(implied, id)
@@ -1193,6 +1198,13 @@ mod tests {
         check(Unified, F::ElfDebug, &no_build_id, &[]);
         let mut unknown = macho();
         unknown.object_type = ObjectType::Unknown;
+        check(
+            Unified,
+            F::SourceBundle,
+            &unknown,
+            &["67/e9247c814e392ba027dbde6748fcbf/sourcebundle"],
+        );
+        unknown.debug_id = None;
         check(Unified, F::SourceBundle, &unknown, &[]);
         check(Unified, F::Breakpad, &unknown, &[]);
         check(Unified, F::Proguard, &ObjectId::default(), &[]);
