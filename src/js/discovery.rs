@@ -104,7 +104,8 @@ mod tests {
 
     #[test]
     fn the_last_comment_wins() {
-        let js = "a();\n//# sourceMappingURL=first.js.map\nb();\n//# sourceMappingURL=second.js.map\n";
+        let js =
+            "a();\n//# sourceMappingURL=first.js.map\nb();\n//# sourceMappingURL=second.js.map\n";
         assert_eq!(
             resolve_sourcemap_url("http://example.com/assets/app.js", NO_HEADERS, js),
             Some(SourceMapUrl::Remote(
@@ -130,18 +131,25 @@ mod tests {
 
     #[test]
     fn relative_and_absolute_references_resolve_against_the_file() {
-        let resolve = |r: &str| SourceMapUrl::parse_with_prefix("https://cdn.example.com/js/app.js", r);
+        let resolve =
+            |r: &str| SourceMapUrl::parse_with_prefix("https://cdn.example.com/js/app.js", r);
         assert_eq!(
             resolve("../maps/app.js.map"),
-            Ok(SourceMapUrl::Remote("https://cdn.example.com/maps/app.js.map".into()))
+            Ok(SourceMapUrl::Remote(
+                "https://cdn.example.com/maps/app.js.map".into()
+            ))
         );
         assert_eq!(
             resolve("/app.js.map"),
-            Ok(SourceMapUrl::Remote("https://cdn.example.com/app.js.map".into()))
+            Ok(SourceMapUrl::Remote(
+                "https://cdn.example.com/app.js.map".into()
+            ))
         );
         assert_eq!(
             resolve("https://maps.example.com/app.js.map"),
-            Ok(SourceMapUrl::Remote("https://maps.example.com/app.js.map".into()))
+            Ok(SourceMapUrl::Remote(
+                "https://maps.example.com/app.js.map".into()
+            ))
         );
         assert_eq!(
             SourceMapUrl::parse_with_prefix("/foo", "data"),
@@ -178,9 +186,15 @@ mod tests {
         );
         let legacy = [("X-SourceMap", "legacy.js.map")];
         assert_eq!(sourcemap_header(legacy), Some("legacy.js.map"));
-        let both = [("x-sourcemap", "legacy.js.map"), ("sourcemap", "new.js.map")];
+        let both = [
+            ("x-sourcemap", "legacy.js.map"),
+            ("sourcemap", "new.js.map"),
+        ];
         assert_eq!(sourcemap_header(both), Some("new.js.map"));
-        assert_eq!(sourcemap_header([("content-type", "text/javascript")]), None);
+        assert_eq!(
+            sourcemap_header([("content-type", "text/javascript")]),
+            None
+        );
     }
 
     #[test]
@@ -191,7 +205,8 @@ mod tests {
 
     #[test]
     fn debug_ids_come_from_the_last_comment_and_from_maps() {
-        let js = "a();\n//# debugId=5943c33d-70f5-499d-b4e1-9b5d5cac3781\n//# sourceMappingURL=a.map";
+        let js =
+            "a();\n//# debugId=5943c33d-70f5-499d-b4e1-9b5d5cac3781\n//# sourceMappingURL=a.map";
         assert_eq!(
             discover_debug_id(js),
             Some("5943c33d-70f5-499d-b4e1-9b5d5cac3781".parse().unwrap())

@@ -58,9 +58,13 @@ fn default_true() -> bool {
 /// Upstream parses platforms into an enum that writes `"nodejs"` back as `"node"`;
 /// every other value round-trips unchanged.
 fn platform<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    Ok(Option::<String>::deserialize(d)?.map(|p| {
-        if p == "nodejs" { "node".to_owned() } else { p }
-    }))
+    Ok(
+        Option::<String>::deserialize(d)?.map(
+            |p| {
+                if p == "nodejs" { "node".to_owned() } else { p }
+            },
+        ),
+    )
 }
 
 /// Whether and how minified files, source maps and sources may be fetched from the web.
@@ -262,7 +266,9 @@ pub enum CachedFileUri {
 impl fmt::Display for CachedFileUri {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CachedFileUri::IndividualFile(uri) | CachedFileUri::ScrapedFile(uri) => f.write_str(uri),
+            CachedFileUri::IndividualFile(uri) | CachedFileUri::ScrapedFile(uri) => {
+                f.write_str(uri)
+            }
             CachedFileUri::Bundled(uri, key) => {
                 write!(f, "{uri} / {:?}:", key.file_type())?;
                 f.write_str(key.abs_path().unwrap_or("-"))?;

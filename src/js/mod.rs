@@ -6,9 +6,12 @@
 //! Fetching those files (Sentry's artifact lookup, sources, scraping) is the caller's:
 //! it hands them over through [`symbolicate::JsLookup`].
 
+pub mod bundle;
 pub mod discovery;
 pub mod interface;
 pub mod names;
 pub mod origins;
 pub mod paths;
+pub mod source_context;
 pub mod sourcemap_cache;
+pub mod symbolicate;

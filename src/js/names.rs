@@ -86,7 +86,10 @@ mod tests {
 
     #[test]
     fn a_useful_scope_name_wins() {
-        assert_eq!(function_for_token(Some("a"), "lookedUp", Some("caller")), "lookedUp");
+        assert_eq!(
+            function_for_token(Some("a"), "lookedUp", Some("caller")),
+            "lookedUp"
+        );
     }
 
     #[test]
@@ -95,12 +98,18 @@ mod tests {
             function_for_token(None, "__webpack_require__", Some("caller")),
             "caller"
         );
-        assert_eq!(function_for_token(Some("a"), "<anonymous>", Some("caller")), "caller");
+        assert_eq!(
+            function_for_token(Some("a"), "<anonymous>", Some("caller")),
+            "caller"
+        );
     }
 
     #[test]
     fn without_call_site_the_minified_name_beats_a_useless_one() {
-        assert_eq!(function_for_token(Some("a"), "__webpack_require__", None), "a");
+        assert_eq!(
+            function_for_token(Some("a"), "__webpack_require__", None),
+            "a"
+        );
         assert_eq!(function_for_token(Some("a"), "<anonymous>", Some("")), "a");
         assert_eq!(
             function_for_token(None, "__webpack_require__", None),
@@ -110,18 +119,21 @@ mod tests {
 
     #[test]
     fn dart_async_scopes_take_the_token_name() {
-        let scope = ScopeLookupResult::NamedScope("$async$main".into());
+        let scope = ScopeLookupResult::NamedScope("$async$main");
         assert_eq!(scope_name(scope, Some("main"), Some("x")), "main");
-        let scope = ScopeLookupResult::NamedScope("$async$main".into());
+        let scope = ScopeLookupResult::NamedScope("$async$main");
         assert_eq!(scope_name(scope, None, Some("x")), "$async$main");
-        let scope = ScopeLookupResult::NamedScope("Store.load".into());
+        let scope = ScopeLookupResult::NamedScope("Store.load");
         assert_eq!(scope_name(scope, Some("other"), None), "Store.load");
     }
 
     #[test]
     fn unknown_scopes_fall_back_to_the_frame() {
         assert_eq!(scope_name(ScopeLookupResult::Unknown, None, Some("m")), "m");
-        assert_eq!(scope_name(ScopeLookupResult::Unknown, None, None), "<unknown>");
+        assert_eq!(
+            scope_name(ScopeLookupResult::Unknown, None, None),
+            "<unknown>"
+        );
         assert_eq!(
             scope_name(ScopeLookupResult::AnonymousScope, Some("t"), Some("m")),
             "<anonymous>"

@@ -104,7 +104,10 @@ mod tests {
     fn subdomain_wildcards_match_the_domain_and_below() {
         assert!(allowed("http://example.com", &["*.example.com"]));
         assert!(allowed("http://foo.example.com:80", &["*.example.com"]));
-        assert!(allowed("http://foo.example.com/foo/bar", &["*.example.com"]));
+        assert!(allowed(
+            "http://foo.example.com/foo/bar",
+            &["*.example.com"]
+        ));
         assert!(!allowed("http://foo.com", &["*.example.com"]));
         assert!(!allowed("http://notexample.com", &["*.example.com"]));
     }
@@ -137,8 +140,14 @@ mod tests {
     fn only_the_wildcard_path_matches() {
         assert!(allowed("http://example.com/foo/bar.js", &["example.com/*"]));
         assert!(!allowed("http://other.com/foo/bar.js", &["example.com/*"]));
-        assert!(!allowed("http://example.com/foo/bar.js", &["example.com/foo/*"]));
-        assert!(!allowed("http://example.com/foo/bar.js", &["example.com:80/foo/*"]));
+        assert!(!allowed(
+            "http://example.com/foo/bar.js",
+            &["example.com/foo/*"]
+        ));
+        assert!(!allowed(
+            "http://example.com/foo/bar.js",
+            &["example.com:80/foo/*"]
+        ));
     }
 
     #[test]

@@ -86,8 +86,7 @@ pub fn generate_module(abs_path: &str) -> String {
 /// its own scheme (or webpack's and turbopack's) stands alone. For http(s), `..` above
 /// the root and `.` segments are dropped, as browsers do.
 pub fn join_paths(base: &str, right: &str) -> String {
-    if right.contains("://") || right.starts_with("webpack:") || right.starts_with("turbopack:")
-    {
+    if right.contains("://") || right.starts_with("webpack:") || right.starts_with("turbopack:") {
         return right.to_owned();
     }
 
@@ -240,7 +239,10 @@ mod tests {
         let all = |url| release_file_candidate_urls(url).collect::<Vec<_>>();
         assert_eq!(
             all("https://example.com/assets/bundle.min.js"),
-            ["https://example.com/assets/bundle.min.js", "~/assets/bundle.min.js"]
+            [
+                "https://example.com/assets/bundle.min.js",
+                "~/assets/bundle.min.js"
+            ]
         );
         assert_eq!(
             all("https://example.com/assets/bundle.min.js?foo=1&bar=baz#frag"),
@@ -253,18 +255,30 @@ mod tests {
         );
         assert_eq!(
             all("https://example.com/assets/bundle.min.js#frag"),
-            ["https://example.com/assets/bundle.min.js", "~/assets/bundle.min.js"]
+            [
+                "https://example.com/assets/bundle.min.js",
+                "~/assets/bundle.min.js"
+            ]
         );
         assert_eq!(
             all("app:///_next/server/pages/_error.js"),
-            ["app:///_next/server/pages/_error.js", "~/_next/server/pages/_error.js"]
+            [
+                "app:///_next/server/pages/_error.js",
+                "~/_next/server/pages/_error.js"
+            ]
         );
-        assert_eq!(all("/home/me/app.js"), ["/home/me/app.js", "~/home/me/app.js"]);
+        assert_eq!(
+            all("/home/me/app.js"),
+            ["/home/me/app.js", "~/home/me/app.js"]
+        );
     }
 
     #[test]
     fn file_stems_drop_host_query_and_js_suffixes() {
-        assert_eq!(extract_file_stem("https://example.com/bundle.js"), "/bundle");
+        assert_eq!(
+            extract_file_stem("https://example.com/bundle.js"),
+            "/bundle"
+        );
         assert_eq!(
             extract_file_stem("https://example.com/assets/bundle.min.js?foo=1#wat"),
             "/assets/bundle"
@@ -293,13 +307,19 @@ mod tests {
             join_paths(base, ".././.././to/./maps/./b.js.map"),
             "https://example.com/path/to/maps/b.js.map"
         );
-        assert_eq!(join_paths(base, "//cdn.example.com/x.js"), "https://cdn.example.com/x.js");
+        assert_eq!(
+            join_paths(base, "//cdn.example.com/x.js"),
+            "https://cdn.example.com/x.js"
+        );
         // Above the root of an http URL there is nothing left to pop.
         assert_eq!(
             join_paths("http://example.com/a.js", "../../b.js"),
             "http://example.com/b.js"
         );
-        assert_eq!(join_paths("http://example.com/foo", "bar"), "http://example.com/bar");
+        assert_eq!(
+            join_paths("http://example.com/foo", "bar"),
+            "http://example.com/bar"
+        );
         assert_eq!(
             join_paths("http://example.com/foo/baz", "bar"),
             "http://example.com/foo/bar"
@@ -313,7 +333,10 @@ mod tests {
     #[test]
     fn file_paths_join_like_paths() {
         let base = "/home/foo/bar/baz.js";
-        assert_eq!(join_paths(base, "../maps/b.js.map"), "/home/foo/maps/b.js.map");
+        assert_eq!(
+            join_paths(base, "../maps/b.js.map"),
+            "/home/foo/maps/b.js.map"
+        );
         assert_eq!(join_paths(base, "/foo.js"), "/foo.js");
         assert_eq!(join_paths(base, "~/foo.js"), "/foo.js");
         // Outside http, `..` beyond the start is kept: it is part of the name.
@@ -402,12 +425,18 @@ mod tests {
                 "http://example.com/vendor.92cd589eca8235e7b373bf5ae94ebf898e3b949c.js",
                 "vendor",
             ),
-            ("https://example.com/libs/libs-20150417171659.min.js", "libs/libs"),
+            (
+                "https://example.com/libs/libs-20150417171659.min.js",
+                "libs/libs",
+            ),
             (
                 "app:///example/92cd589eca8235e7b373bf5ae94ebf898e3b949c/vendor.js",
                 "vendor",
             ),
-            ("~/app/components/header/selector.jsx", "app/components/header/selector"),
+            (
+                "~/app/components/header/selector.jsx",
+                "app/components/header/selector",
+            ),
             ("./src/components/Widget.tsx", "src/components/Widget"),
         ];
         for (path, module) in cases {
@@ -418,10 +447,7 @@ mod tests {
     #[test]
     fn frames_get_filename_and_module_by_kind_of_path() {
         assert_eq!(
-            frame_filename_and_module(
-                "webpack:///./src/Widget.tsx",
-                "webpack:///./src/Widget.tsx"
-            ),
+            frame_filename_and_module("webpack:///./src/Widget.tsx", "webpack:///./src/Widget.tsx"),
             ("./src/Widget.tsx".into(), Some("src/Widget".into()))
         );
         assert_eq!(

@@ -102,8 +102,7 @@ mod tests {
         // If this fails, symbolic changed the format: bump SOURCEMAP_CACHES.version.
         // The header is the magic, then the format version, both little-endian u32.
         let mut out = Vec::new();
-        write_sourcemap_cache(MINIFIED.as_bytes(), regular_map(true).as_bytes(), &mut out)
-            .unwrap();
+        write_sourcemap_cache(MINIFIED.as_bytes(), regular_map(true).as_bytes(), &mut out).unwrap();
         assert_eq!(&out[0..4], b"SMCA");
         assert_eq!(u32::from_le_bytes(out[4..8].try_into().unwrap()), 2);
     }
@@ -114,7 +113,10 @@ mod tests {
 
     fn regular_map(with_contents: bool) -> String {
         let contents = if with_contents {
-            format!(",\"sourcesContent\":[{}]", serde_json::to_string(SOURCE).unwrap())
+            format!(
+                ",\"sourcesContent\":[{}]",
+                serde_json::to_string(SOURCE).unwrap()
+            )
         } else {
             String::new()
         };
