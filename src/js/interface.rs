@@ -432,3 +432,202 @@ pub struct CompletedJsSymbolicationResponse {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scraping_attempts: Vec<JsScrapingAttempt>,
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_full_request_reads_as_upstream_sends_it() {
+        let request: JsSymbolicationRequest = serde_json::from_value(json!({
+            "platform": "nodejs",
+            "source": {"id": "sentry:project", "url": "http://sentry.test/lookup", "token": "t"},
+            "stacktraces": [{"frames": [{
+                "abs_path": "http://example.com/app.min.js",
+                "lineno": 1, "colno": 12, "function": "a", "in_app": true,
+                "platform": "javascript"
+            }]}],
+            "modules": [{"type": "sourcemap", "code_file": "http://example.com/app.min.js",
+                         "debug_id": "5943c33d-70f5-499d-b4e1-9b5d5cac3781"}],
+            "release": "1.0", "dist": null,
+            "scraping": {"enabled": true, "allowed_origins": ["*.example.com"],
+                         "headers": {"Cookie": "a=b"}},
+            "options": {"apply_source_context": false, "frame_order": "callee_first"}
+        }))
+        .unwrap();
+        assert_eq!(request.platform.as_deref(), Some("node"));
+        assert_eq!(request.source.unwrap().id.as_str(), "sentry:project");
+        assert!(request.sources.is_empty());
+        let frame = &request.stacktraces[0].frames[0];
+        assert_eq!((frame.lineno, frame.colno), (1, Some(12)));
+        assert_eq!(frame.platform.as_deref(), Some("javascript"));
+        assert!(request.modules[0].parsed_debug_id().is_some());
+        assert_eq!(request.release.as_deref(), Some("1.0"));
+        assert!(request.scraping.verify_ssl, "verify_ssl defaults to true");
+        assert_eq!(request.scraping.headers["Cookie"], "a=b");
+        assert_eq!(
+            request.options,
+            JsRequestOptions {
+                apply_source_context: false,
+                frame_order: FrameOrder::CalleeFirst
+            }
+        );
+        // Fields upstream does not know (`in_app`) are not echoed back.
+        let echoed = serde_json::to_value(frame).unwrap();
+        assert!(echoed.get("in_app").is_none());
+    }
+
+    #[test]
+    fn defaults_and_the_old_scraping_switch() {
+        let request: JsSymbolicationRequest = serde_json::from_value(json!({
+            "sources": [{"type": "http", "id": "cdn", "url": "https://cdn.example.com/"}],
+            "allow_scraping": false
+        }))
+        .unwrap();
+        assert!(request.source.is_none());
+        assert_eq!(request.sources.len(), 1);
+        assert!(request.scraping.enabled);
+        assert!(!request.effective_scraping().enabled);
+        assert_eq!(request.options, JsRequestOptions::default());
+        assert_eq!(request.options.frame_order, FrameOrder::CallerFirst);
+        assert!(request.options.apply_source_context);
+        assert_eq!(request.scraping.allowed_origins, ["*"]);
+    }
+
+    #[test]
+    fn bad_fields_are_rejected() {
+        let bad = [
+            json!({"stacktraces": [{"frames": [{"lineno": 1}]}]}),
+            json!({"scraping": {"allowed_origins": [], "headers": {}}}),
+            json!({"modules": [{"type": "elf", "code_file": "a", "debug_id": "x"}]}),
+            json!({"options": {"frame_order": "sideways"}}),
+        ];
+        for body in bad {
+            assert!(
+                serde_json::from_value::<JsSymbolicationRequest>(body.clone()).is_err(),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn frames_serialise_only_what_they_have() {
+        let frame = JsFrame {
+            abs_path: "app:///a.js".into(),
+            lineno: 3,
+            token_name: Some("hidden".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&frame).unwrap(),
+            json!({"abs_path": "app:///a.js", "lineno": 3, "data": {"symbolicated": false}})
+        );
+    }
+
+    #[test]
+    fn origins_serialise_as_upstream() {
+        let key = FileKey::SourceMap {
+            abs_path: Some("http://example.com/a.js.map".into()),
+            debug_id: Some("5943c33d-70f5-499d-b4e1-9b5d5cac3781".parse().unwrap()),
+        };
+        let data = JsFrameData {
+            sourcemap: Some("http://example.com/a.js.map".into()),
+            sourcemap_origin: Some(CachedFileUri::Bundled(
+                "sentry://project_debug_file/7".into(),
+                key,
+            )),
+            resolved_with: Some(ResolvedWith::DebugId),
+            symbolicated: true,
+        };
+        assert_eq!(
+            serde_json::to_value(&data).unwrap(),
+            json!({
+                "sourcemap": "http://example.com/a.js.map",
+                "sourcemap_origin": {"bundled": ["sentry://project_debug_file/7", {"source_map": {
+                    "abs_path": "http://example.com/a.js.map",
+                    "debug_id": "5943c33d-70f5-499d-b4e1-9b5d5cac3781"
+                }}]},
+                "resolved_with": "debug-id",
+                "symbolicated": true
+            })
+        );
+        let plain = [
+            (CachedFileUri::Embedded, json!("embedded")),
+            (
+                CachedFileUri::IndividualFile("sentry://project_debug_file/2".into()),
+                json!({"individual_file": "sentry://project_debug_file/2"}),
+            ),
+            (
+                CachedFileUri::ScrapedFile("http://example.com/a.js".into()),
+                json!({"scraped_file": "http://example.com/a.js"}),
+            ),
+        ];
+        for (uri, want) in plain {
+            assert_eq!(serde_json::to_value(&uri).unwrap(), want);
+        }
+        assert_eq!(
+            serde_json::to_value(ResolvedWith::ReleaseOld).unwrap(),
+            json!("release-old")
+        );
+    }
+
+    #[test]
+    fn errors_and_attempts_serialise_flat() {
+        let errors = [
+            JsModuleError {
+                abs_path: "a".into(),
+                kind: JsModuleErrorKind::InvalidLocation {
+                    line: 0,
+                    col: Some(0),
+                },
+            },
+            JsModuleError {
+                abs_path: "b".into(),
+                kind: JsModuleErrorKind::MissingSourceContent {
+                    source: "s".into(),
+                    sourcemap: "m".into(),
+                },
+            },
+            JsModuleError {
+                abs_path: "c".into(),
+                kind: JsModuleErrorKind::ScrapingDisabled,
+            },
+        ];
+        assert_eq!(
+            serde_json::to_value(errors).unwrap(),
+            json!([
+                {"abs_path": "a", "type": "invalid_location", "line": 0, "col": 0},
+                {"abs_path": "b", "type": "missing_source_content", "source": "s", "sourcemap": "m"},
+                {"abs_path": "c", "type": "scraping_disabled"}
+            ])
+        );
+        let attempts = [
+            JsScrapingAttempt::not_attempted("a"),
+            JsScrapingAttempt::success("b"),
+            JsScrapingAttempt::failure("c", JsScrapingFailureReason::Disabled, ""),
+            JsScrapingAttempt {
+                url: "d".into(),
+                result: CacheError::Timeout(std::time::Duration::from_secs(5)).into(),
+            },
+        ];
+        assert_eq!(
+            serde_json::to_value(attempts).unwrap(),
+            json!([
+                {"url": "a", "status": "not_attempted"},
+                {"url": "b", "status": "success"},
+                {"url": "c", "status": "failure", "reason": "disabled"},
+                {"url": "d", "status": "failure", "reason": "timeout", "details": "Timeout after 5s"}
+            ])
+        );
+    }
+
+    #[test]
+    fn an_empty_response_has_only_the_stack_traces() {
+        assert_eq!(
+            serde_json::to_value(CompletedJsSymbolicationResponse::default()).unwrap(),
+            json!({"stacktraces": [], "raw_stacktraces": []})
+        );
+    }
+}
