@@ -504,7 +504,7 @@ mod tests {
         }
     }
 
-    async fn run(lookup: &mut MemoryLookup, frames: Vec<JsFrame>) -> JsSymbolication {
+    async fn run<L: JsLookup + Send>(lookup: &mut L, frames: Vec<JsFrame>) -> JsSymbolication {
         let stacktraces = vec![JsStacktrace { frames }];
         symbolicate_stacktraces(lookup, stacktraces, callee_first()).await
     }
@@ -630,6 +630,112 @@ mod tests {
         let result = run(&mut lookup, raw_frames("debugid.min.js")).await;
         assert_eq!(result.errors, []);
         assert_frames_are_original(&result, &format!("{BASE}/debugid.min.js.map"));
+    }
+
+    /// The fetching side over one artifact bundle, as upstream looks files up in
+    /// bundles: the minified file by URL, its map by debug id.
+    struct BundleLookup(crate::js::bundle::ArtifactBundles);
+
+    impl JsLookup for BundleLookup {
+        async fn module(&mut self, abs_path: &str) -> Arc<JsModuleFiles> {
+            use crate::js::interface::FileKey;
+            let key = FileKey::MinifiedSource {
+                abs_path: abs_path.to_owned(),
+                debug_id: None,
+            };
+            let found = self.0.find(&key).expect("the minified file is bundled");
+            let sourcemap_url = found.file.sourcemap_url(abs_path).unwrap();
+            let debug_id = found.file.debug_id;
+            let map_key = FileKey::SourceMap {
+                abs_path: sourcemap_url
+                    .as_ref()
+                    .and_then(SourceMapUrl::remote_url)
+                    .map(str::to_owned),
+                debug_id,
+            };
+            let map = self.0.find(&map_key).expect("the map is bundled");
+            Arc::new(JsModuleFiles {
+                smcache: Some(Found {
+                    uri: map.uri,
+                    entry: smcache(&found.file.contents, &map.file.contents),
+                    resolved_with: map.resolved_with,
+                }),
+                minified_source: Found {
+                    uri: found.uri,
+                    entry: Ok(MinifiedSource {
+                        contents: found.file.contents.into(),
+                        sourcemap_url,
+                        debug_id,
+                    }),
+                    resolved_with: found.resolved_with,
+                },
+            })
+        }
+
+        async fn source_file(&mut self, _: &str) -> CacheResult<SourceText> {
+            Err(CacheError::NotFound)
+        }
+    }
+
+    #[tokio::test]
+    async fn bundled_debug_id_builds_map_to_their_sources() {
+        use crate::js::bundle::testing::{Entry, write_bundle};
+        use crate::js::bundle::{ArtifactBundle, ArtifactBundles};
+        use crate::js::interface::FileKey;
+        use symbolic::debuginfo::sourcebundle::SourceFileType;
+
+        let minified = fixture("dist/debugid.min.js");
+        let map = fixture("dist/debugid.min.js.map");
+        let debug_id = discover_debug_id(&minified).unwrap();
+        let id = debug_id.to_string();
+        // The map is filed under a URL no frame names: only its debug id finds it.
+        let data = write_bundle(&[
+            Entry {
+                url: "~/assets/debugid.min.js",
+                ty: SourceFileType::MinifiedSource,
+                contents: &minified,
+                headers: &[("debug-id", &id)],
+            },
+            Entry {
+                url: "~/maps/elsewhere.js.map",
+                ty: SourceFileType::SourceMap,
+                contents: &map,
+                headers: &[("debug-id", &id)],
+            },
+        ]);
+        let mut bundles = ArtifactBundles::new();
+        let bundle = ArtifactBundle::parse(data);
+        bundles.insert(
+            "sentry://project_debug_file/9",
+            bundle,
+            ResolvedWith::Release,
+        );
+        let mut lookup = BundleLookup(bundles);
+
+        let result = run(&mut lookup, raw_frames("debugid.min.js")).await;
+        assert_eq!(result.errors, []);
+        let map_url = format!("{BASE}/debugid.min.js.map");
+        let frames = &result.stacktraces[0].frames;
+        for (frame, expected) in frames.iter().zip(&manifest().frames) {
+            let want = &expected.original;
+            assert_eq!((frame.lineno, frame.colno), (want.line, Some(want.column)));
+            assert_eq!(frame.function, want.function);
+            assert_eq!(
+                frame.context_line,
+                Some(original_line(&want.file, want.line))
+            );
+            assert_eq!(frame.data.resolved_with, Some(ResolvedWith::DebugId));
+            assert_eq!(
+                frame.data.sourcemap_origin,
+                Some(CachedFileUri::Bundled(
+                    "sentry://project_debug_file/9".into(),
+                    FileKey::SourceMap {
+                        abs_path: Some(map_url.clone()),
+                        debug_id: Some(debug_id)
+                    }
+                ))
+            );
+        }
     }
 
     #[tokio::test]
