@@ -3,15 +3,14 @@
 //! Native maps), with the original sources' text when the map carries it. What every
 //! JS frame is resolved against.
 
-use std::io::Write;
+use std::fs::File;
+use std::io::{BufWriter, Write};
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use symbolic::common::{AccessPattern, ByteView, SelfCell};
 use symbolic::sourcemapcache::{SourceMapCache, SourceMapCacheWriter};
-use tempfile::NamedTempFile;
 
-use crate::cache::{CacheItemRequest, CacheKind};
+use crate::cache::{CacheKind, DerivedFormat};
 use crate::error::{CacheError, CacheResult};
 
 /// Bump when what we write changes; symbolic's own format version is pinned by a test,
@@ -50,37 +49,29 @@ pub fn load(data: ByteView<'static>) -> CacheResult<OwnedSourceMapCache> {
         .map_err(|e| CacheError::Malformed(e.to_string()))
 }
 
-/// The `Cacher` request for one SourceMapCache: the two files it is built from. The
-/// caller keys it (by where both files came from, or their hashes for scraped files).
-pub struct BuildSourceMapCache {
+/// The two files a SourceMapCache is built from, as fetched (often memory maps).
+pub struct SourceMapCacheInput {
     pub minified: ByteView<'static>,
     pub sourcemap: ByteView<'static>,
 }
 
-impl CacheItemRequest for BuildSourceMapCache {
-    type Item = OwnedSourceMapCache;
+/// SourceMapCaches as a derived cache: keyed by the minified file's and the map's
+/// cache keys, in that order (`DerivedCache::<SourceMapCacheFormat>::get(&[&minified,
+/// &sourcemap], input)`). For scraped files, whose keys say nothing about their
+/// contents, upstream keys by the contents' hashes instead.
+pub struct SourceMapCacheFormat;
 
-    fn compute<'a>(&'a self, temp_file: &'a mut NamedTempFile) -> BoxFuture<'a, CacheResult<()>> {
-        Box::pin(async move {
-            let minified = self.minified.clone();
-            let sourcemap = self.sourcemap.clone();
-            let file = temp_file
-                .as_file()
-                .try_clone()
-                .map_err(CacheError::internal)?;
-            // Building parses the whole minified file and map: seconds for large maps,
-            // so off the async workers.
-            tokio::task::spawn_blocking(move || {
-                let mut out = std::io::BufWriter::new(file);
-                write_sourcemap_cache(&minified, &sourcemap, &mut out)?;
-                out.flush().map_err(CacheError::internal)
-            })
-            .await
-            .map_err(CacheError::internal)?
-        })
+impl DerivedFormat for SourceMapCacheFormat {
+    type Input = SourceMapCacheInput;
+    type Item = OwnedSourceMapCache;
+    const KIND: CacheKind = SOURCEMAP_CACHES;
+
+    fn convert(input: SourceMapCacheInput, out: &mut BufWriter<File>) -> CacheResult<()> {
+        write_sourcemap_cache(&input.minified, &input.sourcemap, out)?;
+        out.flush().map_err(CacheError::internal)
     }
 
-    fn load(&self, data: ByteView<'static>) -> CacheResult<Self::Item> {
+    fn load(data: ByteView<'static>) -> CacheResult<Self::Item> {
         load(data)
     }
 }
@@ -139,6 +130,22 @@ mod tests {
             Some(SOURCE),
             "sourcesContent is kept"
         );
+    }
+
+    #[test]
+    fn the_derived_format_writes_and_maps_a_file() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let input = SourceMapCacheInput {
+            minified: ByteView::from_slice(MINIFIED.as_bytes()),
+            sourcemap: ByteView::from_vec(regular_map(true).into_bytes()),
+        };
+        let mut out = BufWriter::new(file.reopen().unwrap());
+        SourceMapCacheFormat::convert(input, &mut out).unwrap();
+        drop(out);
+        let cache = SourceMapCacheFormat::load(ByteView::open(file.path()).unwrap()).unwrap();
+        let token = cache.get().lookup(SourcePosition::new(0, 17)).unwrap();
+        assert_eq!((token.file_name(), token.line()), (Some("add.js"), 1));
+        assert_eq!(SourceMapCacheFormat::KIND.name, "sourcemap_caches");
     }
 
     #[test]
