@@ -9,6 +9,7 @@ pub mod cache;
 pub mod config;
 pub mod error;
 pub mod fetch;
+pub mod js;
 pub mod jvm;
 pub mod lookup;
 pub mod native;

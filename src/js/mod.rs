@@ -1,0 +1,17 @@
+//! JavaScript symbolication: everything `/symbolicate-js` needs that does not fetch.
+//! The wire types, SourceMapCaches (built from a minified file and its source map),
+//! reading artifact bundles, discovering a file's source map and debug id, the URL
+//! rules of upstream's lookup (candidate URLs, joining, allowed origins), and resolving
+//! frames with the files a lookup found, including function naming and source context.
+//! Fetching those files (Sentry's artifact lookup, sources, scraping) is the caller's:
+//! it hands them over through [`symbolicate::JsLookup`].
+
+pub mod bundle;
+pub mod discovery;
+pub mod interface;
+pub mod names;
+pub mod origins;
+pub mod paths;
+pub mod source_context;
+pub mod sourcemap_cache;
+pub mod symbolicate;
