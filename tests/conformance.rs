@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// Cases that must match upstream exactly: the native `/symbolicate` milestone, the
-/// crash-report endpoints (minidumps, Apple crash reports, `/symbolicate-any`), JVM, and every
+/// crash-report endpoints (minidumps, Apple crash reports, `/symbolicate-any`), JVM, JavaScript, and every
 /// other case that already passes, so none regresses.
 const REQUIRED: &[&str] = &[
     "minidump_linux",
@@ -45,6 +45,25 @@ const REQUIRED: &[&str] = &[
     "jvm_resolving_inline",
     "jvm_rewrite_frames",
     "jvm_source_lookup_with_proguard",
+    "js_dart_async_name",
+    "js_e2e_multiple_smref_scraped",
+    "js_e2e_node_debugid",
+    "js_e2e_react_native",
+    "js_e2e_scraped_debugid",
+    "js_e2e_source_no_header",
+    "js_fetch_error",
+    "js_indexed_sourcemap_source_expansion",
+    "js_inlined_sources",
+    "js_invalid_location",
+    "js_malformed_abs_path",
+    "js_no_source_contents",
+    "js_sorted_bundles",
+    "js_source_expansion",
+    "js_sourcemap_embedded_source_expansion",
+    "js_sourcemap_expansion",
+    "js_sourcemap_nofiles_source_expansion",
+    "js_sourcemap_source_expansion",
+    "js_webpack",
 ];
 
 #[test]

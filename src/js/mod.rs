@@ -3,15 +3,21 @@
 //! reading artifact bundles, discovering a file's source map and debug id, the URL
 //! rules of upstream's lookup (candidate URLs, joining, allowed origins), and resolving
 //! frames with the files a lookup found, including function naming and source context.
-//! Fetching those files (Sentry's artifact lookup, sources, scraping) is the caller's:
-//! it hands them over through [`symbolicate::JsLookup`].
+//! `service` and `lookup` fetch those files (Sentry's artifact lookup, the request's own
+//! sources, scraping) through the shared lookup and fetch layers and hand them over
+//! through [`symbolicate::JsLookup`].
 
 pub mod bundle;
 pub mod discovery;
 pub mod interface;
+mod lookup;
 pub mod names;
 pub mod origins;
 pub mod paths;
+mod service;
 pub mod source_context;
 pub mod sourcemap_cache;
 pub mod symbolicate;
+
+pub use interface::JsSymbolicationRequest;
+pub use service::JsService;

@@ -4,6 +4,7 @@
 
 mod crash;
 mod error;
+mod js;
 mod jvm;
 mod requests;
 mod symbolicate;
@@ -22,6 +23,7 @@ use serde::Deserialize;
 use crate::cache::{Caches, Scope};
 use crate::config::Config;
 use crate::fetch::Downloader;
+use crate::js::JsService;
 use crate::jvm::JvmService;
 use crate::lookup::Lookup;
 use crate::native::NativeService;
@@ -36,6 +38,7 @@ pub struct AppState {
     pub service: RequestService,
     pub native: Arc<NativeService>,
     pub jvm: Arc<JvmService>,
+    pub js: Arc<JsService>,
     /// Used when a request carries no `sources` key.
     pub default_sources: Arc<[SourceConfig]>,
     /// Fetches crash files named by `storage_url`.
@@ -57,11 +60,13 @@ impl AppState {
         let lookup = Lookup::new(&caches, downloader.clone());
         let native = NativeService::new(&caches, &lookup);
         let jvm = JvmService::new(&caches, &lookup);
+        let js = JsService::new(&caches, downloader.clone());
         Ok(AppState {
             // Results waiting to be polled may hold at most 64 MiB.
             service: RequestService::new(config.max_concurrent_requests, 64 * 1024 * 1024),
             native: Arc::new(native),
             jvm: Arc::new(jvm),
+            js: Arc::new(js),
             default_sources: config.sources.clone().into(),
             downloader,
             crash_files: crash::CrashFiles {
@@ -83,6 +88,7 @@ pub fn router(state: AppState, config: &Config) -> Router {
         .route("/symbolicate", post(symbolicate::symbolicate))
         .route("/symbolicate-any", post(crash::symbolicate_any))
         .route("/symbolicate-jvm", post(jvm::symbolicate_jvm))
+        .route("/symbolicate-js", post(js::symbolicate_js))
         .route("/requests/{id}", get(requests::poll))
         .layer(DefaultBodyLimit::max(config.max_request_body_size))
         // Uploads count their own bytes against `max_crash_file_size` as they stream.

@@ -316,6 +316,21 @@ fn unified_path(filetype: FileType, id: &ObjectId) -> Option<String> {
     Some(format!("{}/{}/{kind}", key.get(..2)?, key.get(2..)?))
 }
 
+/// Where a JavaScript file with `debug_id` lives on a source other than Sentry: only the
+/// unified layout has a place for one, `{id[..2]}/{id[2..]}/{kind}`, with the debug id
+/// as 32 lowercase hex digits and `kind` either `minified_source` or `source_map`.
+pub fn js_artifact_path(
+    files: &CommonSourceConfig,
+    debug_id: DebugId,
+    kind: &str,
+) -> Option<String> {
+    if files.layout.ty != DirectoryLayoutType::Unified {
+        return None;
+    }
+    let id = debug_id.uuid().as_simple().to_string();
+    Some(format!("{}/{}/{kind}", &id[..2], &id[2..]))
+}
+
 /// `{code_name}/{code_id}/symbols`, regardless of the file type.
 fn slashsymbols_path(id: &ObjectId) -> Option<String> {
     let code_id = id.code_id.as_ref()?;

@@ -1,0 +1,583 @@
+//! The fetching side of one `/symbolicate-js` request, in upstream's order: a file is
+//! looked for in the artifact bundles found so far (by debug id, then by candidate
+//! URL), then among individual release files, then Sentry's artifact-lookup API is
+//! asked (bundles it names are downloaded at once, files on demand) and both are tried
+//! again; a file with a debug id is also looked for on the request's own `sources` in
+//! the unified layout; last, the file is scraped from the web where allowed. Every file
+//! is fetched through the shared fetch layer and cache, once per request and once for
+//! all requests; every web fetch (or decision not to) is a scraping attempt.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use symbolic::common::{ByteView, DebugId};
+use url::Url;
+
+use super::bundle::{ArtifactBundle, ArtifactBundles};
+use super::discovery::{SourceMapUrl, discover_debug_id, resolve_sourcemap_url, sourcemap_comment};
+use super::interface::{
+    CachedFileUri, FileKey, JsScrapingAttempt, JsScrapingFailureReason, ResolvedWith,
+    ScrapingConfig,
+};
+use super::origins::is_allowed_origin;
+use super::paths::{extract_file_stem, release_file_candidate_urls};
+use super::service::JsService;
+use super::sourcemap_cache::{OwnedSourceMapCache, SourceMapCacheInput};
+use super::symbolicate::{
+    Found, JsLookup, JsModuleFiles, MinifiedSource, SourceText, scraping_disabled,
+};
+use crate::cache::{CacheKey, Scope};
+use crate::error::{CacheError, CacheResult};
+use crate::fetch::RemoteFile;
+use crate::sources::{
+    CommonSourceConfig, HttpSourceConfig, SentrySourceConfig, SourceConfig, SourceId,
+    js_artifact_path,
+};
+
+/// One answer of Sentry's artifact lookup.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum LookupResult {
+    Bundle {
+        id: String,
+        url: Url,
+        #[serde(default)]
+        resolved_with: ResolvedWith,
+    },
+    File {
+        id: String,
+        url: Url,
+        abs_path: String,
+        #[serde(default)]
+        headers: BTreeMap<String, String>,
+        #[serde(default)]
+        resolved_with: ResolvedWith,
+    },
+}
+
+/// A release file the lookup API named; downloaded only when a frame needs it.
+struct IndividualArtifact {
+    file: RemoteFile,
+    /// Header names lower-cased.
+    headers: BTreeMap<String, String>,
+    resolved_with: ResolvedWith,
+}
+
+/// A file as this request found it.
+#[derive(Clone)]
+struct CachedFile {
+    contents: SourceText,
+    sourcemap_url: Option<SourceMapUrl>,
+    debug_id: Option<DebugId>,
+}
+
+type FileEntry = Found<CachedFile>;
+
+fn not_found() -> FileEntry {
+    Found {
+        uri: CachedFileUri::ScrapedFile(String::new()),
+        entry: Err(CacheError::NotFound),
+        resolved_with: ResolvedWith::Unknown,
+    }
+}
+
+/// Scraped files are fetched again after about this long, staggered per URL.
+const SCRAPE_EVERY_SECS: u64 = 3600;
+
+pub struct RequestLookup<'a> {
+    service: &'a JsService,
+    scope: Scope,
+    sentry: Option<Arc<SentrySourceConfig>>,
+    sources: Arc<[SourceConfig]>,
+    release: Option<String>,
+    dist: Option<String>,
+    scraping: ScrapingConfig,
+    debug_ids: HashMap<String, DebugId>,
+    bundles: ArtifactBundles,
+    artifacts: HashMap<String, IndividualArtifact>,
+    /// API queries already made (debug ids, stems), so a miss is asked once.
+    queried: BTreeSet<(Option<DebugId>, Option<String>)>,
+    modules: HashMap<String, Arc<JsModuleFiles>>,
+    files: HashMap<FileKey, FileEntry>,
+    pub scraping_attempts: Vec<JsScrapingAttempt>,
+}
+
+/// What a request says about where to look.
+pub struct LookupParams {
+    pub scope: Scope,
+    pub sentry: Option<SentrySourceConfig>,
+    pub sources: Arc<[SourceConfig]>,
+    pub release: Option<String>,
+    pub dist: Option<String>,
+    pub scraping: ScrapingConfig,
+    pub debug_ids: HashMap<String, DebugId>,
+}
+
+impl<'a> RequestLookup<'a> {
+    pub fn new(service: &'a JsService, params: LookupParams) -> Self {
+        RequestLookup {
+            service,
+            scope: params.scope,
+            sentry: params.sentry.map(Arc::new),
+            sources: params.sources,
+            release: params.release,
+            dist: params.dist,
+            scraping: params.scraping,
+            debug_ids: params.debug_ids,
+            bundles: ArtifactBundles::new(),
+            artifacts: HashMap::new(),
+            queried: BTreeSet::new(),
+            modules: HashMap::new(),
+            files: HashMap::new(),
+            scraping_attempts: Vec::new(),
+        }
+    }
+
+    async fn file(&mut self, key: &FileKey) -> FileEntry {
+        if let Some(found) = self.files.get(key) {
+            return found.clone();
+        }
+        let found = self.find_file(key).await;
+        self.files.insert(key.clone(), found.clone());
+        found
+    }
+
+    async fn find_file(&mut self, key: &FileKey) -> FileEntry {
+        let mut found = self.in_bundles(key);
+        if found.is_none() {
+            found = self.in_artifacts(key).await;
+        }
+        if found.is_none() && self.query_api(key).await {
+            found = self.in_bundles(key);
+            if found.is_none() {
+                found = self.in_artifacts(key).await;
+            }
+        }
+        if found.is_none() {
+            found = self.on_sources(key).await;
+        }
+        if let Some(found) = found {
+            if let Some(url) = key.abs_path() {
+                self.scraping_attempts
+                    .push(JsScrapingAttempt::not_attempted(url));
+            }
+            return found;
+        }
+        self.scrape(key).await
+    }
+
+    fn in_bundles(&self, key: &FileKey) -> Option<FileEntry> {
+        if self.bundles.is_empty() {
+            return None;
+        }
+        let found = self.bundles.find(key)?;
+        let entry = match found.file.sourcemap_reference.as_deref() {
+            Some(reference) => match key.abs_path() {
+                // A map never names another map, so only a minified file gets here.
+                Some(abs_path) => SourceMapUrl::parse_with_prefix(abs_path, reference).map(Some),
+                None => Err(CacheError::Malformed(
+                    "a bundled file names a source map but was found without a URL".into(),
+                )),
+            },
+            None => Ok(None),
+        }
+        .map(|sourcemap_url| CachedFile {
+            contents: SourceText::from(found.file.contents),
+            sourcemap_url,
+            // As upstream: a bundled file's own debug id does not lead anywhere new.
+            debug_id: None,
+        });
+        Some(Found {
+            uri: found.uri,
+            entry,
+            resolved_with: found.resolved_with,
+        })
+    }
+
+    async fn in_artifacts(&self, key: &FileKey) -> Option<FileEntry> {
+        if self.artifacts.is_empty() {
+            return None;
+        }
+        let abs_path = key.abs_path()?;
+        let artifact =
+            release_file_candidate_urls(abs_path).find_map(|url| self.artifacts.get(&url))?;
+        let mut contents = self.service.fetch_file(&artifact.file, &self.scope).await;
+        // Hermes bytecode is uploaded as an empty file with headers: its text is empty.
+        if matches!(contents, Err(CacheError::NotFound)) && !artifact.headers.is_empty() {
+            contents = Ok(ByteView::from_vec(Vec::new()));
+        }
+        let entry = contents.and_then(SourceText::new).map(|contents| {
+            let headers = artifact
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()));
+            CachedFile {
+                sourcemap_url: resolve_sourcemap_url(abs_path, headers, contents.as_str()),
+                debug_id: discover_debug_id(contents.as_str()),
+                contents,
+            }
+        });
+        Some(Found {
+            uri: CachedFileUri::IndividualFile(artifact.file.uri().to_owned()),
+            entry,
+            resolved_with: artifact.resolved_with,
+        })
+    }
+
+    /// Asks Sentry for the bundles and files of `key`; `true` if it named anything new.
+    async fn query_api(&mut self, key: &FileKey) -> bool {
+        let Some(sentry) = self.sentry.clone() else {
+            return false;
+        };
+        let debug_id = key.debug_id();
+        let stem = key.abs_path().map(extract_file_stem);
+        // A URL only means something together with a release.
+        if debug_id.is_none() && (stem.is_none() || self.release.is_none()) {
+            return false;
+        }
+        if !self.queried.insert((debug_id, stem.clone())) {
+            return false;
+        }
+        let results = match self
+            .service
+            .lookup_artifacts(
+                &sentry,
+                debug_id,
+                stem.as_deref(),
+                self.release.as_deref(),
+                self.dist.as_deref(),
+            )
+            .await
+        {
+            Ok(results) => results,
+            Err(err) => {
+                tracing::warn!(source = %sentry.id, error = %err, "Sentry artifact lookup failed");
+                return false;
+            }
+        };
+        let mut new = false;
+        for result in results.iter() {
+            match result {
+                LookupResult::File {
+                    id,
+                    url,
+                    abs_path,
+                    headers,
+                    resolved_with,
+                } => {
+                    if !self.artifacts.contains_key(abs_path) {
+                        let file = RemoteFile::sentry_file(
+                            SourceConfig::Sentry(sentry.clone()),
+                            id.clone(),
+                            url.clone(),
+                        );
+                        let headers = headers
+                            .iter()
+                            .map(|(k, v)| (k.to_lowercase(), v.clone()))
+                            .collect();
+                        self.artifacts.insert(
+                            abs_path.clone(),
+                            IndividualArtifact {
+                                file,
+                                headers,
+                                resolved_with: *resolved_with,
+                            },
+                        );
+                        new = true;
+                    }
+                }
+                LookupResult::Bundle {
+                    id,
+                    url,
+                    resolved_with,
+                } => {
+                    let file = RemoteFile::sentry_file(
+                        SourceConfig::Sentry(sentry.clone()),
+                        id.clone(),
+                        url.clone(),
+                    );
+                    if self.bundles.contains(file.uri()) {
+                        continue;
+                    }
+                    let bundle = self
+                        .service
+                        .fetch_file(&file, &self.scope)
+                        .await
+                        .and_then(ArtifactBundle::parse);
+                    new |= self.bundles.insert(file.uri(), bundle, *resolved_with);
+                }
+            }
+        }
+        new
+    }
+
+    /// A file with a debug id on the request's own sources (omnisym's extension).
+    async fn on_sources(&self, key: &FileKey) -> Option<FileEntry> {
+        let debug_id = key.debug_id()?;
+        let kind = match key {
+            FileKey::MinifiedSource { .. } => "minified_source",
+            FileKey::SourceMap { .. } => "source_map",
+            FileKey::Source { .. } => return None,
+        };
+        for source in self.sources.iter() {
+            if matches!(source, SourceConfig::Sentry(_)) {
+                continue;
+            }
+            let Some(path) = js_artifact_path(source.files(), debug_id, kind) else {
+                continue;
+            };
+            let file = RemoteFile::new(source.clone(), path);
+            match self.service.fetch_file(&file, &self.scope).await {
+                Err(CacheError::NotFound) => continue,
+                contents => {
+                    let entry = contents.and_then(SourceText::new).map(|contents| {
+                        let sourcemap_url =
+                            match (key.abs_path(), sourcemap_comment(contents.as_str())) {
+                                (Some(abs_path), Some(reference)) => {
+                                    SourceMapUrl::parse_with_prefix(abs_path, reference).ok()
+                                }
+                                _ => None,
+                            };
+                        CachedFile {
+                            contents,
+                            sourcemap_url,
+                            debug_id: Some(debug_id),
+                        }
+                    });
+                    return Some(Found {
+                        uri: CachedFileUri::IndividualFile(file.uri().to_owned()),
+                        entry,
+                        resolved_with: ResolvedWith::DebugId,
+                    });
+                }
+            }
+        }
+        None
+    }
+
+    async fn scrape(&mut self, key: &FileKey) -> FileEntry {
+        let Some(abs_path) = key.abs_path() else {
+            return not_found();
+        };
+        let abs_path = abs_path.to_owned();
+        let failed = |abs_path: &str, err: CacheError| Found {
+            uri: CachedFileUri::ScrapedFile(abs_path.to_owned()),
+            entry: Err(err),
+            resolved_with: ResolvedWith::Unknown,
+        };
+        let mut url = match Url::parse(&abs_path) {
+            Ok(url) => url,
+            Err(err) => return failed(&abs_path, CacheError::DownloadError(err.to_string())),
+        };
+        let refuse = |this: &mut Self, details: String| {
+            this.scraping_attempts.push(JsScrapingAttempt::failure(
+                &abs_path,
+                JsScrapingFailureReason::InvalidHost,
+                details.clone(),
+            ));
+            failed(&abs_path, CacheError::DownloadError(details))
+        };
+        if !self.scraping.enabled {
+            self.scraping_attempts.push(JsScrapingAttempt::failure(
+                &abs_path,
+                JsScrapingFailureReason::Disabled,
+                "",
+            ));
+            return failed(&abs_path, scraping_disabled());
+        }
+        let scheme = url.scheme().to_owned();
+        if scheme != "http" && scheme != "https" {
+            return refuse(
+                self,
+                format!("`{scheme}` is not an allowed download scheme"),
+            );
+        }
+        if !is_allowed_origin(&url, &self.scraping.allowed_origins) {
+            return refuse(
+                self,
+                format!("{abs_path} is not an allowed download origin"),
+            );
+        }
+        match url.host_str() {
+            None => return refuse(self, String::new()),
+            // The fetch layer refuses every reserved address; these two get a clear word.
+            Some(host @ ("localhost" | "127.0.0.1")) if !self.service.reserved_ips_allowed() => {
+                let details = format!("Can't connect to restricted host {host}");
+                return refuse(self, details);
+            }
+            _ => {}
+        }
+        url.set_fragment(Some(&cache_busting_key(url.as_str()).to_string()));
+        let file = self.service.scrape_file(url, &self.scraping);
+        let uri = CachedFileUri::ScrapedFile(file.uri().to_owned());
+        let contents = self
+            .service
+            .fetch_file(&file, &self.scope)
+            .await
+            .and_then(SourceText::new);
+        let entry = match contents {
+            Ok(contents) => {
+                self.scraping_attempts
+                    .push(JsScrapingAttempt::success(&abs_path));
+                Ok(CachedFile {
+                    sourcemap_url: sourcemap_comment(contents.as_str())
+                        .and_then(|r| SourceMapUrl::parse_with_prefix(&abs_path, r).ok()),
+                    debug_id: discover_debug_id(contents.as_str()),
+                    contents,
+                })
+            }
+            Err(err) => {
+                self.scraping_attempts.push(JsScrapingAttempt {
+                    url: abs_path.clone(),
+                    result: err.clone().into(),
+                });
+                Err(err)
+            }
+        };
+        Found {
+            uri,
+            entry,
+            resolved_with: ResolvedWith::Scraping,
+        }
+    }
+
+    async fn minified_and_sourcemap(&mut self, abs_path: &str) -> JsModuleFiles {
+        let debug_id = self.debug_ids.get(abs_path).copied();
+        let key = FileKey::MinifiedSource {
+            abs_path: abs_path.to_owned(),
+            debug_id,
+        };
+        let minified = self.file(&key).await;
+        let (sourcemap_url, own_debug_id) = match &minified.entry {
+            Ok(file) => (file.sourcemap_url.clone(), file.debug_id),
+            Err(_) => (None, None),
+        };
+        let debug_id = debug_id.or(own_debug_id);
+        let minified_source = Found {
+            uri: minified.uri.clone(),
+            entry: minified.entry.clone().map(|file| MinifiedSource {
+                contents: file.contents,
+                sourcemap_url: file.sourcemap_url,
+                debug_id: file.debug_id,
+            }),
+            resolved_with: minified.resolved_with,
+        };
+        if sourcemap_url.is_none() && debug_id.is_none() {
+            return JsModuleFiles {
+                minified_source,
+                smcache: None,
+            };
+        }
+        let sourcemap = match sourcemap_url {
+            Some(SourceMapUrl::Data(data)) => Found {
+                uri: CachedFileUri::Embedded,
+                entry: Ok(CachedFile {
+                    contents: SourceText::from(data),
+                    sourcemap_url: None,
+                    debug_id,
+                }),
+                resolved_with: minified.resolved_with,
+            },
+            Some(SourceMapUrl::Remote(url)) => {
+                self.file(&FileKey::SourceMap {
+                    abs_path: Some(url),
+                    debug_id,
+                })
+                .await
+            }
+            None => {
+                self.file(&FileKey::SourceMap {
+                    abs_path: None,
+                    debug_id,
+                })
+                .await
+            }
+        };
+        let smcache = self.sourcemap_cache(&minified, &sourcemap).await;
+        JsModuleFiles {
+            minified_source,
+            smcache: Some(Found {
+                uri: sourcemap.uri,
+                entry: smcache,
+                resolved_with: sourcemap.resolved_with,
+            }),
+        }
+    }
+
+    async fn sourcemap_cache(
+        &self,
+        minified: &FileEntry,
+        sourcemap: &FileEntry,
+    ) -> CacheResult<OwnedSourceMapCache> {
+        let source = minified.entry.as_ref().map_err(Clone::clone)?;
+        let map = sourcemap.entry.as_ref().map_err(Clone::clone)?;
+        let source_key = self.content_key(&minified.uri, &source.contents);
+        let map_key = self.content_key(&sourcemap.uri, &map.contents);
+        let input = SourceMapCacheInput {
+            minified: source.contents.bytes().clone(),
+            sourcemap: map.contents.bytes().clone(),
+        };
+        self.service
+            .sourcemap_cache(&source_key, &map_key, input)
+            .await
+    }
+
+    /// What identifies a file's contents: its URI, or for a scraped file (whose URL
+    /// may serve anything tomorrow) a hash of the contents, as upstream keys them.
+    fn content_key(&self, uri: &CachedFileUri, contents: &SourceText) -> CacheKey {
+        match uri {
+            CachedFileUri::ScrapedFile(_) => {
+                let hash = hex::encode(Sha256::digest(contents.bytes().as_slice()));
+                CacheKey::new(self.scope.clone(), &["scraped", &hash])
+            }
+            uri => CacheKey::new(self.scope.clone(), &["uri", &uri.to_string()]),
+        }
+    }
+}
+
+impl JsLookup for RequestLookup<'_> {
+    async fn module(&mut self, abs_path: &str) -> Arc<JsModuleFiles> {
+        if let Some(module) = self.modules.get(abs_path) {
+            return module.clone();
+        }
+        let module = Arc::new(self.minified_and_sourcemap(abs_path).await);
+        self.modules.insert(abs_path.to_owned(), module.clone());
+        module
+    }
+
+    async fn source_file(&mut self, abs_path: &str) -> CacheResult<SourceText> {
+        let key = FileKey::Source {
+            abs_path: abs_path.to_owned(),
+        };
+        self.file(&key).await.entry.map(|file| file.contents)
+    }
+}
+
+/// Changes once every [`SCRAPE_EVERY_SECS`], at a point in the hour that depends on the
+/// URL, so the scraped files of a release do not all expire at once.
+fn cache_busting_key(url: &str) -> u64 {
+    let offset = u64::from_le_bytes(
+        Sha256::digest(url.as_bytes())[..8]
+            .try_into()
+            .unwrap_or_default(),
+    );
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    (now.wrapping_add(offset % SCRAPE_EVERY_SECS)) / SCRAPE_EVERY_SECS
+}
+
+/// The HTTP source a scraped URL is fetched as: the request's scraping headers, and
+/// certificate checks unless the request turned them off.
+pub fn scrape_source(url: Url, scraping: &ScrapingConfig) -> SourceConfig {
+    SourceConfig::Http(Arc::new(HttpSourceConfig {
+        id: SourceId::new("web-scraping"),
+        url,
+        headers: scraping.headers.clone(),
+        files: CommonSourceConfig::default(),
+        accept_invalid_certs: !scraping.verify_ssl,
+    }))
+}

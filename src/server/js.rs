@@ -1,0 +1,30 @@
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::response::Response;
+use bytes::Bytes;
+
+use super::error::parse_json;
+use super::{ApiError, AppState, Params};
+use crate::js::JsSymbolicationRequest;
+use crate::sources::SourceConfig;
+
+/// `POST /symbolicate-js`: minified JavaScript stack traces, and where to find their
+/// source maps (a Sentry project, the request's own sources, the web).
+pub async fn symbolicate_js(
+    State(state): State<AppState>,
+    Params(params): Params,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let mut request: JsSymbolicationRequest = parse_json(&body)?;
+    // Only the request's own `sources`: the configured ones are symbol servers for
+    // native files, and JS files are found through the request's Sentry source.
+    let sources: Arc<[SourceConfig]> = std::mem::take(&mut request.sources).into();
+    let scope = params.scope();
+    let js = state.js.clone();
+    state
+        .run(&params, async move {
+            Ok(js.symbolicate(scope, sources, request).await)
+        })
+        .await
+}
