@@ -75,7 +75,9 @@ pub struct ScrapingConfig {
     pub verify_ssl: bool,
     /// Origin patterns (see [`super::origins::is_allowed_origin`]) that may be scraped.
     pub allowed_origins: Vec<String>,
-    /// Sent with every scraping request.
+    /// Sent with every scraping request. Upstream requires the key; an absent one
+    /// means no headers here.
+    #[serde(default)]
     pub headers: BTreeMap<String, String>,
 }
 

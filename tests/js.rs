@@ -1,0 +1,309 @@
+//! `/symbolicate-js` end to end: the real server on loopback, the project's own esbuild
+//! bundle (fixtures/js), and real HTTP, S3 and filesystem sources. Every frame must map
+//! back to where V8 put it in the original sources (fixtures/js/manifest.json).
+
+mod common;
+
+use std::io::Cursor;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Value, json};
+use symbolic::debuginfo::sourcebundle::{SourceBundleWriter, SourceFileInfo, SourceFileType};
+
+use common::s3::{ACCESS_KEY, S3Server, SECRET_KEY};
+use common::{Server, SymbolServer, fixtures};
+
+/// Where the app is served from in every test; frames carry URLs below it.
+const BASE: &str = "https://app.example/assets";
+
+fn js_fixture(path: &str) -> String {
+    std::fs::read_to_string(fixtures().join("js").join(path)).unwrap()
+}
+
+fn manifest() -> Value {
+    serde_json::from_str(&js_fixture("manifest.json")).unwrap()
+}
+
+/// The debug id esbuild's output got injected (`//# debugId=` at its end).
+fn debug_id() -> String {
+    let minified = js_fixture("dist/debugid.min.js");
+    let line = minified
+        .lines()
+        .find_map(|l| l.strip_prefix("//# debugId="))
+        .unwrap();
+    line.trim().to_owned()
+}
+
+/// The manifest's minified frames as the SDK reports them, below `base`.
+fn raw_frames(base: &str, file: &str) -> Vec<Value> {
+    manifest()["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let m = &f["minified"];
+            json!({
+                "abs_path": format!("{base}/{file}"),
+                "lineno": m["line"],
+                "colno": m["column"],
+                "function": m["function"],
+            })
+        })
+        .collect()
+}
+
+/// Asserts every frame resolved to the original file, line, column and function, with
+/// source context from the map's `sourcesContent`.
+fn assert_original(response: &Value, origin_base: &str) {
+    assert_eq!(response["status"], "completed", "{response:#}");
+    assert!(response.get("errors").is_none(), "{response:#}");
+    let frames = response["stacktraces"][0]["frames"].as_array().unwrap();
+    let expected = manifest()["frames"].as_array().unwrap().clone();
+    assert_eq!(frames.len(), expected.len());
+    for (frame, want) in frames.iter().zip(&expected) {
+        let want = &want["original"];
+        let file = want["file"].as_str().unwrap();
+        assert_eq!(
+            frame["abs_path"],
+            format!("{origin_base}/{file}"),
+            "{frame:#}"
+        );
+        assert_eq!(frame["lineno"], want["line"], "{frame:#}");
+        assert_eq!(frame["colno"], want["column"], "{frame:#}");
+        assert_eq!(frame["function"], want["function"], "{frame:#}");
+        let source = js_fixture(file);
+        let line = source
+            .lines()
+            .nth(want["line"].as_u64().unwrap() as usize - 1);
+        assert_eq!(frame["context_line"].as_str(), line, "{frame:#}");
+        assert_eq!(frame["data"]["symbolicated"], true);
+    }
+}
+
+fn request(frames: Vec<Value>, extra: Value) -> Value {
+    let mut body = json!({
+        "stacktraces": [{"frames": frames}],
+        "modules": [{"type": "sourcemap", "code_file": format!("{BASE}/debugid.min.js"), "debug_id": debug_id()}],
+        "options": {"apply_source_context": true, "frame_order": "callee_first"},
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    body
+}
+
+/// An artifact bundle as Sentry's tooling uploads it: the minified file and its map,
+/// both carrying the debug id, under `~/` URLs.
+fn artifact_bundle() -> Vec<u8> {
+    let mut out = Cursor::new(Vec::new());
+    let mut writer = SourceBundleWriter::start(&mut out).unwrap();
+    for (name, ty) in [
+        ("debugid.min.js", SourceFileType::MinifiedSource),
+        ("debugid.min.js.map", SourceFileType::SourceMap),
+    ] {
+        let mut info = SourceFileInfo::new();
+        info.set_ty(ty);
+        info.set_url(format!("~/assets/{name}"));
+        info.add_header("debug-id".into(), debug_id());
+        writer
+            .add_file(
+                format!("files/_/_/{name}"),
+                js_fixture(&format!("dist/{name}")).as_bytes(),
+                info,
+            )
+            .unwrap();
+    }
+    writer.finish().unwrap();
+    out.into_inner()
+}
+
+/// A Sentry project whose artifact lookup names one bundle, counting every request.
+#[derive(Clone)]
+struct Sentry {
+    base: Arc<Mutex<String>>,
+    hits: Arc<Mutex<Vec<String>>>,
+    bundle: Arc<Vec<u8>>,
+}
+
+async fn lookup(State(sentry): State<Sentry>, uri: axum::http::Uri) -> Response {
+    sentry.hits.lock().unwrap().push(uri.to_string());
+    let base = sentry.base.lock().unwrap().clone();
+    axum::Json(json!([{"type": "bundle", "id": "7", "url": format!("{base}/files/bundle.zip"), "resolved_with": "debug-id"}]))
+        .into_response()
+}
+
+async fn bundle(State(sentry): State<Sentry>) -> Response {
+    sentry.hits.lock().unwrap().push("bundle".into());
+    (StatusCode::OK, sentry.bundle.as_ref().clone()).into_response()
+}
+
+async fn start_sentry() -> (String, Sentry) {
+    let sentry = Sentry {
+        base: Arc::new(Mutex::new(String::new())),
+        hits: Arc::new(Mutex::new(Vec::new())),
+        bundle: Arc::new(artifact_bundle()),
+    };
+    let app = Router::new()
+        .route("/lookup", get(lookup))
+        .route("/files/bundle.zip", get(bundle))
+        .with_state(sentry.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let base = format!("http://{addr}");
+    *sentry.base.lock().unwrap() = base.clone();
+    (base, sentry)
+}
+
+#[tokio::test]
+async fn an_artifact_bundle_from_sentry_maps_every_frame_to_its_source() {
+    let (base, sentry) = start_sentry().await;
+    let server = Server::start("");
+    let body = request(
+        raw_frames(BASE, "debugid.min.js"),
+        json!({"source": {"type": "sentry", "id": "sentry:project", "url": format!("{base}/lookup"), "token": "t"}}),
+    );
+    for _ in 0..2 {
+        let (status, response) = server.post("/symbolicate-js", &body).await;
+        assert_eq!(status, StatusCode::OK, "{response}");
+        assert_original(&response, "https://app.example");
+        let frame = &response["stacktraces"][0]["frames"][0];
+        assert_eq!(frame["data"]["resolved_with"], "debug-id");
+        assert!(
+            frame["data"]["sourcemap_origin"]["bundled"].is_array(),
+            "{frame:#}"
+        );
+    }
+    // However many frames and requests: one download of the bundle.
+    let hits = sentry.hits.lock().unwrap().clone();
+    assert_eq!(
+        hits.iter().filter(|h| *h == "bundle").count(),
+        1,
+        "{hits:?}"
+    );
+    assert!(hits.iter().any(|h| h.contains("debug_id=")), "{hits:?}");
+}
+
+/// omnisym's extension: the same debug-id lookup on the request's own sources, in the
+/// unified layout (`<id[..2]>/<id[2..]>/minified_source` and `.../source_map`).
+fn unified_path(kind: &str) -> String {
+    let id = debug_id().replace('-', "").to_lowercase();
+    format!("{}/{}/{kind}", &id[..2], &id[2..])
+}
+
+#[tokio::test]
+async fn debug_ids_are_found_on_a_filesystem_source() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, kind) in [
+        ("debugid.min.js", "minified_source"),
+        ("debugid.min.js.map", "source_map"),
+    ] {
+        let dest = dir.path().join(unified_path(kind));
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        std::fs::copy(fixtures().join("js/dist").join(name), dest).unwrap();
+    }
+    let server = Server::start("");
+    let body = request(
+        raw_frames(BASE, "debugid.min.js"),
+        json!({"sources": [{"type": "filesystem", "id": "local", "path": dir.path(), "layout": {"type": "unified"}}]}),
+    );
+    let (status, response) = server.post("/symbolicate-js", &body).await;
+    assert_eq!(status, StatusCode::OK, "{response}");
+    assert_original(&response, "https://app.example");
+}
+
+#[tokio::test]
+async fn debug_ids_are_found_on_an_s3_source() {
+    let s3 = S3Server::start().await;
+    for (name, kind) in [
+        ("debugid.min.js", "minified_source"),
+        ("debugid.min.js.map", "source_map"),
+    ] {
+        s3.put(
+            "javascript",
+            &format!("artifacts/{}", unified_path(kind)),
+            &fixtures().join("js/dist").join(name),
+        );
+    }
+    let server = Server::start("");
+    let source = json!({"type": "s3", "id": "bucket", "bucket": "javascript", "prefix": "/artifacts/",
+        "region": ["us-east-1", s3.url], "access_key": ACCESS_KEY, "secret_key": SECRET_KEY,
+        "layout": {"type": "unified"}});
+    let body = request(
+        raw_frames(BASE, "debugid.min.js"),
+        json!({"sources": [source]}),
+    );
+    let (status, response) = server.post("/symbolicate-js", &body).await;
+    assert_eq!(status, StatusCode::OK, "{response}");
+    assert_original(&response, "https://app.example");
+}
+
+#[tokio::test]
+async fn scraping_follows_the_source_mapping_url_within_allowed_origins() {
+    let web = SymbolServer::start().await;
+    for name in ["app.min.js", "app.min.js.map"] {
+        web.put(
+            &format!("assets/{name}"),
+            &fixtures().join("js/dist").join(name),
+        );
+    }
+    let base = format!("{}assets", web.url);
+    let server = Server::start("");
+    let scraping = |origins: Value| json!({"modules": [], "scraping": {"enabled": true, "allowed_origins": origins}});
+    let (_, response) = server
+        .post(
+            "/symbolicate-js",
+            &request(raw_frames(&base, "app.min.js"), scraping(json!(["*"]))),
+        )
+        .await;
+    let origin = web.url.trim_end_matches('/');
+    assert_original(&response, origin);
+    let attempts = response["scraping_attempts"].as_array().unwrap();
+    let scraped: Vec<_> = attempts
+        .iter()
+        .map(|a| (a["url"].as_str().unwrap(), a["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        scraped,
+        [
+            (&*format!("{base}/app.min.js"), "success"),
+            (&*format!("{base}/app.min.js.map"), "success")
+        ]
+    );
+
+    // An origin the request does not allow is never fetched.
+    let before = web.hits().len();
+    let (_, response) = server
+        .post(
+            "/symbolicate-js",
+            &request(
+                raw_frames(&base, "app.min.js"),
+                scraping(json!(["cdn.example"])),
+            ),
+        )
+        .await;
+    assert_eq!(web.hits().len(), before);
+    let attempt = &response["scraping_attempts"][0];
+    assert_eq!(attempt["status"], "failure", "{response:#}");
+    assert_eq!(attempt["reason"], "invalid_host");
+    assert_eq!(
+        response["errors"][0]["type"], "missing_source",
+        "{response:#}"
+    );
+}
+
+#[tokio::test]
+async fn a_body_of_the_wrong_shape_is_a_400_naming_the_field() {
+    let server = Server::start("");
+    let (status, response) = server
+        .post("/symbolicate-js", &json!({"stacktraces": "nope"}))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(response.to_string().contains("stacktraces"), "{response}");
+}
