@@ -15,7 +15,6 @@ pub mod names;
 pub mod origins;
 pub mod paths;
 mod service;
-pub mod source_context;
 pub mod sourcemap_cache;
 pub mod symbolicate;
 

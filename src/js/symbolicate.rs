@@ -18,9 +18,9 @@ use super::interface::{
 };
 use super::names::{fold_function_name, function_for_token, scope_name};
 use super::paths::{frame_filename_and_module, join_paths};
-use super::source_context::context_lines;
 use super::sourcemap_cache::OwnedSourceMapCache;
 use crate::error::{CacheError, CacheResult};
+use crate::lookup::context_lines;
 use crate::types::FrameOrder;
 
 /// The error a lookup reports for a file it would have had to scrape while scraping is

@@ -98,38 +98,11 @@ fn push_as_dirs(path: &mut String, dotted: &str) {
     path.extend(dotted.chars().map(|c| if c == '.' { '/' } else { c }));
 }
 
-/// Lines of context before and after the frame's line.
-const CONTEXT_LINES: usize = 5;
-
-/// Lines longer than this are cut (to `KEPT_BYTES`), as upstream cuts them, so generated
-/// one-line sources do not bloat responses.
-const MAX_LINE_BYTES: usize = 150;
-const KEPT_BYTES: usize = 140;
-
 /// `(pre_context, context_line, post_context)` around the 1-based `lineno`, or `None`
-/// when the source has no such line.
-///
-/// JVM frames have no column, so long lines keep their start, as upstream trims them
-/// for column 0. The native pipeline has the column-aware version of this; the two
-/// belong in one shared helper once the core has a place for it.
+/// when the source has no such line. JVM frames have no column, so long lines keep
+/// their start, as upstream trims them for column 0.
 fn context_lines(source: &str, lineno: usize) -> Option<(Vec<String>, String, Vec<String>)> {
-    let first = lineno.checked_sub(1)?.saturating_sub(CONTEXT_LINES);
-    let mut lines = source.lines().skip(first);
-    let pre = (&mut lines)
-        .take(lineno - 1 - first)
-        .map(trim_line)
-        .collect();
-    let line = trim_line(lines.next()?);
-    let post = lines.take(CONTEXT_LINES).map(trim_line).collect();
-    Some((pre, line, post))
-}
-
-fn trim_line(line: &str) -> String {
-    if line.len() <= MAX_LINE_BYTES {
-        return line.to_owned();
-    }
-    let end = line.floor_char_boundary(KEPT_BYTES);
-    format!("{} {{snip}}", &line[..end])
+    crate::lookup::context_lines(source, lineno, 0)
 }
 
 #[cfg(test)]
@@ -218,11 +191,12 @@ mod tests {
 
     #[test]
     fn long_lines_keep_their_start() {
-        let short = "x".repeat(MAX_LINE_BYTES);
-        assert_eq!(trim_line(&short), short);
+        let short = "x".repeat(150);
+        assert_eq!(context_lines(&short, 1).unwrap().1, short);
         let long = format!("{}{}", "a".repeat(139), "é".repeat(20));
         // The cut falls inside `é`; it moves back to the character boundary.
-        assert_eq!(trim_line(&long), format!("{} {{snip}}", "a".repeat(139)));
+        let line = context_lines(&long, 1).unwrap().1;
+        assert_eq!(line, format!("{} {{snip}}", "a".repeat(139)));
     }
 
     #[test]

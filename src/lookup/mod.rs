@@ -24,9 +24,7 @@ pub use downloads::{Downloads, FileFormat, Plain, PlainFormat, file_key};
 pub use locate::Locator;
 pub use object_file::{ObjectFile, ObjectHandle, ObjectMeta};
 pub use objects::{FindResult, FoundObject, OBJECT_META, ObjectPurpose, ObjectsActor};
-pub use source_files::{
-    CONTEXT_LINES, SourceFiles, context_lines, fetchable_link, sourcelink_candidate,
-};
+pub use source_files::{SourceFiles, context_lines, fetchable_link, sourcelink_candidate};
 
 use crate::cache::Caches;
 use crate::fetch::Downloader;

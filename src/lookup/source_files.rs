@@ -16,7 +16,7 @@ use crate::sources::SourceId;
 use crate::types::{ObjectCandidate, ObjectDownloadInfo, ObjectFeatures, ObjectUseInfo};
 
 /// Lines of context before and after the frame's line.
-pub const CONTEXT_LINES: usize = 5;
+const CONTEXT_LINES: usize = 5;
 
 /// `(pre_context, context_line, post_context)` around 1-based `lineno`, or `None` when
 /// the source has no such line.
@@ -186,5 +186,21 @@ mod tests {
         assert!(end.starts_with("{snip} ") && !end.ends_with("{snip}"));
         let unicode = "❤️🧡💛".repeat(30);
         assert!(trim_line(&unicode, 70).contains("{snip}"));
+    }
+
+    const LONG: &str = "The public is more familiar with bad design than good design. It is, in effect, conditioned to prefer bad design, because that is what it lives with. The new becomes threatening, the old reassuring.";
+
+    #[test]
+    fn long_lines_are_cut_around_the_column() {
+        let head = "The public is more familiar with bad design than good design. It is, in effect, conditioned to prefer bad design, because that is what it li {snip}";
+        assert_eq!(trim_line(LONG, 0), head);
+        assert_eq!(trim_line(LONG, 10), head);
+        assert_eq!(
+            trim_line(LONG, 66),
+            "{snip} blic is more familiar with bad design than good design. It is, in effect, conditioned to prefer bad design, because that is what it lives wi {snip}"
+        );
+        let tail = "{snip} gn. It is, in effect, conditioned to prefer bad design, because that is what it lives with. The new becomes threatening, the old reassuring.";
+        assert_eq!(trim_line(LONG, 190), tail);
+        assert_eq!(trim_line(LONG, 9999), tail);
     }
 }
