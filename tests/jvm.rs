@@ -331,3 +331,35 @@ async fn bad_request_bodies_get_400_naming_the_field() {
     let msg = body["error"].as_str().unwrap();
     assert!(msg.contains("stacktraces[0].frames[0].lineno"), "{msg}");
 }
+
+#[tokio::test]
+async fn a_slow_mapping_download_answers_pending_and_the_poll_gets_the_remapped_trace() {
+    let symsrv = SymbolServer::start().await;
+    symsrv.put(
+        &unified_path(INLINE_UUID, "proguard"),
+        &mapping_fixture("inline.txt"),
+    );
+    let server = Server::start("");
+    let body = json!({
+        "sources": [{"type": "http", "id": "slow", "url": format!("{}slow/1500/", symsrv.url),
+                     "layout": {"type": "unified"}}],
+        "modules": [proguard(INLINE_UUID)],
+        "stacktraces": [{"frames": [obfuscated("a.a", "a", 8, 0)]}],
+    });
+    let (status, first) = server.post("/symbolicate-jvm?timeout=0.2", &body).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(first["status"], "pending", "{first}");
+    let id = first["request_id"].as_str().unwrap();
+    let (status, done) = server.get(&format!("/requests/{id}?timeout=30")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(done["status"], "completed", "{done}");
+    // Line 8 of `a` is `shareSighting`, which inlined `Species.validate` there.
+    assert_eq!(
+        summary(&done, 0),
+        [
+            row(ACTIVITY, "shareSighting", 82, 0),
+            row("org.birdwatch.app.Species", "validate", 19, 0),
+        ]
+    );
+    assert_eq!(done["errors"], json!([]));
+}
