@@ -330,6 +330,16 @@ async fn bad_request_bodies_get_400_naming_the_field() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     let msg = body["error"].as_str().unwrap();
     assert!(msg.contains("stacktraces[0].frames[0].lineno"), "{msg}");
+
+    let (status, body) = server
+        .post(
+            "/symbolicate-jvm",
+            &json!({"modules": [proguard(INLINE_UUID), {"type": "proguard", "uuid": "mapping.txt"}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let msg = body["error"].as_str().unwrap();
+    assert!(msg.contains("modules[1].uuid"), "{msg}");
 }
 
 #[tokio::test]
@@ -362,4 +372,39 @@ async fn a_slow_mapping_download_answers_pending_and_the_poll_gets_the_remapped_
         ]
     );
     assert_eq!(done["errors"], json!([]));
+}
+
+#[tokio::test]
+async fn a_restarted_server_remaps_from_its_disk_cache_without_downloading_again() {
+    let symsrv = SymbolServer::start().await;
+    let mapping_path = unified_path(REWRITE_UUID, "proguard");
+    symsrv.put(&mapping_path, &mapping_fixture("rewrite.txt"));
+    let work = tempfile::tempdir().unwrap();
+    let cache_dir = work.path().join("cache");
+    let body = json!({
+        "sources": [{"type": "http", "id": "symsrv", "url": symsrv.url,
+                     "layout": {"type": "unified"}}],
+        "modules": [proguard(REWRITE_UUID)],
+        "stacktraces": [{
+            "exception": {"type": "c", "module": "b"},
+            "frames": [obfuscated("b.a", "a", 5, 0)],
+        }],
+    });
+    // The obfuscated exception remaps to the one the rule names: the inlined callee goes.
+    let expected = [row(WORKER, "doWork", 22, 0)];
+
+    let mut server = Server::start_in(work.path(), &cache_dir, "");
+    let (_, response) = server.post("/symbolicate-jvm", &body).await;
+    assert_eq!(summary(&response, 0), expected, "{response}");
+    server.kill();
+
+    let server = Server::start_in(work.path(), &cache_dir, "");
+    let (_, response) = server.post("/symbolicate-jvm", &body).await;
+    assert_eq!(summary(&response, 0), expected, "{response}");
+    let hits = symsrv.hits();
+    assert_eq!(
+        hits.iter().filter(|hit| **hit == mapping_path).count(),
+        1,
+        "{hits:?}"
+    );
 }
