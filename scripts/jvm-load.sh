@@ -135,8 +135,7 @@ step = len(ranges) // count
 picked = ranges[::step][:count]
 # Outermost frame first, as the SDKs send it (the request's default frame order).
 stacktrace["frames"] = [
-    {"function": method, "module": cls, "lineno": line, "filename": "SourceFile",
-     "abs_path": "SourceFile", "index": i, "platform": "java"}
+    {"function": method, "module": cls, "lineno": line, "index": i, "platform": "java"}
     for i, (cls, method, line) in enumerate(picked)
 ]
 json.dump(body, open(out, "w"), indent=1)
@@ -182,7 +181,7 @@ sent = request["stacktraces"][0]["frames"]
 frames = response["stacktraces"][0]["frames"]
 # Each input frame must come back as at least one frame of a deobfuscated class.
 remapped = {f["index"] for f in frames
-            if f["module"] != sent[f["index"]]["module"] and f.get("filename") != "SourceFile"}
+            if f["module"] != sent[f["index"]]["module"] and f.get("filename")}
 print(f"cold check: {len(remapped)}/{len(sent)} input frames remapped, "
       f"{len(frames)} output frames (inlined frames expanded)")
 if len(remapped) != len(sent):

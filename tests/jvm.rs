@@ -45,10 +45,10 @@ fn proguard(uuid: &str) -> Value {
     json!({"type": "proguard", "uuid": uuid})
 }
 
-/// A frame as the JVM SDKs send an obfuscated one: R8 replaced the file name.
+/// An obfuscated frame: R8 renamed class and method and left no usable file name, so
+/// every file name in an answer comes from the mapping.
 fn obfuscated(module: &str, function: &str, lineno: u32, index: usize) -> Value {
-    json!({"module": module, "function": function, "lineno": lineno, "index": index,
-           "filename": "SourceFile", "abs_path": "SourceFile"})
+    json!({"module": module, "function": function, "lineno": lineno, "index": index})
 }
 
 /// `(module, function, lineno, index)` of each frame of stack trace `n`.
@@ -85,7 +85,7 @@ async fn filesystem_mappings_remap_frames_exceptions_and_classes() {
     let server = Server::start("");
     let body = json!({
         "platform": "java",
-        "sources": [{"type": "filesystem", "id": "local", "path": symbols.path(),
+        "sources": [{"type": "filesystem", "id": "dir", "path": symbols.path(),
                      "layout": {"type": "unified"}}],
         "modules": [proguard(INLINE_UUID), proguard(REWRITE_UUID), proguard(ABSENT_UUID)],
         "release_package": "org.birdwatch.app.sync",
@@ -104,8 +104,9 @@ async fn filesystem_mappings_remap_frames_exceptions_and_classes() {
             {
                 "exception": {"type": "c", "module": "b"},
                 "frames": [
-                    {"module": "android.os.Looper", "function": "loop", "lineno": 135,
-                     "index": 0, "filename": "Looper.java", "abs_path": "Looper.java"},
+                    {"module": "java.util.concurrent.ThreadPoolExecutor",
+                     "function": "runWorker", "lineno": 1145, "index": 0,
+                     "filename": "ThreadPoolExecutor.java", "abs_path": "ThreadPoolExecutor.java"},
                     obfuscated("a.a", "onCreate", 4, 1),
                 ],
             },
@@ -140,8 +141,9 @@ async fn filesystem_mappings_remap_frames_exceptions_and_classes() {
         json!({
             "exception": {"type": "SessionExpiredException", "module": "org.birdwatch.app.sync"},
             "frames": [
-                {"function": "loop", "filename": "Looper.java", "module": "android.os.Looper",
-                 "abs_path": "Looper.java", "lineno": 135, "index": 0},
+                {"function": "runWorker", "filename": "ThreadPoolExecutor.java",
+                 "module": "java.util.concurrent.ThreadPoolExecutor",
+                 "abs_path": "ThreadPoolExecutor.java", "lineno": 1145, "index": 0},
                 {"function": "onCreate", "filename": "SightingActivity.kt", "module": ACTIVITY,
                  "abs_path": "SightingActivity.kt", "lineno": 33, "index": 1},
                 {"function": "label", "filename": "SightingRepository.kt",
@@ -280,13 +282,13 @@ async fn http_source_gives_source_context_and_reports_an_invalid_mapping() {
 async fn s3_source_serves_a_mapping() {
     let s3 = S3Server::start().await;
     s3.put(
-        "symbols",
+        "mappings",
         &format!("jvm/{}", unified_path(INLINE_UUID, "proguard")),
         &mapping_fixture("inline.txt"),
     );
     let server = Server::start("");
     let body = json!({
-        "sources": [{"type": "s3", "id": "bucket", "bucket": "symbols", "prefix": "/jvm/",
+        "sources": [{"type": "s3", "id": "bucket", "bucket": "mappings", "prefix": "/jvm/",
                      "region": ["us-east-1", s3.url], "access_key": ACCESS_KEY,
                      "secret_key": SECRET_KEY, "layout": {"type": "unified"}}],
         "modules": [proguard(INLINE_UUID)],
@@ -310,10 +312,7 @@ async fn s3_source_serves_a_mapping() {
 async fn bad_request_bodies_get_400_naming_the_field() {
     let server = Server::start("");
     let (status, body) = server
-        .post(
-            "/symbolicate-jvm",
-            &json!({"stacktraces": "b.a.a(SourceFile:3)"}),
-        )
+        .post("/symbolicate-jvm", &json!({"stacktraces": "b.a.a:3"}))
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     let msg = body["error"].as_str().unwrap();
