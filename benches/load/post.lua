@@ -1,6 +1,7 @@
 -- wrk script: POST the same JSON body on every request.
 -- The body is read once from the file named by $OMNISYM_BODY (scripts/load.sh sets it to
--- symbolicate-body.json with the symbols directory filled in).
+-- symbolicate-body.json with the symbols directory filled in, scripts/jvm-load.sh to
+-- jvm-body.json with the mapping's directory, uuid and frames filled in).
 
 local path = os.getenv("OMNISYM_BODY")
 if path == nil or path == "" then
@@ -14,7 +15,7 @@ wrk.method = "POST"
 wrk.body = body
 wrk.headers["Content-Type"] = "application/json"
 
--- One machine-readable line after wrk's own report, for scripts/load.sh.
+-- One machine-readable line after wrk's own report, for scripts/load.sh and jvm-load.sh.
 done = function(summary, latency, requests)
   local secs = summary.duration / 1e6
   local errors = summary.errors
