@@ -23,7 +23,7 @@ LUA=benches/load/post.lua
 SENTRY="$TMP/sentry"
 mkdir -p "$SENTRY/files"
 cargo build --release --example artifact_bundle
-DEBUG_ID="$(target/release/examples/artifact_bundle "$SENTRY/files/bundle.zip")"
+DEBUG_ID="$("${CARGO_TARGET_DIR:-target}"/release/examples/artifact_bundle "$SENTRY/files/bundle.zip")"
 SENTRY_PORT="$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')"
 SENTRY_URL="http://127.0.0.1:$SENTRY_PORT"
 printf '[{"type":"bundle","id":"1","url":"%s/files/bundle.zip","resolved_with":"debug-id"}]' \

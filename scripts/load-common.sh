@@ -37,7 +37,7 @@ ensure_pkg curl curl
 ensure_pkg python3 python3
 
 cargo build --release
-BIN=target/release/omnisym
+BIN="${CARGO_TARGET_DIR:-target}/release/omnisym"
 [ -x "$BIN" ] || die "$BIN was not built"
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/omnisym-load.XXXXXX")"
@@ -94,7 +94,7 @@ echo "server pid $SERVER_PID at $URL"
 cold_request() {
     local endpoint=$1 body=$2 out=$3
     start_ns=$(date +%s%N)
-    curl -fsS --max-time 60 -H 'Content-Type: application/json' --data-binary "@$body" \
+    curl -fsS --max-time 120 -H 'Content-Type: application/json' --data-binary "@$body" \
         "$URL$endpoint" -o "$out"
     end_ns=$(date +%s%N)
     echo "cold request: $(( (end_ns - start_ns) / 1000000 )) ms, $(wc -c <"$out") response bytes"
