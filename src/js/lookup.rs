@@ -11,20 +11,19 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use symbolic::common::{ByteView, DebugId};
 use url::Url;
 
 use super::bundle::{ArtifactBundle, ArtifactBundles};
 use super::discovery::{SourceMapUrl, discover_debug_id, resolve_sourcemap_url, sourcemap_comment};
+use super::files::{JsFiles, LookupResult};
 use super::interface::{
     CachedFileUri, FileKey, JsScrapingAttempt, JsScrapingFailureReason, ResolvedWith,
     ScrapingConfig,
 };
 use super::origins::is_allowed_origin;
 use super::paths::{extract_file_stem, release_file_candidate_urls};
-use super::service::JsService;
 use super::sourcemap_cache::{OwnedSourceMapCache, SourceMapCacheInput};
 use super::symbolicate::{
     Found, JsLookup, JsModuleFiles, MinifiedSource, SourceText, scraping_disabled,
@@ -32,31 +31,7 @@ use super::symbolicate::{
 use crate::cache::{CacheKey, Scope};
 use crate::error::{CacheError, CacheResult};
 use crate::fetch::RemoteFile;
-use crate::sources::{
-    CommonSourceConfig, HttpSourceConfig, SentrySourceConfig, SourceConfig, SourceId,
-    js_artifact_path,
-};
-
-/// One answer of Sentry's artifact lookup.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum LookupResult {
-    Bundle {
-        id: String,
-        url: Url,
-        #[serde(default)]
-        resolved_with: ResolvedWith,
-    },
-    File {
-        id: String,
-        url: Url,
-        abs_path: String,
-        #[serde(default)]
-        headers: BTreeMap<String, String>,
-        #[serde(default)]
-        resolved_with: ResolvedWith,
-    },
-}
+use crate::sources::{SentrySourceConfig, SourceConfig, js_artifact_path};
 
 /// A release file the lookup API named; downloaded only when a frame needs it.
 struct IndividualArtifact {
@@ -88,7 +63,7 @@ fn not_found() -> FileEntry {
 const SCRAPE_EVERY_SECS: u64 = 3600;
 
 pub struct RequestLookup<'a> {
-    service: &'a JsService,
+    service: &'a JsFiles,
     scope: Scope,
     sentry: Option<Arc<SentrySourceConfig>>,
     sources: Arc<[SourceConfig]>,
@@ -117,7 +92,7 @@ pub struct LookupParams {
 }
 
 impl<'a> RequestLookup<'a> {
-    pub fn new(service: &'a JsService, params: LookupParams) -> Self {
+    pub fn new(service: &'a JsFiles, params: LookupParams) -> Self {
         RequestLookup {
             service,
             scope: params.scope,
@@ -568,16 +543,4 @@ fn cache_busting_key(url: &str) -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     (now.wrapping_add(offset % SCRAPE_EVERY_SECS)) / SCRAPE_EVERY_SECS
-}
-
-/// The HTTP source a scraped URL is fetched as: the request's scraping headers, and
-/// certificate checks unless the request turned them off.
-pub fn scrape_source(url: Url, scraping: &ScrapingConfig) -> SourceConfig {
-    SourceConfig::Http(Arc::new(HttpSourceConfig {
-        id: SourceId::new("web-scraping"),
-        url,
-        headers: scraping.headers.clone(),
-        files: CommonSourceConfig::default(),
-        accept_invalid_certs: !scraping.verify_ssl,
-    }))
 }

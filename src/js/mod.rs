@@ -3,12 +3,13 @@
 //! reading artifact bundles, discovering a file's source map and debug id, the URL
 //! rules of upstream's lookup (candidate URLs, joining, allowed origins), and resolving
 //! frames with the files a lookup found, including function naming and source context.
-//! `service` and `lookup` fetch those files (Sentry's artifact lookup, the request's own
+//! `service`, `lookup` and `files` fetch those files (Sentry's artifact lookup, the request's own
 //! sources, scraping) through the shared lookup and fetch layers and hand them over
 //! through [`symbolicate::JsLookup`].
 
 pub mod bundle;
 pub mod discovery;
+mod files;
 pub mod interface;
 mod lookup;
 pub mod names;

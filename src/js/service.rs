@@ -1,66 +1,28 @@
-//! What all `/symbolicate-js` requests share: the cache of fetched JS files (release
-//! files, artifact bundles, scraped scripts, files from the request's own sources), the
-//! SourcemapCaches built from them, and Sentry's artifact-lookup answers. One request
-//! is a [`RequestLookup`] over these, handed to frame resolution.
+//! `/symbolicate-js` as a service: one [`RequestLookup`] per request over the files,
+//! caches and lookup answers all requests share ([`JsFiles`]), handed to frame
+//! resolution; the answer adds the request's scraping attempts.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use symbolic::common::{ByteView, DebugId};
-use url::Url;
+use symbolic::common::DebugId;
 
-use super::interface::{CompletedJsSymbolicationResponse, JsSymbolicationRequest, ScrapingConfig};
-use super::lookup::{LookupParams, LookupResult, RequestLookup, scrape_source};
-use super::sourcemap_cache::{OwnedSourceMapCache, SourceMapCacheFormat, SourceMapCacheInput};
+use super::files::JsFiles;
+use super::interface::{CompletedJsSymbolicationResponse, JsSymbolicationRequest};
+use super::lookup::{LookupParams, RequestLookup};
 use super::symbolicate::symbolicate_stacktraces;
-use crate::cache::{CacheKey, CacheKind, Caches, DerivedCache, Scope};
-use crate::error::{CacheError, CacheResult};
-use crate::fetch::{Downloader, RemoteFile};
-use crate::lookup::{Downloads, Plain, PlainFormat};
-use crate::sources::{Secret, SentrySourceConfig, SourceConfig};
-
-/// Fetched JavaScript files of every kind.
-pub const SOURCEMAP_FILES: CacheKind = CacheKind {
-    name: "sourcemap_files",
-    version: 1,
-    compatible: &[],
-};
-
-struct JsFile;
-
-impl PlainFormat for JsFile {
-    const KIND: CacheKind = SOURCEMAP_FILES;
-    const MAX_SIZE: u64 = u64::MAX;
-}
-
-/// An artifact-lookup answer is a JSON list of a few entries per file; far more is no
-/// answer to parse.
-const MAX_LOOKUP_ANSWER: usize = 16 * 1024 * 1024;
-/// `http::Uri` cannot hold longer URLs; a query past this is refused up front.
-const MAX_LOOKUP_URL: usize = u16::MAX as usize - 1;
-
-type LookupAnswers = moka::future::Cache<(Url, Secret), Arc<[LookupResult]>>;
+use crate::cache::{Caches, Scope};
+use crate::fetch::Downloader;
+use crate::sources::SourceConfig;
 
 pub struct JsService {
-    downloader: Downloader,
-    files: Downloads<Plain<JsFile>>,
-    smcaches: DerivedCache<SourceMapCacheFormat>,
-    /// Per lookup URL and token, so two projects never see each other's answers.
-    lookups: LookupAnswers,
+    files: JsFiles,
 }
 
 impl JsService {
     pub fn new(caches: &Caches, downloader: Downloader) -> Self {
-        let config = downloader.config();
-        let lookups = moka::future::Cache::builder()
-            .max_capacity(config.sentry_index_capacity)
-            .time_to_live(config.sentry_index_ttl)
-            .build();
         JsService {
-            files: Downloads::new(caches, downloader.clone()),
-            smcaches: DerivedCache::new(caches),
-            lookups,
-            downloader,
+            files: JsFiles::new(caches, downloader),
         }
     }
 
@@ -77,7 +39,7 @@ impl JsService {
             .filter_map(|m| Some((m.code_file.clone(), m.parsed_debug_id()?)))
             .collect();
         let mut lookup = RequestLookup::new(
-            self,
+            &self.files,
             LookupParams {
                 scope,
                 sentry: request.source,
@@ -99,78 +61,5 @@ impl JsService {
             used_artifact_bundles: Vec::new(),
             scraping_attempts,
         }
-    }
-
-    pub(super) async fn fetch_file(
-        &self,
-        file: &RemoteFile,
-        scope: &Scope,
-    ) -> CacheResult<ByteView<'static>> {
-        self.files.get(file, scope, ()).await
-    }
-
-    pub(super) fn scrape_file(&self, url: Url, scraping: &ScrapingConfig) -> RemoteFile {
-        RemoteFile::new(scrape_source(url, scraping), String::new())
-    }
-
-    pub(super) fn reserved_ips_allowed(&self) -> bool {
-        self.downloader.config().connect_to_reserved_ips
-    }
-
-    pub(super) async fn sourcemap_cache(
-        &self,
-        minified: &CacheKey,
-        sourcemap: &CacheKey,
-        input: SourceMapCacheInput,
-    ) -> CacheResult<OwnedSourceMapCache> {
-        self.smcaches
-            .get(&[minified, sourcemap], Box::pin(async move { Ok(input) }))
-            .await
-    }
-
-    /// Sentry's artifact lookup for one file: bundles and release files that hold
-    /// `debug_id`, or (with a release) files whose URL has `stem`. Answers are kept for
-    /// the Sentry index lifetime; failures are not kept.
-    pub(super) async fn lookup_artifacts(
-        &self,
-        source: &SentrySourceConfig,
-        debug_id: Option<DebugId>,
-        stem: Option<&str>,
-        release: Option<&str>,
-        dist: Option<&str>,
-    ) -> CacheResult<Arc<[LookupResult]>> {
-        let mut url = source.url.clone();
-        {
-            let mut query = url.query_pairs_mut();
-            if let Some(release) = release {
-                query.append_pair("release", release);
-                if let Some(stem) = stem {
-                    query.append_pair("url", stem);
-                }
-            }
-            if let Some(dist) = dist {
-                query.append_pair("dist", dist);
-            }
-            if let Some(debug_id) = debug_id {
-                query.append_pair("debug_id", &debug_id.to_string());
-            }
-        }
-        if url.as_str().len() > MAX_LOOKUP_URL {
-            return Err(CacheError::DownloadError("lookup URL too long".into()));
-        }
-        let key = (url.clone(), source.token.clone());
-        self.lookups
-            .try_get_with(key, async {
-                let body = self
-                    .downloader
-                    .sentry_api_get(source, &url, MAX_LOOKUP_ANSWER)
-                    .await?;
-                let results: Vec<LookupResult> = serde_json::from_slice(&body).map_err(|e| {
-                    CacheError::DownloadError(format!("invalid artifact lookup answer: {e}"))
-                })?;
-                Ok(results.into())
-            })
-            .await
-            .map_err(|err: Arc<CacheError>| (*err).clone())
     }
 }
