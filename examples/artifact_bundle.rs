@@ -1,11 +1,11 @@
 //! Writes an artifact bundle (as Sentry's tooling uploads them) of the JS fixture built
-//! with a debug id, for the JS load script: `artifact_bundle OUT.zip`. The bundle is
-//! written with symbolic's own writer, so it is what the server reads in production.
+//! with a debug id, for the JS load script: `artifact_bundle OUT.zip`, written by the
+//! same writer as the tests' bundles (symbolic's own).
 
-use std::fs::File;
 use std::path::Path;
 
-use symbolic::debuginfo::sourcebundle::{SourceBundleWriter, SourceFileInfo, SourceFileType};
+use omnisym::js::bundle::{BundleEntry, write_bundle};
+use symbolic::debuginfo::sourcebundle::SourceFileType;
 
 fn main() -> anyhow::Result<()> {
     let out = std::env::args()
@@ -19,22 +19,24 @@ fn main() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("the fixture has no debugId comment"))?
         .trim()
         .to_owned();
-    let mut writer = SourceBundleWriter::start(File::create(&out)?)?;
-    for (name, ty) in [
-        ("debugid.min.js", SourceFileType::MinifiedSource),
-        ("debugid.min.js.map", SourceFileType::SourceMap),
-    ] {
-        let mut info = SourceFileInfo::new();
-        info.set_ty(ty);
-        info.set_url(format!("~/assets/{name}"));
-        info.add_header("debug-id".into(), debug_id.clone());
-        writer.add_file(
-            format!("files/_/_/{name}"),
-            File::open(dist.join(name))?,
-            info,
-        )?;
-    }
-    writer.finish()?;
+    let read = |name: &str| std::fs::read_to_string(dist.join(name));
+    let (minified, map) = (read("debugid.min.js")?, read("debugid.min.js.map")?);
+    let headers = [("debug-id", debug_id.as_str())];
+    let bundle = write_bundle(&[
+        BundleEntry {
+            url: "~/assets/debugid.min.js",
+            ty: SourceFileType::MinifiedSource,
+            contents: &minified,
+            headers: &headers,
+        },
+        BundleEntry {
+            url: "~/assets/debugid.min.js.map",
+            ty: SourceFileType::SourceMap,
+            contents: &map,
+            headers: &headers,
+        },
+    ])?;
+    std::fs::write(&out, bundle.as_slice())?;
     println!("{debug_id}");
     Ok(())
 }

@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::io::Cursor;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -13,8 +12,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use omnisym::js::bundle::{BundleEntry, write_bundle};
 use serde_json::{Value, json};
-use symbolic::debuginfo::sourcebundle::{SourceBundleWriter, SourceFileInfo, SourceFileType};
+use symbolic::debuginfo::sourcebundle::SourceFileType;
 
 use common::s3::{ACCESS_KEY, S3Server, SECRET_KEY};
 use common::{Server, SymbolServer, fixtures};
@@ -101,26 +101,25 @@ fn request(frames: Vec<Value>, extra: Value) -> Value {
 /// An artifact bundle as Sentry's tooling uploads it: the minified file and its map,
 /// both carrying the debug id, under `~/` URLs.
 fn artifact_bundle() -> Vec<u8> {
-    let mut out = Cursor::new(Vec::new());
-    let mut writer = SourceBundleWriter::start(&mut out).unwrap();
-    for (name, ty) in [
-        ("debugid.min.js", SourceFileType::MinifiedSource),
-        ("debugid.min.js.map", SourceFileType::SourceMap),
-    ] {
-        let mut info = SourceFileInfo::new();
-        info.set_ty(ty);
-        info.set_url(format!("~/assets/{name}"));
-        info.add_header("debug-id".into(), debug_id());
-        writer
-            .add_file(
-                format!("files/_/_/{name}"),
-                js_fixture(&format!("dist/{name}")).as_bytes(),
-                info,
-            )
-            .unwrap();
-    }
-    writer.finish().unwrap();
-    out.into_inner()
+    let id = debug_id();
+    let headers = [("debug-id", id.as_str())];
+    let minified = js_fixture("dist/debugid.min.js");
+    let map = js_fixture("dist/debugid.min.js.map");
+    let entries = [
+        BundleEntry {
+            url: "~/assets/debugid.min.js",
+            ty: SourceFileType::MinifiedSource,
+            contents: &minified,
+            headers: &headers,
+        },
+        BundleEntry {
+            url: "~/assets/debugid.min.js.map",
+            ty: SourceFileType::SourceMap,
+            contents: &map,
+            headers: &headers,
+        },
+    ];
+    write_bundle(&entries).unwrap().to_vec()
 }
 
 /// A Sentry project whose artifact lookup names one bundle, counting every request.

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 
 use symbolic::common::{ByteView, DebugId, SelfCell};
 use symbolic::debuginfo::sourcebundle::{
-    SourceBundle, SourceBundleDebugSession, SourceFileDescriptor, SourceFileType,
+    SourceBundle, SourceBundleDebugSession, SourceBundleWriter, SourceFileDescriptor,
+    SourceFileInfo, SourceFileType,
 };
 
 use super::discovery::SourceMapUrl;
@@ -189,51 +190,42 @@ impl ArtifactBundles {
     }
 }
 
-/// Writes artifact bundles for tests, with symbolic's own writer.
-#[cfg(test)]
-pub(crate) mod testing {
-    use std::io::Cursor;
+/// One file to put into an artifact bundle.
+pub struct BundleEntry<'a> {
+    pub url: &'a str,
+    pub ty: SourceFileType,
+    pub contents: &'a str,
+    pub headers: &'a [(&'a str, &'a str)],
+}
 
-    use symbolic::debuginfo::sourcebundle::{SourceBundleWriter, SourceFileInfo};
-
-    use super::*;
-
-    /// One file to put into a bundle.
-    pub struct Entry<'a> {
-        pub url: &'a str,
-        pub ty: SourceFileType,
-        pub contents: &'a str,
-        pub headers: &'a [(&'a str, &'a str)],
-    }
-
-    pub fn write_bundle(entries: &[Entry<'_>]) -> ByteView<'static> {
-        let mut out = Cursor::new(Vec::new());
-        let mut writer = SourceBundleWriter::start(&mut out).unwrap();
-        for (i, entry) in entries.iter().enumerate() {
-            let mut info = SourceFileInfo::new();
-            info.set_ty(entry.ty);
-            info.set_url(entry.url.to_owned());
-            for (name, value) in entry.headers {
-                info.add_header(name.to_string(), value.to_string());
-            }
-            writer
-                .add_file(format!("files/_/_/{i}"), entry.contents.as_bytes(), info)
-                .unwrap();
+/// Writes an artifact bundle as Sentry's tooling uploads it, with symbolic's own writer:
+/// what the project's tests, fixtures and load script serve.
+pub fn write_bundle(entries: &[BundleEntry<'_>]) -> CacheResult<ByteView<'static>> {
+    let mut out = std::io::Cursor::new(Vec::new());
+    let mut writer = SourceBundleWriter::start(&mut out).map_err(CacheError::internal)?;
+    for (i, entry) in entries.iter().enumerate() {
+        let mut info = SourceFileInfo::new();
+        info.set_ty(entry.ty);
+        info.set_url(entry.url.to_owned());
+        for (name, value) in entry.headers {
+            info.add_header(name.to_string(), value.to_string());
         }
-        writer.finish().unwrap();
-        ByteView::from_vec(out.into_inner())
+        writer
+            .add_file(format!("files/_/_/{i}"), entry.contents.as_bytes(), info)
+            .map_err(CacheError::internal)?;
     }
+    writer.finish().map_err(CacheError::internal)?;
+    Ok(ByteView::from_vec(out.into_inner()))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::testing::{Entry, write_bundle};
-    use super::*;
+    use super::{BundleEntry as Entry, *};
 
     const ID: &str = "5943c33d-70f5-499d-b4e1-9b5d5cac3781";
 
     fn bundle(entries: &[Entry<'_>]) -> ArtifactBundle {
-        ArtifactBundle::parse(write_bundle(entries)).unwrap()
+        ArtifactBundle::parse(write_bundle(entries).unwrap()).unwrap()
     }
 
     fn minified(url: &'static str, contents: &'static str) -> Entry<'static> {

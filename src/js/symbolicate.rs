@@ -679,8 +679,8 @@ mod tests {
 
     #[tokio::test]
     async fn bundled_debug_id_builds_map_to_their_sources() {
-        use crate::js::bundle::testing::{Entry, write_bundle};
         use crate::js::bundle::{ArtifactBundle, ArtifactBundles};
+        use crate::js::bundle::{BundleEntry as Entry, write_bundle};
         use crate::js::interface::FileKey;
         use symbolic::debuginfo::sourcebundle::SourceFileType;
 
@@ -702,7 +702,8 @@ mod tests {
                 contents: &map,
                 headers: &[("debug-id", &id)],
             },
-        ]);
+        ])
+        .unwrap();
         let mut bundles = ArtifactBundles::new();
         let bundle = ArtifactBundle::parse(data);
         bundles.insert(
