@@ -34,6 +34,15 @@ fn bearer(token: &Secret) -> String {
     format!("Bearer {}", token.expose())
 }
 
+/// The source's token as a header that never prints.
+fn auth_headers(source: &SentrySourceConfig) -> CacheResult<HeaderMap> {
+    let mut auth = HeaderValue::from_str(&bearer(&source.token)).map_err(|_| {
+        CacheError::PermissionDenied("the Sentry token is not a valid header value".into())
+    })?;
+    auth.set_sensitive(true);
+    Ok(HeaderMap::from_iter([(AUTHORIZATION, auth)]))
+}
+
 impl Downloader {
     /// Sentry's ids of the files `source` has for `id`. Failures are not cached, so the
     /// next request asks again.
@@ -61,13 +70,7 @@ impl Downloader {
         source: &SentrySourceConfig,
         url: Url,
     ) -> CacheResult<Arc<[SentryFileInfo]>> {
-        let mut headers = HeaderMap::new();
-        let mut auth = HeaderValue::from_str(&bearer(&source.token)).map_err(|_| {
-            CacheError::PermissionDenied("the Sentry token is not a valid header value".into())
-        })?;
-        auth.set_sensitive(true);
-        headers.insert(AUTHORIZATION, auth);
-
+        let headers = auth_headers(source)?;
         let mut files = Vec::new();
         let mut next = Some(url);
         let mut pages = 0;
@@ -134,14 +137,11 @@ impl Downloader {
         url: &Url,
         max_bytes: usize,
     ) -> CacheResult<Vec<u8>> {
-        let mut headers = HeaderMap::new();
-        if source.same_origin(url) {
-            let mut auth = HeaderValue::from_str(&bearer(&source.token)).map_err(|_| {
-                CacheError::PermissionDenied("the Sentry token is not a valid header value".into())
-            })?;
-            auth.set_sensitive(true);
-            headers.insert(AUTHORIZATION, auth);
-        }
+        let headers = if source.same_origin(url) {
+            auth_headers(source)?
+        } else {
+            HeaderMap::new()
+        };
         let what = redact_url(url);
         let fetch = async {
             retrying!(
