@@ -12,12 +12,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-RUNS="${RUNS:-5}"
-DURATION="${DURATION:-10s}"
-CONNECTIONS="${CONNECTIONS:-32}"
-THREADS="${THREADS:-2}"
-LUA=benches/load/post.lua
-
 . scripts/load-common.sh
 
 SENTRY="$TMP/sentry"

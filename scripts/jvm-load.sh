@@ -18,14 +18,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-RUNS="${RUNS:-5}"
-DURATION="${DURATION:-10s}"
-CONNECTIONS="${CONNECTIONS:-32}"
-THREADS="${THREADS:-2}"
 MAPPING_MB="${MAPPING_MB:-5}"
 FRAMES="${FRAMES:-30}"
 BODY_TEMPLATE=benches/load/jvm-body.json
-LUA=benches/load/post.lua
 # Any fixed uuid does; fixed so the cache key is the same from run to run.
 UUID=3c5e7a9b-1d2f-4a6c-8e0b-2d4f6a8c0e13
 

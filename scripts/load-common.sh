@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # What the load scripts share: tools, the release build, a temp dir that is removed on
 # exit, starting the server on a free loopback port, one cold request, and the wrk runs
-# with their median requests/s and the server's peak RSS. Sourced, not run; the caller
-# sets RUNS, DURATION, CONNECTIONS, THREADS and LUA before calling these functions.
+# with their median requests/s and the server's peak RSS. Sourced, not run. RUNS (5),
+# DURATION (10s), CONNECTIONS (32), THREADS (2) and LUA come from the environment.
+
+RUNS="${RUNS:-5}"
+DURATION="${DURATION:-10s}"
+CONNECTIONS="${CONNECTIONS:-32}"
+THREADS="${THREADS:-2}"
+LUA="${LUA:-benches/load/post.lua}"
 
 die() {
     echo "$(basename "$0"): $*" >&2

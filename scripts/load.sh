@@ -14,12 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-RUNS="${RUNS:-5}"
-DURATION="${DURATION:-10s}"
-CONNECTIONS="${CONNECTIONS:-32}"
-THREADS="${THREADS:-2}"
 BODY_TEMPLATE=benches/load/symbolicate-body.json
-LUA=benches/load/post.lua
 MANIFEST=fixtures/native/manifest.json
 
 . scripts/load-common.sh
