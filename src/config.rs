@@ -2,16 +2,18 @@
 //! Symbolicator where the concept is the same, so an existing self-hosted config file
 //! works unchanged; keys omnisym does not know are accepted with a warning naming them.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::cache::{CachesConfig, SharedCacheConfig};
-use crate::fetch::FetchConfig;
+use crate::fetch::{DenyListConfig, FetchConfig};
 use crate::sources::SourceConfig;
-use crate::units::deserialize_duration;
+use crate::units::{deserialize_duration, deserialize_limit, deserialize_size};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -28,6 +30,8 @@ pub enum LogFormat {
 pub struct LoggingConfig {
     pub level: String,
     pub format: LogFormat,
+    /// Upstream's key: backtraces on panics and errors (sets `RUST_BACKTRACE=1`).
+    pub enable_backtraces: bool,
 }
 
 impl Default for LoggingConfig {
@@ -35,6 +39,7 @@ impl Default for LoggingConfig {
         LoggingConfig {
             level: "info".into(),
             format: LogFormat::Auto,
+            enable_backtraces: true,
         }
     }
 }
@@ -43,15 +48,44 @@ impl Default for LoggingConfig {
 #[serde(default)]
 pub struct Config {
     pub bind: SocketAddr,
+    /// `null` (upstream: no cache) is a fresh directory that is removed at exit.
+    #[serde(deserialize_with = "deserialize_cache_dir")]
     pub cache_dir: PathBuf,
+    /// Keeps the directory of a `cache_dir: null` config alive while the config is.
+    #[serde(skip)]
+    pub ephemeral_cache_dir: Option<Arc<tempfile::TempDir>>,
     pub connect_to_reserved_ips: bool,
+    /// `null`: no limit.
+    #[serde(deserialize_with = "deserialize_limit")]
     pub max_concurrent_requests: usize,
     /// Largest JSON request body accepted, in bytes (larger: 413).
-    pub max_request_body_size: usize,
+    #[serde(
+        alias = "symbolicate_body_max_bytes",
+        deserialize_with = "deserialize_size"
+    )]
+    pub max_request_body_size: u64,
     /// Largest crash file (minidump, Apple crash report) accepted, in bytes, whether
     /// uploaded or fetched from a `storage_url`, before and after decompression
     /// (larger: 413 for uploads, a `failed` answer for fetched ones).
+    #[serde(
+        alias = "crash_file_body_max_bytes",
+        deserialize_with = "deserialize_size"
+    )]
     pub max_crash_file_size: u64,
+    /// Upstream's switch for the in-process cleanup (on here unless set to `false`).
+    pub enable_cache_cleanup: Option<bool>,
+    /// Upstream's name for `caches.cleanup_interval`; wins when both are given.
+    #[serde(deserialize_with = "deserialize_opt_interval")]
+    pub cache_cleanup_interval: Option<Option<Duration>>,
+    pub deny_list_enabled: bool,
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub deny_list_time_window: Duration,
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub deny_list_bucket_size: Duration,
+    pub deny_list_threshold: usize,
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub deny_list_block_time: Duration,
+    pub deny_list_never_block_hosts: BTreeSet<String>,
     pub logging: LoggingConfig,
     pub caches: CachesConfig,
     /// A cache of derived files shared by a fleet of replicas.
@@ -66,7 +100,8 @@ pub struct Config {
     pub streaming_timeout: Duration,
     #[serde(deserialize_with = "deserialize_duration")]
     pub max_download_timeout: Duration,
-    /// Largest debug file downloaded, in bytes (compressed and decompressed).
+    /// Largest debug file downloaded, in bytes (compressed and decompressed); `null`: no limit.
+    #[serde(deserialize_with = "deserialize_size")]
     pub max_download_size: u64,
     /// Downloads from one source running at once (omnisym only).
     pub max_concurrent_downloads_per_source: usize,
@@ -75,14 +110,25 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         let fetch = FetchConfig::default();
+        let deny_list = DenyListConfig::default();
         Config {
             bind: "127.0.0.1:3021".parse().expect("valid default address"),
             cache_dir: PathBuf::from("omnisym-cache"),
+            ephemeral_cache_dir: None,
             connect_to_reserved_ips: false,
             max_concurrent_requests: 200,
-            max_request_body_size: 5 * 1024 * 1024,
-            // Upstream accepts 100 MiB bodies on its upload endpoints.
-            max_crash_file_size: 100 * 1024 * 1024,
+            // Upstream's: Sentry sends profiles of up to 50 MiB to /symbolicate.
+            max_request_body_size: 55 * 1024 * 1024,
+            // Upstream's: Sentry accepts minidumps of up to 200 MiB.
+            max_crash_file_size: 250 * 1024 * 1024,
+            enable_cache_cleanup: None,
+            cache_cleanup_interval: None,
+            deny_list_enabled: deny_list.enabled,
+            deny_list_time_window: deny_list.time_window,
+            deny_list_bucket_size: deny_list.bucket_size,
+            deny_list_threshold: deny_list.threshold,
+            deny_list_block_time: deny_list.block_time,
+            deny_list_never_block_hosts: deny_list.never_block_hosts,
             logging: LoggingConfig::default(),
             caches: CachesConfig::default(),
             shared_cache: None,
@@ -117,16 +163,19 @@ pub enum ConfigError {
 
 impl Config {
     /// Parses YAML; returns the config and the keys that were ignored, so the caller
-    /// can warn once logging is set up.
+    /// can warn once logging is set up. A value that is exactly `${NAME}` is replaced by
+    /// the environment variable `NAME`, as upstream does (an unset one is an error).
     pub fn from_yaml(text: &str) -> Result<(Config, Vec<String>), ConfigError> {
         if text.trim().is_empty() {
             return Ok((Config::default(), Vec::new()));
         }
         let mut ignored = Vec::new();
+        let mut env = serde_vars::EnvSource::default();
         let de = serde_yaml::Deserializer::from_str(text);
+        let de = serde_vars::Deserializer::new(de, &mut env);
         let mut on_ignored = |path: serde_ignored::Path<'_>| ignored.push(path.to_string());
         let de = serde_ignored::Deserializer::new(de, &mut on_ignored);
-        let config: Config = serde_path_to_error::deserialize(de).map_err(|err| {
+        let mut config: Config = serde_path_to_error::deserialize(de).map_err(|err| {
             let key = err.path().to_string();
             let inner = err.into_inner();
             let location = inner
@@ -139,8 +188,48 @@ impl Config {
                 message: strip_location(&inner.to_string()),
             }
         })?;
+        config.resolve_upstream_names()?;
         config.validate()?;
         Ok((config, ignored))
+    }
+
+    /// Folds upstream's spellings of settings that live elsewhere here into one place.
+    fn resolve_upstream_names(&mut self) -> Result<(), ConfigError> {
+        if let Some(interval) = self.cache_cleanup_interval {
+            self.caches.cleanup_interval = interval;
+        }
+        if self.cache_dir.as_os_str().is_empty() {
+            let dir = tempfile::Builder::new()
+                .prefix("omnisym-cache-")
+                .tempdir()
+                .map_err(|err| {
+                    ConfigError::Semantic(format!(
+                        "cache_dir: null needs a temporary directory: {err}"
+                    ))
+                })?;
+            self.cache_dir = dir.path().to_owned();
+            self.ephemeral_cache_dir = Some(Arc::new(dir));
+        }
+        Ok(())
+    }
+
+    /// How often the server cleans its cache itself; `None`: never.
+    pub fn in_process_cleanup(&self) -> Option<Duration> {
+        match self.enable_cache_cleanup {
+            Some(false) => None,
+            _ => self.caches.cleanup_interval,
+        }
+    }
+
+    pub fn deny_list(&self) -> DenyListConfig {
+        DenyListConfig {
+            enabled: self.deny_list_enabled,
+            time_window: self.deny_list_time_window,
+            bucket_size: self.deny_list_bucket_size,
+            threshold: self.deny_list_threshold,
+            block_time: self.deny_list_block_time,
+            never_block_hosts: self.deny_list_never_block_hosts.clone(),
+        }
     }
 
     pub fn from_file(path: &Path) -> Result<(Config, Vec<String>), ConfigError> {
@@ -155,6 +244,11 @@ impl Config {
         if self.max_concurrent_requests == 0 {
             return Err(ConfigError::Semantic(
                 "max_concurrent_requests must be at least 1".into(),
+            ));
+        }
+        if self.deny_list_enabled && self.deny_list_bucket_size.is_zero() {
+            return Err(ConfigError::Semantic(
+                "deny_list_bucket_size must be longer than 0".into(),
             ));
         }
         if self.max_concurrent_downloads_per_source == 0 {
@@ -187,9 +281,21 @@ impl Config {
             sentry_index_ttl: self.caches.in_memory.sentry_index_ttl,
             s3_client_capacity: self.caches.in_memory.s3_client_capacity,
             gcs_token_capacity: self.caches.in_memory.gcs_token_capacity,
+            deny_list: self.deny_list(),
             ..FetchConfig::default()
         }
     }
+}
+
+fn deserialize_cache_dir<'de, D: serde::Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
+    // The empty path stands for `null` until `resolve_upstream_names` replaces it.
+    Option::<PathBuf>::deserialize(d).map(Option::unwrap_or_default)
+}
+
+fn deserialize_opt_interval<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<Duration>>, D::Error> {
+    crate::units::deserialize_opt_duration(d).map(Some)
 }
 
 /// serde_yaml appends "at line X column Y" itself; we report the location separately.
@@ -275,10 +381,111 @@ mod tests {
         assert_eq!(config.caches.cleanup_interval, None);
         assert_eq!(
             Config::default().caches.cleanup_interval,
-            Some(Duration::from_secs(3600))
+            Some(Duration::from_secs(900))
         );
         let err = Config::from_yaml("caches:\n  max_disk_size: 5 parsecs\n").unwrap_err();
         assert!(err.to_string().contains("caches.max_disk_size"), "{err}");
+    }
+
+    /// Self-hosted Sentry's `symbolicator/config.example.yml`, as that repository ships it.
+    const SELF_HOSTED: &str = include_str!("../docker/self-hosted-config.yml");
+
+    #[test]
+    fn environment_variables_in_values() {
+        // SAFETY: the names are unique to this test; no other test reads them.
+        unsafe {
+            std::env::set_var("OMNISYM_TEST_CFG_BIND", "0.0.0.0:4021");
+            std::env::set_var("OMNISYM_TEST_CFG_REQUESTS", "17");
+            std::env::set_var("OMNISYM_TEST_CFG_DIR", "/srv/cache");
+        }
+        let yaml = "bind: ${OMNISYM_TEST_CFG_BIND}\nmax_concurrent_requests: \"${OMNISYM_TEST_CFG_REQUESTS}\"\ncache_dir: ${OMNISYM_TEST_CFG_DIR}\ncaches:\n  downloaded:\n    retry_misses_after: \"${OMNISYM_TEST_CFG_REQUESTS}\"\n";
+        let (config, ignored) = Config::from_yaml(yaml).unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert_eq!(config.bind.port(), 4021);
+        assert_eq!(config.max_concurrent_requests, 17);
+        assert_eq!(config.cache_dir, PathBuf::from("/srv/cache"));
+        assert_eq!(
+            config.caches.downloaded.retry_misses_after,
+            Duration::from_secs(17)
+        );
+        // Only whole values are variables; an unset one is an error naming the key.
+        let err = Config::from_yaml("bind: ${OMNISYM_TEST_CFG_UNSET_VARIABLE}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("bind"), "{err}");
+        assert!(err.contains("OMNISYM_TEST_CFG_UNSET_VARIABLE"), "{err}");
+    }
+
+    #[test]
+    fn self_hosted_config_loads_whole() {
+        // SAFETY: a name unique to this test.
+        unsafe { std::env::set_var("SYMBOLICATOR_STATSD_ADDR", "127.0.0.1:8125") };
+        let (config, ignored) = Config::from_yaml(SELF_HOSTED).unwrap();
+        assert_eq!(config.bind, "0.0.0.0:3021".parse().unwrap());
+        assert_eq!(config.cache_dir, PathBuf::from("/data"));
+        assert_eq!(config.logging.level, "warn");
+        // `sentry_dsn` is upstream's crash reporting to Sentry, which omnisym does not do.
+        // TIGHTEN: `metrics` lands with the metrics exporters.
+        assert!(
+            ignored.iter().all(|k| k == "sentry_dsn" || k == "metrics"),
+            "{ignored:?}"
+        );
+    }
+
+    #[test]
+    fn upstream_key_names_and_null() {
+        let yaml = "symbolicate_body_max_bytes: 1000\ncrash_file_body_max_bytes: 2000\nenable_cache_cleanup: false\ncache_cleanup_interval: 5m\nmax_concurrent_requests: null\nmax_download_size: null\ncache_dir: null\ndeny_list_enabled: true\ndeny_list_threshold: 3\ndeny_list_time_window: 10s\ndeny_list_bucket_size: 2s\ndeny_list_block_time: 1m\ndeny_list_never_block_hosts: [symbols.example]\ncaches:\n  downloaded:\n    max_unused_for: null\n    retry_misses_after_public: 2h\n  derived:\n    retry_malformed_after: null\n  max_disk_size: null\nlogging:\n  enable_backtraces: false\n";
+        let (config, ignored) = Config::from_yaml(yaml).unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert_eq!(config.max_request_body_size, 1000);
+        assert_eq!(config.max_crash_file_size, 2000);
+        assert_eq!(
+            config.caches.cleanup_interval,
+            Some(Duration::from_secs(300))
+        );
+        assert_eq!(config.in_process_cleanup(), None);
+        assert_eq!(config.max_concurrent_requests, usize::MAX);
+        assert_eq!(config.max_download_size, u64::MAX);
+        assert_eq!(config.fetch_config().max_download_size, u64::MAX);
+        assert_eq!(
+            config.caches.downloaded.max_unused_for,
+            crate::units::FOREVER
+        );
+        assert_eq!(
+            config.caches.downloaded.retry_misses_after_public,
+            Duration::from_secs(7200)
+        );
+        assert_eq!(
+            config.caches.derived.retry_malformed_after,
+            crate::units::FOREVER
+        );
+        assert_eq!(config.caches.max_disk_size, None);
+        assert!(!config.logging.enable_backtraces);
+        // `cache_dir: null` is upstream's "no cache": a directory that goes with the config.
+        assert!(config.cache_dir.is_dir());
+        let ephemeral = config.cache_dir.clone();
+        let deny = config.fetch_config().deny_list;
+        assert_eq!(deny.threshold, 3);
+        assert_eq!(deny.time_window, Duration::from_secs(10));
+        assert_eq!(deny.bucket_size, Duration::from_secs(2));
+        assert_eq!(deny.block_time, Duration::from_secs(60));
+        assert!(deny.never_block_hosts.contains("symbols.example"));
+        drop(config);
+        assert!(!ephemeral.exists());
+
+        // Upstream's defaults where the concept is the same.
+        let config = Config::default();
+        assert_eq!(config.max_request_body_size, 55 * 1024 * 1024);
+        assert_eq!(config.max_crash_file_size, 250 * 1024 * 1024);
+        assert_eq!(config.connect_timeout, Duration::from_secs(5));
+        assert_eq!(config.head_timeout, Duration::from_secs(10));
+        assert_eq!(config.max_download_size, 15 << 30);
+        assert_eq!(
+            config.caches.downloaded.retry_misses_after_public,
+            Duration::from_secs(86400)
+        );
+        assert_eq!(config.in_process_cleanup(), Some(Duration::from_secs(900)));
+        assert!(config.deny_list().enabled);
     }
 
     #[test]

@@ -1,6 +1,11 @@
-//! The `omnisym` command line: `run` serves the HTTP API, `cleanup` prunes the cache.
+//! The `omnisym` command line: `run` serves the HTTP API, `cleanup` prunes the cache
+//! (once, or on a timer with `--repeat`), `healthcheck` asks a running server whether it
+//! is up. Subcommands and flags follow upstream's `symbolicator`, so self-hosted Sentry's
+//! compose file can run this binary unchanged.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -22,6 +27,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
     about = "Symbolication server for every platform"
 )]
 struct Cli {
+    /// YAML config file; without one, the embedded defaults apply. Accepted before or
+    /// after the subcommand.
+    #[arg(short, long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -29,35 +38,65 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the HTTP API.
-    Run {
-        /// YAML config file; without one, the embedded defaults apply.
-        #[arg(short, long)]
-        config: Option<PathBuf>,
-    },
+    Run,
     /// Delete unused, expired and stray cache files (safe while a server runs).
     Cleanup {
-        /// YAML config file; without one, the embedded defaults apply.
-        #[arg(short, long)]
-        config: Option<PathBuf>,
         /// Report what would be deleted, delete nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Keep running, cleaning up every INTERVAL (`1h`, `15m`, seconds); without a
+        /// value, every `cache_cleanup_interval` of the config. Exits 0 on SIGTERM.
+        #[arg(long, value_name = "INTERVAL", num_args = 0..=1, value_parser = parse_interval)]
+        repeat: Option<Option<Duration>>,
     },
+    /// Exit 0 when the server answers `GET /healthcheck`, non-zero otherwise.
+    Healthcheck {
+        /// Address to ask; by default the config's `bind`.
+        #[arg(long)]
+        addr: Option<SocketAddr>,
+        /// Seconds to wait for the answer.
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+    },
+}
+
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let interval = match text.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => humantime::parse_duration(text).map_err(|e| e.to_string())?,
+    };
+    if interval.is_zero() {
+        return Err("the interval must be longer than 0".into());
+    }
+    Ok(interval)
 }
 
 fn init_logging(config: &Config) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.logging.level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
     // Colours only for a person at a terminal; log collectors get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     match config.logging.format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Simplified => builder.compact().without_time().with_ansi(ansi).init(),
-        LogFormat::Pretty => builder.with_ansi(true).init(),
-        LogFormat::Auto => builder.with_ansi(ansi).init(),
+        // As upstream: JSON lines go to stdout, for log shippers that read it.
+        LogFormat::Json => builder.json().with_writer(std::io::stdout).init(),
+        LogFormat::Simplified => builder
+            .compact()
+            .without_time()
+            .with_ansi(ansi)
+            .with_writer(std::io::stderr)
+            .init(),
+        LogFormat::Pretty => builder
+            .pretty()
+            .with_ansi(true)
+            .with_writer(std::io::stderr)
+            .init(),
+        LogFormat::Auto if ansi => builder.pretty().with_writer(std::io::stderr).init(),
+        LogFormat::Auto => builder
+            .compact()
+            .with_ansi(false)
+            .with_writer(std::io::stderr)
+            .init(),
     }
 }
 
@@ -66,6 +105,15 @@ fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Config> {
         Some(path) => Config::from_file(path)?,
         None => Config::from_yaml("")?,
     };
+    if config.logging.enable_backtraces && std::env::var_os("RUST_BACKTRACE").is_none() {
+        // SAFETY: called from `main` before any runtime or other thread exists.
+        unsafe { std::env::set_var("RUST_BACKTRACE", "1") };
+        // Panics get backtraces; errors do not capture one each, which would cost every
+        // failed lookup microseconds on hot paths.
+        if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+            unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
+        }
+    }
     init_logging(&config);
     for key in ignored {
         tracing::warn!(key = %key, "config key is not used by omnisym; ignoring it");
@@ -74,10 +122,9 @@ fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Config> {
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&config.cache_dir)
-        .with_context(|| format!("cannot create cache_dir {}", config.cache_dir.display()))?;
+    ensure_writable(&config.cache_dir)?;
     let state = AppState::new(&config)?;
-    if let Some(interval) = config.caches.cleanup_interval {
+    if let Some(interval) = config.in_process_cleanup() {
         Cleanup::new(
             &config.cache_dir,
             &config.caches,
@@ -100,6 +147,23 @@ async fn run(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Fails at start, with a message naming the directory and the user, when the cache
+/// cannot be written: a volume left by another image's user would otherwise fail every
+/// request later, one by one.
+fn ensure_writable(cache_dir: &std::path::Path) -> anyhow::Result<()> {
+    let tmp = cache_dir.join("tmp");
+    let probe = std::fs::create_dir_all(&tmp).and_then(|()| tempfile::tempfile_in(&tmp));
+    probe.map(drop).with_context(|| {
+        let uid = std::fs::metadata("/proc/self")
+            .map(|m| std::os::unix::fs::MetadataExt::uid(&m).to_string())
+            .unwrap_or_else(|_| "?".into());
+        format!(
+            "cache_dir {} is not writable by this process (uid {uid})",
+            cache_dir.display()
+        )
+    })
+}
+
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -111,37 +175,123 @@ async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
+async fn cleanup(
+    config: Config,
+    dry_run: bool,
+    repeat: Option<Option<Duration>>,
+) -> anyhow::Result<()> {
+    let interval =
+        match repeat {
+            None => None,
+            Some(Some(interval)) => Some(interval),
+            Some(None) => Some(config.caches.cleanup_interval.context(
+                "--repeat without an interval needs cache_cleanup_interval in the config",
+            )?),
+        };
+    // The server's own set-up registers every cache kind with its live versions.
+    let state = AppState::new(&config)?;
+    let cleanup = Cleanup::new(
+        &config.cache_dir,
+        &config.caches,
+        &state.caches.kinds(),
+        dry_run,
+    );
+    let prefix = if dry_run {
+        "dry run, nothing deleted: "
+    } else {
+        ""
+    };
+    let Some(interval) = interval else {
+        let report =
+            tokio::task::spawn_blocking(move || cleanup.run(std::time::SystemTime::now())).await?;
+        println!("{prefix}{report}");
+        return Ok(());
+    };
+    // A stop request ends the loop at once, even in the middle of a pass: every deletion
+    // is of one whole file, so an interrupted pass leaves nothing half done.
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
+    loop {
+        let pass = cleanup.clone();
+        let run = tokio::task::spawn_blocking(move || pass.run(std::time::SystemTime::now()));
+        tokio::select! {
+            report = run => {
+                let report = report?;
+                println!("{prefix}{report}");
+                tracing::info!(%report, "cache cleanup");
+            }
+            _ = &mut stop => return Ok(()),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = &mut stop => return Ok(()),
+        }
+    }
+}
+
+/// The address to ask: a server bound to every interface answers on loopback.
+fn healthcheck_addr(bind: SocketAddr) -> SocketAddr {
+    match bind.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => {
+            SocketAddr::new(Ipv4Addr::LOCALHOST.into(), bind.port())
+        }
+        IpAddr::V6(ip) if ip.is_unspecified() => {
+            SocketAddr::new(Ipv6Addr::LOCALHOST.into(), bind.port())
+        }
+        _ => bind,
+    }
+}
+
+async fn healthcheck(config: &Config, addr: Option<SocketAddr>, timeout: u64) -> bool {
+    let addr = addr.unwrap_or_else(|| healthcheck_addr(config.bind));
+    let url = format!("http://{addr}/healthcheck");
+    let client = match reqwest::Client::builder()
+        .timeout(Duration::from_secs(timeout))
+        .no_proxy()
+        .build()
+    {
+        Ok(client) => client,
+        Err(err) => {
+            eprintln!("cannot build an HTTP client: {err}");
+            return false;
+        }
+    };
+    match client.get(&url).send().await {
+        Ok(response) if response.status().is_success() => {
+            println!("OK");
+            true
+        }
+        Ok(response) => {
+            println!("ERROR");
+            eprintln!("omnisym at {addr} is unhealthy: {}", response.status());
+            false
+        }
+        Err(err) => {
+            println!("ERROR");
+            eprintln!("cannot check omnisym at {addr}: {err}");
+            false
+        }
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    let config = load_config(cli.config.as_ref())?;
     match cli.command {
-        Command::Run { config } => {
-            let config = load_config(config.as_ref())?;
-            tokio::runtime::Builder::new_multi_thread()
+        Command::Run => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+            .block_on(run(config)),
+        Command::Cleanup { dry_run, repeat } => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(cleanup(config, dry_run, repeat)),
+        Command::Healthcheck { addr, timeout } => {
+            let healthy = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?
-                .block_on(run(config))
-        }
-        Command::Cleanup { config, dry_run } => {
-            let config = load_config(config.as_ref())?;
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            // The server's own set-up registers every cache kind with its live versions.
-            let state = runtime.block_on(async { AppState::new(&config) })?;
-            let cleanup = Cleanup::new(
-                &config.cache_dir,
-                &config.caches,
-                &state.caches.kinds(),
-                dry_run,
-            );
-            let report = cleanup.run(std::time::SystemTime::now());
-            let prefix = if dry_run {
-                "dry run, nothing deleted: "
-            } else {
-                ""
-            };
-            println!("{prefix}{report}");
-            Ok(())
+                .block_on(healthcheck(&config, addr, timeout));
+            std::process::exit(if healthy { 0 } else { 1 })
         }
     }
 }

@@ -6,8 +6,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+/// What `null` means for a lifetime or a time limit in the config, as upstream: never.
+/// A century rather than `Duration::MAX`, so adding it to an `Instant` or a
+/// `SystemTime` cannot overflow.
+pub const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// Accepts `1h`, `7d`, `1w`, `250ms` (humantime syntax), a number of seconds, or the
 /// map form of older upstream configs (`{days: 7}`, `{hours: 1, minutes: 30}`).
+/// `null` is [`FOREVER`]: no expiry, no time limit.
 pub fn deserialize_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
@@ -16,7 +22,10 @@ pub fn deserialize_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration,
         Text(String),
         Parts(std::collections::BTreeMap<String, u64>),
     }
-    match Raw::deserialize(d)? {
+    let Some(raw) = Option::<Raw>::deserialize(d)? else {
+        return Ok(FOREVER);
+    };
+    match raw {
         Raw::Secs(secs) => Ok(Duration::from_secs(secs)),
         Raw::Text(text) => humantime::parse_duration(text.trim()).map_err(|err| {
             serde::de::Error::custom(format_args!("invalid duration {text:?}: {err}"))
@@ -69,27 +78,36 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok((number * factor as f64) as u64)
 }
 
-/// A size in bytes: a number, or a string for [`parse_size`].
+/// A size in bytes: a number, or a string for [`parse_size`]; `null` is no limit.
 pub fn deserialize_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    deserialize_opt_size(d).map(|size| size.unwrap_or(u64::MAX))
+}
+
+/// Like [`deserialize_size`], with `null` kept as `None`.
+pub fn deserialize_opt_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Raw {
         Bytes(u64),
         Text(String),
     }
-    match Raw::deserialize(d)? {
-        Raw::Bytes(n) => Ok(n),
-        Raw::Text(text) => parse_size(&text).map_err(serde::de::Error::custom),
+    match Option::<Raw>::deserialize(d)? {
+        None => Ok(None),
+        Some(Raw::Bytes(n)) => Ok(Some(n)),
+        Some(Raw::Text(text)) => parse_size(&text)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
     }
 }
 
-pub fn deserialize_opt_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    deserialize_size(d).map(Some)
-}
-
+/// The interval of a periodic task: `0` and `null` turn it off.
 pub fn deserialize_opt_duration<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<Duration>, D::Error> {
-    // `0` turns the periodic task off.
-    deserialize_duration(d).map(|d| (!d.is_zero()).then_some(d))
+    deserialize_duration(d).map(|d| (!d.is_zero() && d != FOREVER).then_some(d))
+}
+
+/// A count limit: a number, or `null` for no limit (as upstream's `Option<usize>`).
+pub fn deserialize_limit<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    Option::<usize>::deserialize(d).map(|n| n.unwrap_or(usize::MAX))
 }

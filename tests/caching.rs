@@ -117,7 +117,7 @@ async fn misses_are_retried_after_retry_misses_after_and_fallbacks_are_upgraded(
     let code_path = elf_debug_path().trim_end_matches(".debug").to_owned();
     symsrv.put(&code_path, &fixtures().join("native/elf/crash.stripped"));
     let server = Server::start(
-        "caches:\n  downloaded:\n    retry_misses_after: 3s\n  derived:\n    retry_misses_after: 3s\n",
+        "caches:\n  downloaded:\n    retry_misses_after_public: 3s\n  derived:\n    retry_misses_after_public: 3s\n",
     );
     let body = elf_request(http_source(&symsrv.url, json!({})));
     let has_line = |r: &Value| r["stacktraces"][0]["frames"][0]["lineno"].as_u64() > Some(0);

@@ -306,7 +306,8 @@ async fn files_over_the_download_limit_are_too_large() {
 
 #[tokio::test]
 async fn bad_request_bodies_get_400_naming_the_problem() {
-    let server = Server::start("");
+    // Upstream's name for the body limit.
+    let server = Server::start("symbolicate_body_max_bytes: 5MiB\n");
     let (status, body) = server
         .post(
             "/symbolicate",

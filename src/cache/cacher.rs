@@ -12,6 +12,7 @@ use tempfile::NamedTempFile;
 
 use super::CacheConfig;
 use super::CacheKey;
+use super::key::Scope;
 use super::shared::SharedCache;
 use crate::error::{CacheError, CacheResult};
 
@@ -170,8 +171,15 @@ pub(super) fn is_placeholder(data: &[u8]) -> bool {
 }
 
 /// How long a placeholder for `err` holds; `None` for errors that are never stored.
-pub(super) fn placeholder_ttl(config: &CacheConfig, err: &CacheError) -> Option<Duration> {
+/// Misses of the global scope hold for `retry_misses_after_public`: upstream treats a
+/// globally scoped entry as one from a public source, which rarely gains files later.
+pub(super) fn placeholder_ttl(
+    config: &CacheConfig,
+    err: &CacheError,
+    scope: &Scope,
+) -> Option<Duration> {
     Some(match err {
+        CacheError::NotFound if *scope == Scope::Global => config.retry_misses_after_public,
         CacheError::NotFound => config.retry_misses_after,
         CacheError::Malformed(_) | CacheError::Unsupported(_) | CacheError::TooLarge(_) => {
             config.retry_malformed_after
@@ -343,7 +351,7 @@ impl<R: CacheItemRequest> Cacher<R> {
                 return None;
             }
             let (err, boot_id) = read_placeholder(&view)?;
-            let ttl = placeholder_ttl(&self.inner.config, &err)?;
+            let ttl = placeholder_ttl(&self.inner.config, &err, key.scope())?;
             if age >= ttl {
                 return None;
             }
@@ -476,7 +484,7 @@ impl<R: CacheItemRequest> Cacher<R> {
             Err(err) => {
                 stats.errors.fetch_add(1, Ordering::Relaxed);
                 self.write_placeholder(path, &err);
-                self.error_entry(err)
+                self.error_entry(err, key.scope())
             }
         }
     }
@@ -520,8 +528,8 @@ impl<R: CacheItemRequest> Cacher<R> {
         }
     }
 
-    fn error_entry(&self, err: CacheError) -> Entry<R::Item> {
-        let ttl = placeholder_ttl(&self.inner.config, &err).unwrap_or(Duration::ZERO);
+    fn error_entry(&self, err: CacheError, scope: &Scope) -> Entry<R::Item> {
+        let ttl = placeholder_ttl(&self.inner.config, &err, scope).unwrap_or(Duration::ZERO);
         Entry {
             value: Err(err),
             weight: 1,
@@ -653,11 +661,30 @@ mod tests {
 
     #[tokio::test]
     async fn misses_are_placeholders_until_they_expire() {
+        // The helper's key is global: its misses follow the public lifetime.
         let config = CacheConfig {
-            retry_misses_after: Duration::from_millis(300),
+            retry_misses_after_public: Duration::from_millis(300),
             ..CacheConfig::default()
         };
         assert_remembered_for_300ms(config, CacheError::NotFound).await;
+    }
+
+    #[test]
+    fn scoped_misses_follow_retry_misses_after_and_global_ones_the_public_lifetime() {
+        let config = CacheConfig {
+            retry_misses_after: Duration::from_secs(60),
+            retry_misses_after_public: Duration::from_secs(7200),
+            ..CacheConfig::default()
+        };
+        let miss = CacheError::NotFound;
+        let ttl = |scope| placeholder_ttl(&config, &miss, &scope);
+        assert_eq!(ttl(Scope::new("project-1")), Some(Duration::from_secs(60)));
+        assert_eq!(ttl(Scope::Global), Some(Duration::from_secs(7200)));
+        let malformed = CacheError::Malformed("x".into());
+        assert_eq!(
+            placeholder_ttl(&config, &malformed, &Scope::Global),
+            Some(config.retry_malformed_after)
+        );
     }
 
     #[tokio::test]

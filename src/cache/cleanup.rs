@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use super::cacher::{is_placeholder, placeholder_ttl, read_placeholder};
 use super::{CacheConfig, CachesConfig};
-use super::{CacheKind, Family, RegisteredKind};
+use super::{CacheKind, Family, RegisteredKind, Scope};
 
 /// Temp files younger than this may belong to a write in progress. Downloads update
 /// their file's mtime as they stream, so only an abandoned one gets this old.
@@ -118,8 +118,10 @@ impl Cleanup {
                     self.remove_tree(&version_dir, &mut report);
                     continue;
                 }
-                for (_, scope_dir) in subdirs(&version_dir) {
-                    self.clean_scope(&scope_dir, family, now, &mut report, &mut kept);
+                for (scope, scope_dir) in subdirs(&version_dir) {
+                    // Only the global scope's directory is named "global" (see `Scope`).
+                    let scope = Scope::new(&scope);
+                    self.clean_scope(&scope_dir, &scope, family, now, &mut report, &mut kept);
                 }
             }
         }
@@ -138,6 +140,7 @@ impl Cleanup {
     fn clean_scope(
         &self,
         dir: &Path,
+        scope: &Scope,
         family: Family,
         now: SystemTime,
         report: &mut CleanupReport,
@@ -154,7 +157,7 @@ impl Cleanup {
                 .is_some_and(|n| n.to_string_lossy().starts_with(".tmp"));
             let expired = if is_temp {
                 age >= TEMP_GRACE
-            } else if let Some(ttl) = placeholder_lifetime(&path, config) {
+            } else if let Some(ttl) = placeholder_lifetime(&path, config, scope) {
                 age >= ttl
             } else {
                 age >= config.max_unused_for
@@ -246,7 +249,7 @@ impl Cleanup {
 }
 
 /// A placeholder's lifetime; `None` for content files.
-fn placeholder_lifetime(path: &Path, config: &CacheConfig) -> Option<Duration> {
+fn placeholder_lifetime(path: &Path, config: &CacheConfig, scope: &Scope) -> Option<Duration> {
     // Placeholders are a few hundred bytes of JSON; content is never read here.
     let mut head = Vec::with_capacity(4096);
     let file = std::fs::File::open(path).ok()?;
@@ -255,7 +258,7 @@ fn placeholder_lifetime(path: &Path, config: &CacheConfig) -> Option<Duration> {
         return None;
     }
     Some(match read_placeholder(&head) {
-        Some((err, _)) => placeholder_ttl(config, &err).unwrap_or_default(),
+        Some((err, _)) => placeholder_ttl(config, &err, scope).unwrap_or_default(),
         // Unreadable placeholders have no business staying.
         None => Duration::ZERO,
     })

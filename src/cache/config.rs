@@ -18,6 +18,9 @@ pub struct CacheConfig {
     pub max_unused_for: Duration,
     #[serde(deserialize_with = "deserialize_duration")]
     pub retry_misses_after: Duration,
+    /// Misses in the global scope (files of public sources): upstream's key.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub retry_misses_after_public: Duration,
     #[serde(deserialize_with = "deserialize_duration")]
     pub retry_malformed_after: Duration,
     /// Transient failures (timeouts, 5xx) are remembered only this long, so a flapping
@@ -31,6 +34,7 @@ impl Default for CacheConfig {
         CacheConfig {
             max_unused_for: Duration::from_secs(7 * 24 * 3600),
             retry_misses_after: Duration::from_secs(3600),
+            retry_misses_after_public: Duration::from_secs(24 * 3600),
             retry_malformed_after: Duration::from_secs(24 * 3600),
             retry_errors_after: Duration::from_secs(60),
         }
@@ -110,7 +114,8 @@ impl Default for CachesConfig {
             diagnostics: DiagnosticsCacheConfig::default(),
             in_memory: InMemoryConfig::default(),
             max_disk_size: None,
-            cleanup_interval: Some(Duration::from_secs(3600)),
+            // Upstream's `cache_cleanup_interval`.
+            cleanup_interval: Some(Duration::from_secs(900)),
         }
     }
 }

@@ -18,6 +18,7 @@ use crate::error::{CacheError, CacheResult};
 use crate::sources::SourceId;
 
 mod decompress;
+mod deny_list;
 mod filesystem;
 mod gcs;
 mod http;
@@ -30,6 +31,7 @@ mod tests;
 mod transfer;
 
 pub use decompress::decompress_file;
+pub use deny_list::DenyListConfig;
 pub(crate) use gcs::{GcsAccess, download_url as gcs_download_url};
 pub use remote::{RemoteFile, fetch_file};
 pub(crate) use s3::{build_client as build_s3_client, http_client as s3_http_client};
@@ -59,18 +61,21 @@ pub struct FetchConfig {
     pub s3_client_capacity: u64,
     /// GCS OAuth tokens (one per credentials) kept.
     pub gcs_token_capacity: u64,
+    /// When an HTTP host that keeps failing is left alone for a while.
+    pub deny_list: DenyListConfig,
 }
 
 impl Default for FetchConfig {
     fn default() -> Self {
         Self {
-            connect_timeout: Duration::from_secs(1),
-            head_timeout: Duration::from_secs(5),
+            // Upstream's defaults.
+            connect_timeout: Duration::from_secs(5),
+            head_timeout: Duration::from_secs(10),
             // Lets a 4 MB/s connection download 1 GB.
             streaming_timeout: Duration::from_secs(250),
             max_download_timeout: Duration::from_secs(300),
-            // Upstream has no limit unless one is configured.
-            max_download_size: u64::MAX,
+            // Upstream's: real debug files reach several GiB, none 15.
+            max_download_size: 15 * 1024 * 1024 * 1024,
             connect_to_reserved_ips: false,
             user_agent: concat!("omnisym/", env!("CARGO_PKG_VERSION")).to_owned(),
             max_concurrent_downloads_per_source: 32,
@@ -79,6 +84,7 @@ impl Default for FetchConfig {
             sentry_index_ttl: Duration::from_secs(3600),
             s3_client_capacity: 100,
             gcs_token_capacity: 100,
+            deny_list: DenyListConfig::default(),
         }
     }
 }
@@ -97,6 +103,7 @@ struct Inner {
     /// Only for the server's own credential endpoints (GCE metadata is a reserved address).
     trusted_client: reqwest::Client,
     source_limits: moka::sync::Cache<SourceId, Arc<Semaphore>>,
+    deny_list: Option<deny_list::HostDenyList>,
     sentry_index: sentry::SentryIndex,
     s3_http: aws_sdk_s3::config::SharedHttpClient,
     s3_clients: s3::S3Clients,
@@ -132,6 +139,7 @@ impl Downloader {
                 client,
                 insecure_client,
                 trusted_client,
+                deny_list: deny_list::HostDenyList::new(&config.deny_list),
                 source_limits: moka::sync::Cache::builder()
                     .max_capacity(MAX_TRACKED_SOURCES)
                     .time_to_idle(Duration::from_secs(600))

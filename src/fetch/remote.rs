@@ -128,7 +128,14 @@ pub async fn fetch_file(
     match &file.source {
         SourceConfig::Http(http) => {
             let url = http.join_url(&file.path).ok_or(CacheError::NotFound)?;
-            downloader
+            // As upstream, only HTTP hosts are blocked: the other kinds are few, configured
+            // by the operator, and their failures are rarely the host's.
+            let host = url.host_str().unwrap_or_default();
+            let deny_list = downloader.inner.deny_list.as_ref();
+            if let Some(deny_list) = deny_list {
+                deny_list.check(host)?;
+            }
+            let result = downloader
                 .download_http_with(
                     &url,
                     &http.headers,
@@ -136,7 +143,11 @@ pub async fn fetch_file(
                     max_size,
                     &mut out,
                 )
-                .await?;
+                .await;
+            if let Some(deny_list) = deny_list {
+                deny_list.record(host, &result);
+            }
+            result?;
         }
         SourceConfig::Filesystem(fs) => {
             downloader

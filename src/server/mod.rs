@@ -2,6 +2,7 @@
 //! the mapping of errors to statuses. Handlers parse and validate, then hand work to
 //! the RequestService; they never symbolicate themselves.
 
+mod access_log;
 mod crash;
 mod error;
 mod js;
@@ -90,7 +91,9 @@ pub fn router(state: AppState, config: &Config) -> Router {
         .route("/symbolicate-jvm", post(jvm::symbolicate_jvm))
         .route("/symbolicate-js", post(js::symbolicate_js))
         .route("/requests/{id}", get(requests::poll))
-        .layer(DefaultBodyLimit::max(config.max_request_body_size))
+        .layer(DefaultBodyLimit::max(
+            usize::try_from(config.max_request_body_size).unwrap_or(usize::MAX),
+        ))
         // Uploads count their own bytes against `max_crash_file_size` as they stream.
         .route(
             "/minidump",
@@ -100,6 +103,7 @@ pub fn router(state: AppState, config: &Config) -> Router {
             "/applecrashreport",
             post(crash::apple_crash_report).layer(DefaultBodyLimit::disable()),
         )
+        .layer(axum::middleware::from_fn(access_log::log_request))
         .with_state(state)
 }
 
