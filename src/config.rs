@@ -432,6 +432,73 @@ mod tests {
         );
     }
 
+    /// Every key of upstream's config (its `Config` struct, nested sections included),
+    /// set to a value of the right type.
+    const EVERY_UPSTREAM_KEY: &str = r#"
+cache_dir: /data
+bind: 0.0.0.0:3021
+logging: {level: info, format: json, enable_backtraces: true}
+metrics: {statsd: "127.0.0.1:8125", prefix: symbolicator, hostname_tag: host, environment_tag: env, platform_tag: platform, custom_tags: {a: b}}
+sentry_dsn: null
+caches:
+  downloaded: {max_unused_for: 1d, retry_misses_after: 1h, retry_misses_after_public: 1d, retry_malformed_after: 1d, max_lazy_redownloads: 50}
+  derived: {max_unused_for: 7d, retry_misses_after: 1h, retry_misses_after_public: 1d, retry_malformed_after: 1d, max_lazy_recomputations: 20}
+  diagnostics: {retention: 1d}
+  index: {max_unused_for: 7d, retry_misses_after: 10m, retry_misses_after_public: 10m, retry_malformed_after: 10m, max_lazy_recomputations: 20}
+  in_memory: {sentry_index_capacity: 100000, sentry_index_ttl: 1h, gcs_token_capacity: 100, s3_client_capacity: 100, object_meta_capacity: 104857600, cficaches_capacity: 419430400, fileinbundle_capacity: 3221225472, source_index_capacity: 10485760}
+enable_cache_cleanup: false
+cache_cleanup_interval: 15m
+symstore_proxy: true
+sources: []
+connect_to_reserved_ips: false
+deny_list_enabled: true
+deny_list_time_window: 1m
+deny_list_bucket_size: 5s
+deny_list_threshold: 60
+deny_list_block_time: 1h
+deny_list_never_block_hosts: []
+connect_timeout: 5s
+head_timeout: 10s
+max_download_timeout: 5m
+max_concurrent_requests: 200
+shared_cache: null
+_crash_db: null
+traces_sample_rate: 0.05
+propagate_traces: true
+crash_file_body_max_bytes: 262144000
+symbolicate_body_max_bytes: 57671680
+object_file_max_decompressed_section_size: 4294967296
+object_file_max_decompressed_source_size: 1073741824
+max_unwind_chain_len: 128
+max_download_size: 16106127360
+"#;
+
+    #[test]
+    fn every_upstream_key_is_honoured_or_listed_in_the_readme() {
+        let (_, ignored) = Config::from_yaml(EVERY_UPSTREAM_KEY).unwrap();
+        let readme = include_str!("../README.md");
+        let table = &readme[readme
+            .find("Upstream keys that are read and ignored")
+            .expect("the README lists ignored upstream keys")..];
+        for key in &ignored {
+            let last = key.rsplit('.').next().unwrap();
+            let section = key.split('.').take(2).collect::<Vec<_>>().join(".");
+            assert!(
+                table.contains(&format!("`{key}`"))
+                    || table.contains(&format!("`{last}`"))
+                    || table.contains(&format!("`{section}.*`")),
+                "{key} is ignored but not listed in the README"
+            );
+        }
+        // What the README lists as ignored really is: a key honoured later must leave it.
+        for listed in ["sentry_dsn", "symstore_proxy", "caches.index", "max_unwind_chain_len"] {
+            assert!(
+                ignored.iter().any(|k| k.starts_with(listed)),
+                "{listed} is honoured now; remove it from the README's ignored list"
+            );
+        }
+    }
+
     #[test]
     fn upstream_key_names_and_null() {
         let yaml = "symbolicate_body_max_bytes: 1000\ncrash_file_body_max_bytes: 2000\nenable_cache_cleanup: false\ncache_cleanup_interval: 5m\nmax_concurrent_requests: null\nmax_download_size: null\ncache_dir: null\ndeny_list_enabled: true\ndeny_list_threshold: 3\ndeny_list_time_window: 10s\ndeny_list_bucket_size: 2s\ndeny_list_block_time: 1m\ndeny_list_never_block_hosts: [symbols.example]\ncaches:\n  downloaded:\n    max_unused_for: null\n    retry_misses_after_public: 2h\n  derived:\n    retry_malformed_after: null\n  max_disk_size: null\nlogging:\n  enable_backtraces: false\n";
