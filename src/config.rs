@@ -491,7 +491,12 @@ max_download_size: 16106127360
             );
         }
         // What the README lists as ignored really is: a key honoured later must leave it.
-        for listed in ["sentry_dsn", "symstore_proxy", "caches.index", "max_unwind_chain_len"] {
+        for listed in [
+            "sentry_dsn",
+            "symstore_proxy",
+            "caches.index",
+            "max_unwind_chain_len",
+        ] {
             assert!(
                 ignored.iter().any(|k| k.starts_with(listed)),
                 "{listed} is honoured now; remove it from the README's ignored list"

@@ -71,9 +71,27 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
     Ok(interval)
 }
 
+/// The filter for `logging.level`. A bare level reads as upstream reads it: dependencies
+/// that are noisy at that level are quieted, and `debug`/`trace` apply to omnisym only
+/// (else every HTTP connection and DWARF unit would log). Anything else is a tracing
+/// filter as written.
+fn log_filter(level: &str) -> String {
+    const QUIET: &str = "goblin=error,minidump=error,minidump_processor=error,\
+                         minidump_unwind=error,breakpad_symbols=error";
+    match level.trim().to_ascii_lowercase().as_str() {
+        "off" => "off".into(),
+        "error" => "error".into(),
+        "warn" => format!("warn,{QUIET}"),
+        "info" => format!("info,{QUIET}"),
+        "debug" => "info,omnisym=debug".into(),
+        "trace" => "info,omnisym=trace".into(),
+        _ => level.to_owned(),
+    }
+}
+
 fn init_logging(config: &Config) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.logging.level));
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(log_filter(&config.logging.level)));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     // Colours only for a person at a terminal; log collectors get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -271,6 +289,29 @@ async fn healthcheck(config: &Config, addr: Option<SocketAddr>, timeout: u64) ->
             eprintln!("cannot check omnisym at {addr}: {err}");
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_levels_read_as_upstream_reads_them() {
+        assert!(log_filter("info").starts_with("info,goblin=error"));
+        assert_eq!(log_filter("DEBUG"), "info,omnisym=debug");
+        assert_eq!(log_filter("warn,omnisym=debug"), "warn,omnisym=debug");
+        for level in ["off", "error", "warn", "info", "debug", "trace"] {
+            EnvFilter::try_new(log_filter(level)).unwrap();
+        }
+    }
+
+    #[test]
+    fn intervals() {
+        assert_eq!(parse_interval("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_interval("90"), Ok(Duration::from_secs(90)));
+        assert!(parse_interval("0").is_err());
+        assert!(parse_interval("soon").is_err());
     }
 }
 
