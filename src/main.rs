@@ -292,6 +292,28 @@ async fn healthcheck(config: &Config, addr: Option<SocketAddr>, timeout: u64) ->
     }
 }
 
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let config = load_config(cli.config.as_ref())?;
+    match cli.command {
+        Command::Run => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+            .block_on(run(config)),
+        Command::Cleanup { dry_run, repeat } => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(cleanup(config, dry_run, repeat)),
+        Command::Healthcheck { addr, timeout } => {
+            let healthy = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(healthcheck(&config, addr, timeout));
+            std::process::exit(if healthy { 0 } else { 1 })
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,27 +334,5 @@ mod tests {
         assert_eq!(parse_interval("90"), Ok(Duration::from_secs(90)));
         assert!(parse_interval("0").is_err());
         assert!(parse_interval("soon").is_err());
-    }
-}
-
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let config = load_config(cli.config.as_ref())?;
-    match cli.command {
-        Command::Run => tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()?
-            .block_on(run(config)),
-        Command::Cleanup { dry_run, repeat } => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
-            .block_on(cleanup(config, dry_run, repeat)),
-        Command::Healthcheck { addr, timeout } => {
-            let healthy = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?
-                .block_on(healthcheck(&config, addr, timeout));
-            std::process::exit(if healthy { 0 } else { 1 })
-        }
     }
 }
