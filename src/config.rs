@@ -11,6 +11,7 @@ use serde::Deserialize;
 use crate::cache::{CachesConfig, SharedCacheConfig};
 use crate::fetch::FetchConfig;
 use crate::sources::SourceConfig;
+use crate::telemetry::MetricsConfig;
 use crate::units::deserialize_duration;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -53,6 +54,7 @@ pub struct Config {
     /// (larger: 413 for uploads, a `failed` answer for fetched ones).
     pub max_crash_file_size: u64,
     pub logging: LoggingConfig,
+    pub metrics: MetricsConfig,
     pub caches: CachesConfig,
     /// A cache of derived files shared by a fleet of replicas.
     pub shared_cache: Option<SharedCacheConfig>,
@@ -84,6 +86,7 @@ impl Default for Config {
             // Upstream accepts 100 MiB bodies on its upload endpoints.
             max_crash_file_size: 100 * 1024 * 1024,
             logging: LoggingConfig::default(),
+            metrics: MetricsConfig::default(),
             caches: CachesConfig::default(),
             shared_cache: None,
             sources: Vec::new(),
