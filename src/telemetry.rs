@@ -2,7 +2,7 @@
 //! below; this module installs the one process-wide recorder behind them. It always
 //! keeps a Prometheus registry (rendered at `GET /metrics`) and, when `metrics.statsd`
 //! is set, also sends every recording to StatsD (DogStatsD tags, as upstream).
-//! Names use dots between words' groups; Prometheus sees dots as underscores and
+//! Names are dotted (`http.requests`); Prometheus shows the dots as underscores and
 //! counters with a `_total` suffix.
 
 use std::collections::BTreeMap;
