@@ -13,6 +13,7 @@ use serde::Deserialize;
 use crate::cache::{CachesConfig, SharedCacheConfig};
 use crate::fetch::{DenyListConfig, FetchConfig};
 use crate::sources::SourceConfig;
+use crate::telemetry::MetricsConfig;
 use crate::units::{deserialize_duration, deserialize_limit, deserialize_size};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -87,6 +88,7 @@ pub struct Config {
     pub deny_list_block_time: Duration,
     pub deny_list_never_block_hosts: BTreeSet<String>,
     pub logging: LoggingConfig,
+    pub metrics: MetricsConfig,
     pub caches: CachesConfig,
     /// A cache of derived files shared by a fleet of replicas.
     pub shared_cache: Option<SharedCacheConfig>,
@@ -130,6 +132,7 @@ impl Default for Config {
             deny_list_block_time: deny_list.block_time,
             deny_list_never_block_hosts: deny_list.never_block_hosts,
             logging: LoggingConfig::default(),
+            metrics: MetricsConfig::default(),
             caches: CachesConfig::default(),
             shared_cache: None,
             sources: Vec::new(),
@@ -425,11 +428,9 @@ mod tests {
         assert_eq!(config.cache_dir, PathBuf::from("/data"));
         assert_eq!(config.logging.level, "warn");
         // `sentry_dsn` is upstream's crash reporting to Sentry, which omnisym does not do.
-        // TIGHTEN: `metrics` lands with the metrics exporters.
-        assert!(
-            ignored.iter().all(|k| k == "sentry_dsn" || k == "metrics"),
-            "{ignored:?}"
-        );
+        assert!(ignored.iter().all(|k| k == "sentry_dsn"), "{ignored:?}");
+        assert_eq!(config.metrics.statsd.as_deref(), Some("127.0.0.1:8125"));
+        assert_eq!(config.metrics.prefix, "sentry.symbolicator");
     }
 
     /// Every key of upstream's config (its `Config` struct, nested sections included),

@@ -32,6 +32,20 @@ impl CacheError {
         tracing::error!(error = %err, "internal cache error");
         CacheError::InternalError
     }
+
+    /// The variant's name in snake case, for metric labels (no detail: bounded).
+    pub fn name(&self) -> &'static str {
+        match self {
+            CacheError::NotFound => "not_found",
+            CacheError::PermissionDenied(_) => "permission_denied",
+            CacheError::Timeout(_) => "timeout",
+            CacheError::DownloadError(_) => "download_error",
+            CacheError::TooLarge(_) => "too_large",
+            CacheError::Malformed(_) => "malformed",
+            CacheError::Unsupported(_) => "unsupported",
+            CacheError::InternalError => "internal_error",
+        }
+    }
 }
 
 pub type CacheResult<T> = Result<T, CacheError>;

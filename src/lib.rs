@@ -16,5 +16,6 @@ pub mod native;
 pub mod server;
 pub mod service;
 pub mod sources;
+pub mod telemetry;
 pub mod types;
 pub mod units;

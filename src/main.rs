@@ -118,7 +118,9 @@ fn init_logging(config: &Config) {
     }
 }
 
-fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Config> {
+/// Loads the config and sets up logging. Only the server warns about ignored keys: the
+/// healthcheck runs every few seconds and would repeat them into the container's log.
+fn load_config(path: Option<&PathBuf>, warn_ignored: bool) -> anyhow::Result<Config> {
     let (config, ignored) = match path {
         Some(path) => Config::from_file(path)?,
         None => Config::from_yaml("")?,
@@ -133,7 +135,7 @@ fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Config> {
         }
     }
     init_logging(&config);
-    for key in ignored {
+    for key in ignored.into_iter().filter(|_| warn_ignored) {
         tracing::warn!(key = %key, "config key is not used by omnisym; ignoring it");
     }
     Ok(config)
@@ -294,7 +296,7 @@ async fn healthcheck(config: &Config, addr: Option<SocketAddr>, timeout: u64) ->
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let config = load_config(cli.config.as_ref())?;
+    let config = load_config(cli.config.as_ref(), matches!(cli.command, Command::Run))?;
     match cli.command {
         Command::Run => tokio::runtime::Builder::new_multi_thread()
             .enable_all()

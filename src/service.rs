@@ -10,9 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use metrics::{Counter, Gauge};
 use serde::Serialize;
 use tokio::sync::Notify;
 
+use crate::telemetry::{REQUESTS_FINISHED, REQUESTS_IN_FLIGHT, REQUESTS_REJECTED};
 use crate::types::{RequestId, SymbolicationResponse};
 
 /// Work that runs longer than this is abandoned and answered `timeout`.
@@ -89,9 +91,35 @@ impl Finished {
     }
 }
 
+/// Registered once, so that counting a request costs no registry lookup.
+struct ServiceMetrics {
+    in_flight: Gauge,
+    rejected: Counter,
+    completed: Counter,
+    failed: Counter,
+    timeout: Counter,
+    internal_error: Counter,
+}
+
+impl ServiceMetrics {
+    fn new() -> Self {
+        let finished =
+            |status: &'static str| metrics::counter!(REQUESTS_FINISHED, "status" => status);
+        ServiceMetrics {
+            in_flight: metrics::gauge!(REQUESTS_IN_FLIGHT),
+            rejected: metrics::counter!(REQUESTS_REJECTED),
+            completed: finished("completed"),
+            failed: finished("failed"),
+            timeout: finished("timeout"),
+            internal_error: finished("internal_error"),
+        }
+    }
+}
+
 struct Inner {
     max_concurrent: usize,
     in_flight: AtomicUsize,
+    metrics: ServiceMetrics,
     /// Requests still running; at most `max_concurrent` of them.
     running: Mutex<HashMap<RequestId, Arc<Slot>>>,
     finished: Mutex<Finished>,
@@ -103,11 +131,25 @@ pub struct RequestService {
     inner: Arc<Inner>,
 }
 
-struct InFlightGuard(Arc<Inner>);
+struct InFlightGuard {
+    inner: Arc<Inner>,
+    /// Whether the request got a slot (and so shows in the in-flight gauge).
+    accepted: bool,
+}
+
+impl InFlightGuard {
+    fn accept(&mut self) {
+        self.accepted = true;
+        self.inner.metrics.in_flight.increment(1);
+    }
+}
 
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.inner.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if self.accepted {
+            self.inner.metrics.in_flight.decrement(1);
+        }
     }
 }
 
@@ -118,6 +160,7 @@ impl RequestService {
             inner: Arc::new(Inner {
                 max_concurrent,
                 in_flight: AtomicUsize::new(0),
+                metrics: ServiceMetrics::new(),
                 running: Mutex::new(HashMap::new()),
                 finished: Mutex::new(Finished {
                     order: Default::default(),
@@ -142,10 +185,15 @@ impl RequestService {
     {
         let inner = &self.inner;
         let prev = inner.in_flight.fetch_add(1, Ordering::AcqRel);
-        let guard = InFlightGuard(inner.clone());
+        let mut guard = InFlightGuard {
+            inner: inner.clone(),
+            accepted: false,
+        };
         if prev >= inner.max_concurrent {
+            inner.metrics.rejected.increment(1);
             return Err(Overloaded);
         }
+        guard.accept();
         let id = RequestId(uuid::Uuid::new_v4());
         let slot = Arc::new(Slot::default());
         inner.running.lock().unwrap().insert(id, slot.clone());
@@ -158,17 +206,26 @@ impl RequestService {
             let _guard = guard;
             // The work runs in its own task so a panic in it becomes an answer.
             let handle = tokio::spawn(tokio::time::timeout(MAX_REQUEST_DURATION, work));
+            let metrics = &inner.metrics;
             let body = match handle.await {
-                Ok(Ok(Ok(value))) => completed_body(&value),
+                Ok(Ok(Ok(value))) => {
+                    metrics.completed.increment(1);
+                    completed_body(&value)
+                }
                 Ok(Ok(Err(err))) => {
                     tracing::warn!(error = %format!("{err:#}"), "request failed");
+                    metrics.failed.increment(1);
                     plain_body(&SymbolicationResponse::Failed {
                         message: format!("{err:#}"),
                     })
                 }
-                Ok(Err(_elapsed)) => plain_body(&SymbolicationResponse::Timeout),
+                Ok(Err(_elapsed)) => {
+                    metrics.timeout.increment(1);
+                    plain_body(&SymbolicationResponse::Timeout)
+                }
                 Err(join_err) => {
                     tracing::error!(error = %join_err, "request task panicked");
+                    metrics.internal_error.increment(1);
                     plain_body(&SymbolicationResponse::InternalError)
                 }
             };
@@ -287,6 +344,7 @@ fn completed_body<T: Serialize>(value: &T) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::telemetry::recorded;
 
     #[test]
     fn completed_body_splices_the_status_in() {
@@ -395,7 +453,7 @@ mod tests {
 
     #[tokio::test]
     async fn cap_is_enforced_and_released() {
-        let svc = RequestService::new(2, 1 << 20);
+        let (svc, metrics) = recorded(|| RequestService::new(2, 1 << 20));
         let gate = Arc::new(Notify::new());
         let mut ids = Vec::new();
         for _ in 0..2 {
@@ -409,6 +467,7 @@ mod tests {
             );
         }
         assert!(svc.spawn(async { Ok(Answer { value: 0 }) }).is_err());
+        assert_eq!(metrics.counter(REQUESTS_REJECTED, &[]), 1);
         tokio::time::sleep(Duration::from_millis(20)).await;
         gate.notify_waiters();
         for handle in ids {
@@ -416,6 +475,8 @@ mod tests {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert_eq!(svc.in_flight(), 0);
+        let completed = [("status", "completed")];
+        assert_eq!(metrics.counter(REQUESTS_FINISHED, &completed), 2);
         assert!(svc.spawn(async { Ok(Answer { value: 0 }) }).is_ok());
     }
 }

@@ -15,6 +15,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::response::Response;
 use common::gcs::GcsServer;
+use common::prometheus::Exposition;
 use common::s3::{ACCESS_KEY, S3Server, SECRET_KEY};
 use common::{
     Server, SymbolServer, assert_elf_symbolicated, elf_debug_path, elf_request, fixtures,
@@ -99,16 +100,9 @@ fn run_cleanup(config: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-async fn metrics(server: &Server) -> Value {
-    let (status, body) = server.get("/metrics").await;
-    assert!(status.is_success(), "{body}");
-    body
-}
-
-fn counter(metrics: &Value, kind: &str, name: &str) -> u64 {
-    metrics["caches"][kind][name]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no {kind}.{name} in {metrics}"))
+/// Lookups of cache `kind` that `layer` answered, from `GET /metrics`.
+fn lookups(metrics: &Exposition, kind: &str, layer: &str) -> f64 {
+    metrics.value("cache_lookups_total", &[("kind", kind), ("layer", layer)])
 }
 
 #[tokio::test]
@@ -141,8 +135,8 @@ async fn misses_are_retried_after_retry_misses_after_and_fallbacks_are_upgraded(
     let (_, r) = server.post("/symbolicate", &body).await;
     assert_elf_symbolicated(&r);
     assert_eq!(hits_of(&symsrv, &elf_debug_path()), 2);
-    let m = metrics(&server).await;
-    assert_eq!(counter(&m, "symcaches", "computed"), 2, "{m}");
+    let m = server.scrape().await;
+    assert_eq!(lookups(&m, "symcaches", "computed"), 2.0, "{m:?}");
 }
 
 #[tokio::test]
@@ -580,24 +574,28 @@ async fn replicas_share_derived_caches(config: &str) {
     assert_elf_symbolicated(&r);
     assert_eq!(hits_of(&symsrv, &elf_debug_path()), 1);
     // Uploads run in the background: wait for the SymCache and the metadata.
-    let mut m = Value::Null;
+    let uploads =
+        |m: &Exposition, outcome| m.value("shared_cache_uploads_total", &[("outcome", outcome)]);
+    let mut m = first.scrape().await;
     for _ in 0..100 {
-        m = metrics(&first).await;
-        if m["shared_cache"]["uploaded"].as_u64() >= Some(2) {
+        if uploads(&m, "ok") >= 2.0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+        m = first.scrape().await;
     }
-    assert_eq!(m["shared_cache"]["uploaded"], 2, "{m}");
-    assert_eq!(m["shared_cache"]["uploads_dropped"], 0, "{m}");
+    assert_eq!(uploads(&m, "ok"), 2.0, "{m:?}");
+    assert_eq!(uploads(&m, "dropped"), 0.0, "{m:?}");
 
     let second = Server::start(config);
     let (_, r) = second.post("/symbolicate", &body).await;
     assert_elf_symbolicated(&r);
     assert_eq!(hits_of(&symsrv, &elf_debug_path()), 1, "no second download");
-    let m = metrics(&second).await;
-    assert_eq!(counter(&m, "symcaches", "computed"), 0, "{m}");
-    assert_eq!(counter(&m, "symcaches", "shared_hits"), 1, "{m}");
-    assert_eq!(counter(&m, "object_meta", "shared_hits"), 1, "{m}");
-    assert_eq!(m["shared_cache"]["fetch_errors"], 0, "{m}");
+    let m = second.scrape().await;
+    assert_eq!(lookups(&m, "symcaches", "computed"), 0.0, "{m:?}");
+    assert_eq!(lookups(&m, "symcaches", "shared"), 1.0, "{m:?}");
+    assert_eq!(lookups(&m, "object_meta", "shared"), 1.0, "{m:?}");
+    let fetches = |outcome| m.value("shared_cache_fetches_total", &[("outcome", outcome)]);
+    assert_eq!(fetches("error"), 0.0, "{m:?}");
+    assert_eq!(fetches("hit"), 2.0, "{m:?}");
 }

@@ -141,6 +141,8 @@ struct Image {
     stage: FinalStage,
     root: tempfile::TempDir,
     port: u16,
+    /// The container's environment: every process in it, the healthcheck included, sees it.
+    env: Vec<(String, String)>,
 }
 
 impl Image {
@@ -151,6 +153,7 @@ impl Image {
             stage,
             root,
             port: free_port(),
+            env: Vec::new(),
         };
         // The binary the suite built, where the build stage's COPY puts it.
         let binary = image.path(&image.stage.binary);
@@ -238,6 +241,7 @@ impl Image {
         command
             .current_dir(self.path(&self.stage.workdir))
             .env_remove("RUST_LOG")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null());
         if let (Some((uid, gid)), true) = (self.stage.user, is_root()) {
             command.uid(uid).gid(gid);
@@ -366,18 +370,34 @@ fn the_image_has_upstreams_user_paths_and_port() {
 
 #[test]
 fn self_hosted_compose_commands_run_unchanged() {
-    let image = Image::new(SELF_HOSTED_CONFIG);
+    let mut image = Image::new(SELF_HOSTED_CONFIG);
     let statsd = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let statsd_addr = statsd.local_addr().unwrap().to_string();
-
-    let mut run = image.entrypoint(&words(COMPOSE_RUN));
     // The compose file's `environment:` for both services.
-    run.env("SYMBOLICATOR_STATSD_ADDR", &statsd_addr);
-    let mut server = start_server(run);
+    image
+        .env
+        .push(("SYMBOLICATOR_STATSD_ADDR".into(), statsd_addr));
+    let mut server = start_server(image.entrypoint(&words(COMPOSE_RUN)));
 
     let (healthy, stdout) = healthcheck(&image, &[]);
     assert!(healthy, "{stdout}");
     assert_eq!(stdout.trim(), "OK");
+
+    // Metrics reach the StatsD address the compose file passes in, under the config's
+    // prefix: the healthcheck itself was counted.
+    statsd
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    let mut buf = [0u8; 65536];
+    let mut seen = String::new();
+    while !seen.contains("sentry.symbolicator.http.requests:") {
+        let n = statsd
+            .recv(&mut buf)
+            .unwrap_or_else(|e| panic!("no StatsD datagram ({e}); so far: {seen}"));
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        seen.push('\n');
+    }
+    assert!(seen.contains("endpoint:/healthcheck"), "{seen}");
 
     // The server writes into the volume as the image's user.
     if let (Some((uid, _)), true) = (image.stage.user, is_root()) {
@@ -391,9 +411,11 @@ fn self_hosted_compose_commands_run_unchanged() {
 
     // The cleanup container: runs a pass at once, then waits for the next; SIGTERM ends
     // it with status 0.
-    let mut cleanup = image.entrypoint(&words(COMPOSE_CLEANUP));
-    cleanup.env("SYMBOLICATOR_STATSD_ADDR", &statsd_addr);
-    let mut cleanup = cleanup.stdout(Stdio::piped()).spawn().unwrap();
+    let mut cleanup = image
+        .entrypoint(&words(COMPOSE_CLEANUP))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut first = String::new();
     BufReader::new(cleanup.stdout.take().unwrap())
         .read_line(&mut first)
@@ -473,7 +495,10 @@ fn cleanup_repeat_without_a_value_uses_the_configured_interval() {
 
 #[test]
 fn a_volume_the_user_cannot_write_fails_at_start_naming_it() {
-    let image = Image::new(SELF_HOSTED_CONFIG);
+    let mut image = Image::new(SELF_HOSTED_CONFIG);
+    image
+        .env
+        .push(("SYMBOLICATOR_STATSD_ADDR".into(), "127.0.0.1:9".into()));
     let data = image.path("/data");
     let Some((uid, _)) = image.stage.user.filter(|_| is_root()) else {
         // Only root can hand the volume to another user.
@@ -481,11 +506,7 @@ fn a_volume_the_user_cannot_write_fails_at_start_naming_it() {
     };
     // A volume left by an image that ran as another user.
     chown_tree(&data, uid + 1, uid + 1);
-    let output = image
-        .entrypoint(&words(COMPOSE_RUN))
-        .env("SYMBOLICATOR_STATSD_ADDR", "127.0.0.1:9")
-        .output()
-        .unwrap();
+    let output = image.entrypoint(&words(COMPOSE_RUN)).output().unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("not writable"), "{stderr}");

@@ -10,7 +10,15 @@ type Graph = BTreeMap<String, BTreeSet<String>>;
 
 const PIPELINES: &[&str] = &["native", "js", "jvm"];
 const CORE: &[&str] = &[
-    "cache", "config", "error", "fetch", "lookup", "sources", "types", "units",
+    "cache",
+    "config",
+    "error",
+    "fetch",
+    "lookup",
+    "sources",
+    "telemetry",
+    "types",
+    "units",
 ];
 
 fn rust_files(dir: &Path) -> Vec<PathBuf> {

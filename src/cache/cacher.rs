@@ -1,11 +1,11 @@
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::future::BoxFuture;
+use metrics::Counter;
 use serde::{Deserialize, Serialize};
 use symbolic::common::ByteView;
 use tempfile::NamedTempFile;
@@ -15,6 +15,7 @@ use super::CacheKey;
 use super::key::Scope;
 use super::shared::SharedCache;
 use crate::error::{CacheError, CacheResult};
+use crate::telemetry::{CACHE_COMPUTE_ERRORS, CACHE_LOOKUPS};
 
 /// A family of cache files and the version of their format. Files of `version` live in
 /// `cache_dir/<name>/<version>`; files of a `compatible` older version are still served
@@ -55,17 +56,34 @@ pub trait CacheItemRequest: Send + Sync + 'static {
     fn load(&self, data: ByteView<'static>) -> CacheResult<Self::Item>;
 }
 
-/// Counters per cache kind, for logs and `GET /metrics`.
-#[derive(Debug, Default, Serialize)]
-pub struct CacheStats {
-    pub memory_hits: AtomicU64,
-    pub disk_hits: AtomicU64,
+/// One kind's counters, registered once: a lookup then only adds to an atomic. Every
+/// label is registered up front, so a layer that never answered shows as 0.
+struct KindMetrics {
+    memory: Counter,
+    disk: Counter,
     /// Files of a compatible older version served while the current one is recomputed.
-    pub old_version_hits: AtomicU64,
-    pub shared_hits: AtomicU64,
-    pub placeholder_hits: AtomicU64,
-    pub computed: AtomicU64,
-    pub errors: AtomicU64,
+    old_version: Counter,
+    /// Remembered misses and failures.
+    placeholder: Counter,
+    shared: Counter,
+    /// Computations, background recomputations of old versions included.
+    computed: Counter,
+    compute_errors: Counter,
+}
+
+impl KindMetrics {
+    fn new(kind: &'static str) -> Self {
+        let lookups = |layer: &'static str| metrics::counter!(CACHE_LOOKUPS, "kind" => kind, "layer" => layer);
+        KindMetrics {
+            memory: lookups("memory"),
+            disk: lookups("disk"),
+            old_version: lookups("old_version"),
+            placeholder: lookups("placeholder"),
+            shared: lookups("shared"),
+            computed: lookups("computed"),
+            compute_errors: metrics::counter!(CACHE_COMPUTE_ERRORS, "kind" => kind),
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -210,7 +228,7 @@ struct Inner<R: CacheItemRequest> {
     cache_dir: PathBuf,
     config: CacheConfig,
     memory: moka::future::Cache<CacheKey, Entry<R::Item>>,
-    stats: Arc<CacheStats>,
+    metrics: KindMetrics,
     boot_id: Arc<str>,
     shared: Option<Arc<SharedCache>>,
     /// Keys being recomputed from an old version, so each is recomputed once.
@@ -243,7 +261,7 @@ impl<R: CacheItemRequest> Cacher<R> {
                 cache_dir: cache_dir.to_owned(),
                 config,
                 memory,
-                stats: Arc::new(CacheStats::default()),
+                metrics: KindMetrics::new(kind.name),
                 boot_id,
                 shared: None,
                 refreshes: Mutex::new(HashSet::new()),
@@ -261,10 +279,6 @@ impl<R: CacheItemRequest> Cacher<R> {
 
     pub fn kind(&self) -> CacheKind {
         self.inner.kind
-    }
-
-    pub fn stats(&self) -> &Arc<CacheStats> {
-        &self.inner.stats
     }
 
     /// Where the current version of `key` lives.
@@ -303,13 +317,12 @@ impl<R: CacheItemRequest> Cacher<R> {
             })
             .await;
         if !computed_here {
-            self.inner.stats.memory_hits.fetch_add(1, Ordering::Relaxed);
+            self.inner.metrics.memory.increment(1);
         }
         entry.value
     }
 
     async fn load_or_compute(&self, key: &CacheKey, request: R) -> Entry<R::Item> {
-        let stats = &self.inner.stats;
         let path = self.path_for(key);
         if let Some(entry) = self.read_disk(&path, key, &request, true) {
             return entry;
@@ -317,7 +330,7 @@ impl<R: CacheItemRequest> Cacher<R> {
         for &version in self.inner.kind.compatible {
             let old = self.version_path(version, key);
             if let Some(entry) = self.read_disk(&old, key, &request, false) {
-                stats.old_version_hits.fetch_add(1, Ordering::Relaxed);
+                self.inner.metrics.old_version.increment(1);
                 self.spawn_refresh(key.clone(), request);
                 return entry;
             }
@@ -358,10 +371,7 @@ impl<R: CacheItemRequest> Cacher<R> {
             if matches!(err, CacheError::Malformed(_)) && *boot_id != *self.inner.boot_id {
                 return None;
             }
-            self.inner
-                .stats
-                .placeholder_hits
-                .fetch_add(1, Ordering::Relaxed);
+            self.inner.metrics.placeholder.increment(1);
             return Some(Entry {
                 value: Err(err),
                 weight: 1,
@@ -392,7 +402,7 @@ impl<R: CacheItemRequest> Cacher<R> {
             }
         }
         if current {
-            self.inner.stats.disk_hits.fetch_add(1, Ordering::Relaxed);
+            self.inner.metrics.disk.increment(1);
         }
         Some(Entry {
             value: Ok(item),
@@ -415,7 +425,7 @@ impl<R: CacheItemRequest> Cacher<R> {
         }
         match self.publish(temp, path, request) {
             Ok((item, view)) => {
-                self.inner.stats.shared_hits.fetch_add(1, Ordering::Relaxed);
+                self.inner.metrics.shared.increment(1);
                 Some(Entry {
                     value: Ok(item),
                     weight: weight_of(view.len()).saturating_mul(R::MEMORY_FACTOR),
@@ -459,8 +469,7 @@ impl<R: CacheItemRequest> Cacher<R> {
     }
 
     async fn compute(&self, key: &CacheKey, path: &Path, request: &R) -> Entry<R::Item> {
-        let stats = &self.inner.stats;
-        stats.computed.fetch_add(1, Ordering::Relaxed);
+        self.inner.metrics.computed.increment(1);
         let outcome = match self.temp_file(path) {
             Ok(mut temp) => match request.compute(&mut temp).await {
                 Ok(()) => self.publish(temp, path, request),
@@ -482,7 +491,7 @@ impl<R: CacheItemRequest> Cacher<R> {
                 }
             }
             Err(err) => {
-                stats.errors.fetch_add(1, Ordering::Relaxed);
+                self.inner.metrics.compute_errors.increment(1);
                 self.write_placeholder(path, &err);
                 self.error_entry(err, key.scope())
             }
@@ -552,7 +561,8 @@ fn touch(path: &Path) {
 mod tests {
     use super::*;
     use crate::cache::Scope;
-    use std::sync::atomic::AtomicUsize;
+    use crate::telemetry::{Recorded, recorded};
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     struct Req {
         calls: Arc<AtomicUsize>,
@@ -581,6 +591,11 @@ mod tests {
             }
             Ok(Arc::new(data.to_vec()))
         }
+    }
+
+    /// Lookups of the test kind that `layer` answered.
+    fn lookups(metrics: &Recorded, layer: &str) -> u64 {
+        metrics.counter(CACHE_LOOKUPS, &[("kind", "test"), ("layer", layer)])
     }
 
     fn cacher(dir: &Path, config: CacheConfig) -> Cacher<Req> {
@@ -614,7 +629,7 @@ mod tests {
         assert_eq!(std::fs::read(c.path_for(&key)).unwrap(), b"hello");
 
         // A fresh process (new memory layer) is served from disk.
-        let c2 = cacher(dir.path(), CacheConfig::default());
+        let (c2, metrics) = recorded(|| cacher(dir.path(), CacheConfig::default()));
         let r = c2
             .get(
                 key,
@@ -626,7 +641,8 @@ mod tests {
             .await;
         assert_eq!(r.unwrap().as_slice(), b"hello");
         assert_eq!(calls.load(Ordering::SeqCst), 1);
-        assert_eq!(c2.stats().disk_hits.load(Ordering::Relaxed), 1);
+        assert_eq!(lookups(&metrics, "disk"), 1);
+        assert_eq!(lookups(&metrics, "computed"), 0);
         // No temp file is left behind.
         let leftovers: Vec<_> = walk(dir.path())
             .into_iter()
@@ -777,11 +793,11 @@ mod tests {
         );
         let old_path = v1.path_for(&key);
 
-        let v2 = versioned(dir.path(), 2, &[1]);
+        let (v2, metrics) = recorded(|| versioned(dir.path(), 2, &[1]));
         // Served at once from the old file, although computing would give "new".
         let got = v2.get(key.clone(), req(&calls, Ok(b"new"))).await.unwrap();
         assert_eq!(got.as_slice(), b"old");
-        assert_eq!(v2.stats().old_version_hits.load(Ordering::Relaxed), 1);
+        assert_eq!(lookups(&metrics, "old_version"), 1);
         for _ in 0..250 {
             if v2.inner.refreshes.lock().unwrap().is_empty() {
                 break;
@@ -804,10 +820,11 @@ mod tests {
         let key = CacheKey::new(Scope::Global, &["v"]);
         let v1 = versioned(dir.path(), 1, &[]);
         v1.get(key.clone(), req(&calls, Ok(b"old"))).await.unwrap();
-        let v3 = versioned(dir.path(), 3, &[2]);
+        let (v3, metrics) = recorded(|| versioned(dir.path(), 3, &[2]));
         let got = v3.get(key, req(&calls, Ok(b"new"))).await.unwrap();
         assert_eq!(got.as_slice(), b"new");
-        assert_eq!(v3.stats().old_version_hits.load(Ordering::Relaxed), 0);
+        assert_eq!(lookups(&metrics, "old_version"), 0);
+        assert_eq!(lookups(&metrics, "computed"), 1);
         assert_eq!(calls.load(Ordering::SeqCst), 2);
     }
 

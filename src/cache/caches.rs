@@ -1,4 +1,3 @@
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -7,7 +6,7 @@ use serde::Serialize;
 use super::budget::memory_share;
 use super::shared::SharedCache;
 use super::{CacheConfig, CachesConfig, SharedCacheConfig};
-use super::{CacheItemRequest, CacheKind, CacheStats, Cacher};
+use super::{CacheItemRequest, CacheKind, Cacher};
 use crate::fetch::Downloader;
 
 /// Whether files of a kind came from sources or were computed from such files; decides
@@ -20,17 +19,16 @@ pub enum Family {
     Derived,
 }
 
-/// A cache kind some `Cacher` serves, with its counters.
+/// A cache kind some `Cacher` serves.
 #[derive(Clone)]
 pub struct RegisteredKind {
     pub kind: CacheKind,
     pub family: Family,
-    pub stats: Arc<CacheStats>,
 }
 
 /// Builds the `Cacher` of every cache kind from the config: where files go, which
 /// lifetime rules apply, and each kind's share of the in-memory budget. Remembers every
-/// kind it built, so cleanup knows the live versions and `/metrics` the counters.
+/// kind it built, so cleanup knows the live versions.
 pub struct Caches {
     cache_dir: PathBuf,
     downloaded: CacheConfig,
@@ -92,38 +90,15 @@ impl Caches {
             self.boot_id.clone(),
         )
         .with_shared(shared);
-        self.kinds.lock().unwrap().push(RegisteredKind {
-            kind,
-            family,
-            stats: cacher.stats().clone(),
-        });
+        self.kinds
+            .lock()
+            .unwrap()
+            .push(RegisteredKind { kind, family });
         cacher
     }
 
     /// Every kind built so far.
     pub fn kinds(&self) -> Vec<RegisteredKind> {
         self.kinds.lock().unwrap().clone()
-    }
-
-    /// What `GET /metrics` shows: every kind's counters, and the shared cache's (or
-    /// `null`).
-    pub fn metrics(&self) -> serde_json::Value {
-        let caches: BTreeMap<&str, serde_json::Value> = self
-            .kinds
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|k| {
-                (
-                    k.kind.name,
-                    serde_json::to_value(&*k.stats).unwrap_or_default(),
-                )
-            })
-            .collect();
-        let shared = self.shared.as_ref().map(|s| s.stats().clone());
-        serde_json::json!({
-            "caches": caches,
-            "shared_cache": shared.as_deref(),
-        })
     }
 }

@@ -19,11 +19,9 @@ mod key;
 mod shared;
 
 pub use budget::MEMORY_SHARES;
-pub use cacher::{CacheItemRequest, CacheKind, CacheStats, Cacher};
+pub use cacher::{CacheItemRequest, CacheKind, Cacher};
 pub use caches::{Caches, Family, RegisteredKind};
 pub use config::{CacheConfig, CachesConfig, DiagnosticsCacheConfig, InMemoryConfig};
 pub use derived::{DerivedCache, DerivedFormat, InputFuture};
 pub use key::{CacheKey, Scope};
-pub use shared::{
-    S3SharedCacheConfig, SharedCache, SharedCacheBackendConfig, SharedCacheConfig, SharedCacheStats,
-};
+pub use shared::{S3SharedCacheConfig, SharedCache, SharedCacheBackendConfig, SharedCacheConfig};

@@ -1,9 +1,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_sdk_s3::primitives::ByteStream;
-use serde::{Deserialize, Serialize};
+use metrics::Counter;
+use serde::Deserialize;
 use symbolic::common::ByteView;
 use tempfile::NamedTempFile;
 use tokio::io::AsyncWriteExt;
@@ -15,6 +15,7 @@ use crate::fetch::{
     Downloader, FetchConfig, GcsAccess, build_s3_client, gcs_download_url, s3_http_client,
 };
 use crate::sources::{GcsAuth, S3Region, Secret, google_token_uri};
+use crate::telemetry::{SHARED_CACHE_FETCHES, SHARED_CACHE_UPLOADED_BYTES, SHARED_CACHE_UPLOADS};
 
 /// Upstream's `shared_cache` block, plus an `s3` backend.
 #[derive(Clone, Debug, Deserialize)]
@@ -87,14 +88,34 @@ pub struct S3SharedCacheConfig {
     pub secret_key: Secret,
 }
 
-/// Counters of the shared cache, for `/metrics`.
-#[derive(Debug, Default, Serialize)]
-pub struct SharedCacheStats {
-    pub uploaded: AtomicU64,
-    pub upload_errors: AtomicU64,
+/// The shared cache's counters, registered once (every outcome shows, 0 or not).
+struct SharedCacheMetrics {
+    uploaded: Counter,
+    uploaded_bytes: Counter,
+    upload_errors: Counter,
     /// Uploads dropped because the queue was full.
-    pub uploads_dropped: AtomicU64,
-    pub fetch_errors: AtomicU64,
+    uploads_dropped: Counter,
+    fetch_hits: Counter,
+    fetch_misses: Counter,
+    fetch_errors: Counter,
+}
+
+impl SharedCacheMetrics {
+    fn new() -> Self {
+        let upload =
+            |outcome: &'static str| metrics::counter!(SHARED_CACHE_UPLOADS, "outcome" => outcome);
+        let fetch =
+            |outcome: &'static str| metrics::counter!(SHARED_CACHE_FETCHES, "outcome" => outcome);
+        SharedCacheMetrics {
+            uploaded: upload("ok"),
+            uploaded_bytes: metrics::counter!(SHARED_CACHE_UPLOADED_BYTES),
+            upload_errors: upload("error"),
+            uploads_dropped: upload("dropped"),
+            fetch_hits: fetch("hit"),
+            fetch_misses: fetch("miss"),
+            fetch_errors: fetch("error"),
+        }
+    }
 }
 
 enum Backend {
@@ -131,7 +152,7 @@ struct Upload {
 pub struct SharedCache {
     backend: Arc<Backend>,
     queue: mpsc::Sender<Upload>,
-    stats: Arc<SharedCacheStats>,
+    metrics: Arc<SharedCacheMetrics>,
 }
 
 impl SharedCache {
@@ -169,32 +190,35 @@ impl SharedCache {
                 downloader: downloader.clone(),
             })),
         });
-        let stats = Arc::new(SharedCacheStats::default());
+        let metrics = Arc::new(SharedCacheMetrics::new());
         let (queue, rx) = mpsc::channel(config.max_upload_queue_size.max(1));
         runtime.spawn(upload_worker(
             rx,
             backend.clone(),
-            stats.clone(),
+            metrics.clone(),
             config.max_concurrent_uploads.max(1),
         ));
         Ok(SharedCache {
             backend,
             queue,
-            stats,
+            metrics,
         })
-    }
-
-    pub fn stats(&self) -> &Arc<SharedCacheStats> {
-        &self.stats
     }
 
     /// Copies the shared file at `path` into `dest`; `false` when there is none (or the
     /// store failed, which only costs a computation).
     pub async fn fetch(&self, path: &str, dest: &mut NamedTempFile) -> bool {
         match self.backend.fetch(path, dest).await {
-            Ok(found) => found,
+            Ok(true) => {
+                self.metrics.fetch_hits.increment(1);
+                true
+            }
+            Ok(false) => {
+                self.metrics.fetch_misses.increment(1);
+                false
+            }
             Err(err) => {
-                self.stats.fetch_errors.fetch_add(1, Ordering::Relaxed);
+                self.metrics.fetch_errors.increment(1);
                 tracing::warn!(%path, error = %err, "shared cache lookup failed");
                 false
             }
@@ -204,7 +228,7 @@ impl SharedCache {
     /// Queues an upload; never waits.
     pub fn store(&self, path: String, data: ByteView<'static>) {
         if self.queue.try_send(Upload { path, data }).is_err() {
-            self.stats.uploads_dropped.fetch_add(1, Ordering::Relaxed);
+            self.metrics.uploads_dropped.increment(1);
         }
     }
 }
@@ -212,7 +236,7 @@ impl SharedCache {
 async fn upload_worker(
     mut rx: mpsc::Receiver<Upload>,
     backend: Arc<Backend>,
-    stats: Arc<SharedCacheStats>,
+    metrics: Arc<SharedCacheMetrics>,
     max_concurrent: usize,
 ) {
     let slots = Arc::new(Semaphore::new(max_concurrent));
@@ -220,15 +244,18 @@ async fn upload_worker(
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return;
         };
-        let (backend, stats) = (backend.clone(), stats.clone());
+        let (backend, metrics) = (backend.clone(), metrics.clone());
         tokio::spawn(async move {
             match backend.store(&upload.path, &upload.data).await {
-                Ok(()) => stats.uploaded.fetch_add(1, Ordering::Relaxed),
+                Ok(()) => {
+                    metrics.uploaded.increment(1);
+                    metrics.uploaded_bytes.increment(upload.data.len() as u64);
+                }
                 Err(err) => {
                     tracing::warn!(path = %upload.path, error = %err, "shared cache upload failed");
-                    stats.upload_errors.fetch_add(1, Ordering::Relaxed)
+                    metrics.upload_errors.increment(1);
                 }
-            };
+            }
             drop(permit);
         });
     }
@@ -435,6 +462,7 @@ fn write_atomically(path: &Path, data: &[u8]) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::telemetry::recorded;
 
     fn filesystem(dir: &Path, queue: usize) -> SharedCache {
         let config = SharedCacheConfig {
@@ -485,25 +513,31 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_full_queue_drops_and_counts_and_uploads_round_trip() {
         let dir = tempfile::tempdir().unwrap();
-        let shared = filesystem(dir.path(), 1);
+        let (shared, metrics) = recorded(|| filesystem(dir.path(), 1));
+        let uploads = |outcome| metrics.counter(SHARED_CACHE_UPLOADS, &[("outcome", outcome)]);
         for n in 0..3 {
             let data = ByteView::from_vec(format!("item {n}").into_bytes());
             shared.store(format!("kind/1/global/{n}"), data);
         }
-        assert_eq!(shared.stats().uploads_dropped.load(Ordering::Relaxed), 2);
+        assert_eq!(uploads("dropped"), 2);
         for _ in 0..100 {
-            if shared.stats().uploaded.load(Ordering::Relaxed) == 1 {
+            if uploads("ok") == 1 {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        assert_eq!(shared.stats().uploaded.load(Ordering::Relaxed), 1);
+        assert_eq!(uploads("ok"), 1);
+        assert_eq!(metrics.counter(SHARED_CACHE_UPLOADED_BYTES, &[]), 6);
 
         let mut temp = NamedTempFile::new().unwrap();
         assert!(shared.fetch("kind/1/global/0", &mut temp).await);
         assert_eq!(std::fs::read(temp.path()).unwrap(), b"item 0");
         let mut temp = NamedTempFile::new().unwrap();
         assert!(!shared.fetch("kind/1/global/1", &mut temp).await);
-        assert_eq!(shared.stats().fetch_errors.load(Ordering::Relaxed), 0);
+        let fetches = |outcome| metrics.counter(SHARED_CACHE_FETCHES, &[("outcome", outcome)]);
+        assert_eq!(
+            (fetches("hit"), fetches("miss"), fetches("error")),
+            (1, 1, 0)
+        );
     }
 }

@@ -35,6 +35,7 @@ pub use deny_list::DenyListConfig;
 pub(crate) use gcs::{GcsAccess, download_url as gcs_download_url};
 pub use remote::{RemoteFile, fetch_file};
 pub(crate) use s3::{build_client as build_s3_client, http_client as s3_http_client};
+pub use transfer::record_download;
 
 /// Limits and identity for outgoing fetches. Field names follow upstream's config keys.
 #[derive(Debug, Clone, PartialEq, Eq)]

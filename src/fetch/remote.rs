@@ -1,10 +1,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 use tempfile::NamedTempFile;
 use url::Url;
 
+use super::transfer::record_download;
 use super::{Downloader, decompress_file};
 use crate::error::{CacheError, CacheResult};
 use crate::sources::{
@@ -125,53 +127,60 @@ pub async fn fetch_file(
     let mut out =
         tokio::fs::File::from_std(dest.as_file().try_clone().map_err(CacheError::internal)?);
     let permit = downloader.source_permit(file.source_id()).await?;
-    match &file.source {
-        SourceConfig::Http(http) => {
-            let url = http.join_url(&file.path).ok_or(CacheError::NotFound)?;
-            // As upstream, only HTTP hosts are blocked: the other kinds are few, configured
-            // by the operator, and their failures are rarely the host's.
-            let host = url.host_str().unwrap_or_default();
-            let deny_list = downloader.inner.deny_list.as_ref();
-            if let Some(deny_list) = deny_list {
-                deny_list.check(host)?;
+    let started = Instant::now();
+    let downloaded = match &file.source {
+        SourceConfig::Http(http) => match http.join_url(&file.path) {
+            Some(url) => {
+                // As upstream, only HTTP hosts are blocked: the other kinds are few,
+                // configured by the operator, and their failures are rarely the host's.
+                let host = url.host_str().unwrap_or_default();
+                let deny_list = downloader.inner.deny_list.as_ref();
+                match deny_list.map(|list| list.check(host)).unwrap_or(Ok(())) {
+                    Err(blocked) => Err(blocked),
+                    Ok(()) => {
+                        let result = downloader
+                            .download_http_with(
+                                &url,
+                                &http.headers,
+                                http.accept_invalid_certs,
+                                max_size,
+                                &mut out,
+                            )
+                            .await;
+                        if let Some(deny_list) = deny_list {
+                            deny_list.record(host, &result);
+                        }
+                        result
+                    }
+                }
             }
-            let result = downloader
-                .download_http_with(
-                    &url,
-                    &http.headers,
-                    http.accept_invalid_certs,
-                    max_size,
-                    &mut out,
-                )
-                .await;
-            if let Some(deny_list) = deny_list {
-                deny_list.record(host, &result);
-            }
-            result?;
-        }
+            None => Err(CacheError::NotFound),
+        },
         SourceConfig::Filesystem(fs) => {
             downloader
                 .copy_file(&fs.join_path(&file.path), &mut out)
-                .await?;
+                .await
         }
         SourceConfig::Sentry(sentry) => {
             let url = match &file.download_url {
                 Some(url) => url.clone(),
                 None => sentry.download_url(&file.path),
             };
-            downloader.download_sentry(sentry, &url, &mut out).await?;
+            downloader.download_sentry(sentry, &url, &mut out).await
         }
         SourceConfig::S3(s3) => {
             downloader
                 .download_s3(s3, &s3.key(&file.path), &mut out)
-                .await?;
+                .await
         }
         SourceConfig::Gcs(gcs) => {
             downloader
                 .download_gcs(gcs, &gcs.key(&file.path), &mut out)
-                .await?;
+                .await
         }
-    }
+    };
+    record_download(file.source.type_name(), started, &downloaded);
+    downloaded?;
     // Decompression is local work; the slot is for the source's sake.
     drop(permit);
     use tokio::io::AsyncWriteExt;

@@ -2,7 +2,7 @@
 //! exponential backoff, and writing a response body to the destination file under the size
 //! and streaming-time limits.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
@@ -11,6 +11,7 @@ use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 use super::reserved_ip::RESERVED_ADDRESS_MSG;
 use super::{Downloader, FetchConfig, too_large};
 use crate::error::{CacheError, CacheResult};
+use crate::telemetry::{DOWNLOAD_DURATION, DOWNLOADED_BYTES, DOWNLOADS};
 
 pub(super) const MAX_TRIES: u32 = 3;
 /// First retry delay; doubled for each further try, so a struggling server gets room.
@@ -71,6 +72,20 @@ macro_rules! retrying {
     }};
 }
 pub(super) use retrying;
+
+/// Counts a download of a file from a source of type `source_type` (or a crash file's
+/// `storage_url`) that began at `started`: its outcome, its bytes and its duration.
+pub fn record_download(source_type: &'static str, started: Instant, result: &CacheResult<u64>) {
+    let outcome = match result {
+        Ok(_) => "ok",
+        Err(err) => err.name(),
+    };
+    metrics::counter!(DOWNLOADS, "source_type" => source_type, "outcome" => outcome).increment(1);
+    if let Ok(bytes) = result {
+        metrics::counter!(DOWNLOADED_BYTES, "source_type" => source_type).increment(*bytes);
+    }
+    metrics::histogram!(DOWNLOAD_DURATION, "source_type" => source_type).record(started.elapsed());
+}
 
 /// Logs how a download ended; `what` names it without credentials.
 pub(super) fn log_download(what: &str, result: &CacheResult<u64>) {

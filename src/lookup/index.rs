@@ -17,6 +17,7 @@ use crate::error::{CacheError, CacheResult};
 use crate::fetch::{Downloader, RemoteFile, fetch_file};
 use crate::sources::index::{LASTID_PATH, SymstoreIndex, parse_lastid, segment_path};
 use crate::sources::{DirectoryLayoutType, SourceConfig};
+use crate::telemetry::SYMSTORE_INDEX_UNAVAILABLE;
 
 pub const SYMSTORE_INDEX: CacheKind = CacheKind {
     name: "symstore_index",
@@ -128,6 +129,7 @@ impl SymstoreIndexes {
             Ok(index) => Some(index),
             Err(err) => {
                 tracing::warn!(source = %source.id(), error = %err, "cannot load symstore index; trying every path");
+                metrics::counter!(SYMSTORE_INDEX_UNAVAILABLE).increment(1);
                 None
             }
         }

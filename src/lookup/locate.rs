@@ -7,6 +7,7 @@ use super::index::SymstoreIndexes;
 use crate::cache::{Caches, Scope};
 use crate::fetch::{Downloader, RemoteFile};
 use crate::sources::{FileType, ObjectId, SourceConfig};
+use crate::telemetry::SYMSTORE_INDEX_SKIPPED_PATHS;
 
 pub struct Locator {
     downloader: Downloader,
@@ -42,7 +43,10 @@ impl Locator {
                 && !files.is_empty()
                 && let Some(index) = self.indexes.get(source, scope).await
             {
+                let listed = files.len();
                 files.retain(|file| index.contains(&file.path));
+                metrics::counter!(SYMSTORE_INDEX_SKIPPED_PATHS)
+                    .increment((listed - files.len()) as u64);
             }
             files
         }))

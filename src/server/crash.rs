@@ -20,7 +20,7 @@ use url::Url;
 use super::error::parse_json;
 use super::{ApiError, AppState, Params, RequestParams};
 use crate::error::CacheError;
-use crate::fetch::decompress_file;
+use crate::fetch::{decompress_file, record_download};
 use crate::native::CrashReportRequest;
 use crate::sources::SourceConfig;
 use crate::types::{RequestOptions, RewriteRules};
@@ -246,9 +246,12 @@ async fn fetch_attachment(
     if let Some(token) = token {
         headers.insert("Authorization".to_owned(), format!("Bearer {token}"));
     }
-    downloader
+    let started = std::time::Instant::now();
+    let downloaded = downloader
         .download_http_capped(url, &headers, files.max_size, &mut out)
-        .await
+        .await;
+    record_download("storage_url", started, &downloaded);
+    downloaded
         .map_err(|err| anyhow::anyhow!("cannot fetch the crash file from storage_url: {err}"))?;
     out.flush().await?;
     files

@@ -7,6 +7,7 @@ mod crash;
 mod error;
 mod js;
 mod jvm;
+mod request_metrics;
 mod requests;
 mod symbolicate;
 
@@ -14,11 +15,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::DefaultBodyLimit;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
+use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 
 use crate::cache::{Caches, Scope};
@@ -30,6 +32,7 @@ use crate::lookup::Lookup;
 use crate::native::NativeService;
 use crate::service::RequestService;
 use crate::sources::SourceConfig;
+use crate::telemetry;
 
 pub use error::ApiError;
 
@@ -45,12 +48,16 @@ pub struct AppState {
     /// Fetches crash files named by `storage_url`.
     pub downloader: Downloader,
     pub crash_files: crash::CrashFiles,
-    /// Every cache kind's counters (for `/metrics`) and live versions (for cleanup).
+    /// Every cache kind's live versions (for cleanup).
     pub caches: Arc<Caches>,
+    /// Renders what the process recorded, for `GET /metrics`.
+    pub metrics: PrometheusHandle,
 }
 
 impl AppState {
     pub fn new(config: &Config) -> anyhow::Result<Self> {
+        // First: the counters registered while the services are built must reach it.
+        let metrics = telemetry::install(&config.metrics);
         let downloader = Downloader::new(config.fetch_config())?;
         let caches = Arc::new(Caches::new(
             &config.cache_dir,
@@ -75,6 +82,7 @@ impl AppState {
                 max_size: config.max_crash_file_size,
             },
             caches,
+            metrics,
         })
     }
 }
@@ -82,10 +90,7 @@ impl AppState {
 pub fn router(state: AppState, config: &Config) -> Router {
     Router::new()
         .route("/healthcheck", get(|| async { "ok" }))
-        .route(
-            "/metrics",
-            get(|State(state): State<AppState>| async move { axum::Json(state.caches.metrics()) }),
-        )
+        .route("/metrics", get(request_metrics::render))
         .route("/symbolicate", post(symbolicate::symbolicate))
         .route("/symbolicate-any", post(crash::symbolicate_any))
         .route("/symbolicate-jvm", post(jvm::symbolicate_jvm))
@@ -103,6 +108,9 @@ pub fn router(state: AppState, config: &Config) -> Router {
             "/applecrashreport",
             post(crash::apple_crash_report).layer(DefaultBodyLimit::disable()),
         )
+        .layer(axum::middleware::from_fn(request_metrics::record))
+        // Outermost, like the metrics: every request, rejected ones and 404s included,
+        // gets its log line and id.
         .layer(axum::middleware::from_fn(access_log::log_request))
         .with_state(state)
 }

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod gcs;
+pub mod prometheus;
 pub mod s3;
 
 use std::io::{BufRead, BufReader};
@@ -201,6 +202,23 @@ impl Server {
 
     pub async fn get(&self, path: &str) -> (StatusCode, Value) {
         send(client().get(format!("{}{path}", self.url))).await
+    }
+
+    /// `GET /metrics`, parsed as the Prometheus text exposition format.
+    pub async fn scrape(&self) -> prometheus::Exposition {
+        let resp = client()
+            .get(format!("{}/metrics", self.url))
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success(), "{resp:?}");
+        assert_eq!(
+            resp.headers()["content-type"],
+            "text/plain; version=0.0.4",
+            "{resp:?}"
+        );
+        let text = resp.text().await.unwrap();
+        prometheus::Exposition::parse(&text).unwrap_or_else(|err| panic!("{err}\n{text}"))
     }
 }
 

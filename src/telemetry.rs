@@ -1,0 +1,416 @@
+//! Metrics: every module records through the `metrics` crate's macros under the names
+//! below; this module installs the one process-wide recorder behind them. It always
+//! keeps a Prometheus registry (rendered at `GET /metrics`) and, when `metrics.statsd`
+//! is set, also sends every recording to StatsD (DogStatsD tags, as upstream).
+//! Names are dotted (`http.requests`); Prometheus shows the dots as underscores and
+//! counters with a `_total` suffix.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+use metrics_exporter_dogstatsd::DogStatsDBuilder;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_util::layers::FanoutBuilder;
+use serde::{Deserialize, Deserializer};
+
+/// HTTP requests answered, by `endpoint` (the route pattern) and `status`.
+pub const HTTP_REQUESTS: &str = "http.requests";
+/// HTTP requests being answered right now.
+pub const HTTP_REQUESTS_IN_FLIGHT: &str = "http.requests_in_flight";
+/// Time from receiving a request to its response headers, by `endpoint`.
+pub const HTTP_REQUEST_DURATION: &str = "http.request.duration_seconds";
+/// Symbolication requests running in the request service (bounded by
+/// `max_concurrent_requests`).
+pub const REQUESTS_IN_FLIGHT: &str = "requests.in_flight";
+/// Symbolication requests refused because `max_concurrent_requests` were running.
+pub const REQUESTS_REJECTED: &str = "requests.rejected";
+/// Symbolication requests that ended, by `status` (completed, failed, timeout,
+/// internal_error).
+pub const REQUESTS_FINISHED: &str = "requests.finished";
+/// Cache lookups by cache `kind` and the `layer` that answered: memory, disk,
+/// old_version, placeholder, shared or computed.
+pub const CACHE_LOOKUPS: &str = "cache.lookups";
+/// Computations of a cache item that failed (and were remembered as placeholders),
+/// by `kind`.
+pub const CACHE_COMPUTE_ERRORS: &str = "cache.compute_errors";
+/// Downloads of source files by `source_type` and `outcome`.
+pub const DOWNLOADS: &str = "downloads";
+/// Bytes downloaded (before decompression), by `source_type`.
+pub const DOWNLOADED_BYTES: &str = "downloads.bytes";
+/// How long downloads took, retries included, by `source_type`.
+pub const DOWNLOAD_DURATION: &str = "downloads.duration_seconds";
+/// Uploads to the shared cache by `outcome` (ok, error, dropped).
+pub const SHARED_CACHE_UPLOADS: &str = "shared_cache.uploads";
+/// Bytes uploaded to the shared cache.
+pub const SHARED_CACHE_UPLOADED_BYTES: &str = "shared_cache.uploads.bytes";
+/// Lookups in the shared cache by `outcome` (hit, miss, error).
+pub const SHARED_CACHE_FETCHES: &str = "shared_cache.fetches";
+/// Symstore indexes that could not be loaded, so every path was tried.
+pub const SYMSTORE_INDEX_UNAVAILABLE: &str = "symstore_index.unavailable";
+/// Candidate paths not fetched because a symstore index does not list them.
+pub const SYMSTORE_INDEX_SKIPPED_PATHS: &str = "symstore_index.skipped_paths";
+
+/// Buckets of the latency histograms, in seconds: from a warm request (milliseconds) to
+/// the 15 minute request limit.
+const DURATION_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+    900.0,
+];
+
+/// How often histogram samples are folded into the Prometheus buckets when nobody
+/// scrapes, so that they do not pile up.
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The `metrics` section of the config, with upstream's keys and defaults.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default)]
+pub struct MetricsConfig {
+    /// `host:port` of a StatsD server; unset or empty: no StatsD.
+    #[serde(deserialize_with = "deserialize_statsd")]
+    pub statsd: Option<String>,
+    /// Put before every StatsD metric name, joined with a dot.
+    pub prefix: String,
+    /// Name of a tag that carries this machine's host name.
+    pub hostname_tag: Option<String>,
+    /// Name of a tag that carries the environment (`SENTRY_ENVIRONMENT`).
+    pub environment_tag: Option<String>,
+    /// Name of a tag that carries the platform (`SYMBOLICATOR_PLATFORM`).
+    pub platform_tag: Option<String>,
+    /// Tags sent with every StatsD metric.
+    pub custom_tags: BTreeMap<String, String>,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            statsd: non_empty(std::env::var("STATSD_SERVER").ok()),
+            prefix: "symbolicator".into(),
+            hostname_tag: None,
+            environment_tag: None,
+            platform_tag: None,
+            custom_tags: BTreeMap::new(),
+        }
+    }
+}
+
+/// Self-hosted's config says `statsd: "${SYMBOLICATOR_STATSD_ADDR}"`, which is empty
+/// where no StatsD runs: that means none, not a bad address.
+fn non_empty(value: Option<String>) -> Option<String> {
+    value.filter(|v| !v.trim().is_empty())
+}
+
+fn deserialize_statsd<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(non_empty(Option::<String>::deserialize(d)?))
+}
+
+/// What the tag options and the environment they read come to.
+struct TagSources {
+    hostname: Option<String>,
+    environment: Option<String>,
+    platform: Option<String>,
+}
+
+impl TagSources {
+    fn from_env() -> Self {
+        TagSources {
+            hostname: hostname::get().ok().and_then(|h| h.into_string().ok()),
+            // What the Sentry SDK, whose environment upstream reports, would say.
+            environment: Some(std::env::var("SENTRY_ENVIRONMENT").unwrap_or_else(|_| {
+                if cfg!(debug_assertions) {
+                    "debug"
+                } else {
+                    "production"
+                }
+                .to_owned()
+            })),
+            platform: std::env::var("SYMBOLICATOR_PLATFORM").ok(),
+        }
+    }
+}
+
+/// The tags of every StatsD metric: `custom_tags`, plus the host name, environment and
+/// platform under the names configured for them (those win over a custom tag of the
+/// same name, as upstream).
+fn global_tags(config: &MetricsConfig, sources: TagSources) -> BTreeMap<String, String> {
+    let mut tags = config.custom_tags.clone();
+    for (tag, value, what) in [
+        (&config.hostname_tag, sources.hostname, "host name"),
+        (&config.environment_tag, sources.environment, "environment"),
+        (&config.platform_tag, sources.platform, "platform"),
+    ] {
+        let Some(tag) = tag else { continue };
+        if tags.contains_key(tag) {
+            tracing::warn!(%tag, "metrics tag is set both as the {what} tag and as a custom tag");
+        }
+        match value {
+            Some(value) => {
+                tags.insert(tag.clone(), value);
+            }
+            None => tracing::warn!(%tag, "the {what} is not available for its metrics tag"),
+        }
+    }
+    tags
+}
+
+/// Installs the process-wide recorder on the first call and returns the handle that
+/// renders the Prometheus text; later calls (more servers in one test process) get the
+/// same handle and their config is not looked at. Counters registered before this
+/// call record nothing, so it runs before anything registers one.
+pub fn install(config: &MetricsConfig) -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let (recorder, handle) = build(config, TagSources::from_env());
+            if metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!("another metrics recorder is installed; /metrics stays empty");
+            }
+            describe();
+            let upkeep = handle.clone();
+            let spawned = std::thread::Builder::new()
+                .name("metrics-upkeep".into())
+                .spawn(move || {
+                    loop {
+                        std::thread::sleep(UPKEEP_INTERVAL);
+                        upkeep.run_upkeep();
+                    }
+                });
+            if let Err(err) = spawned {
+                tracing::warn!(error = %err, "cannot start the metrics upkeep thread");
+            }
+            handle
+        })
+        .clone()
+}
+
+/// The recorder to install (Prometheus, and StatsD when configured and reachable) and
+/// the handle that renders the Prometheus text.
+fn build(
+    config: &MetricsConfig,
+    tags: TagSources,
+) -> (metrics_util::layers::Fanout, PrometheusHandle) {
+    let prometheus = PrometheusBuilder::new()
+        .with_recommended_naming(true)
+        .set_buckets_for_metric(Matcher::Suffix("duration_seconds".into()), DURATION_BUCKETS)
+        .expect("the buckets are not empty")
+        .build_recorder();
+    let handle = prometheus.handle();
+    let mut fanout = FanoutBuilder::default().add_recorder(prometheus);
+    if let Some(addr) = &config.statsd {
+        match statsd_recorder(config, addr, tags) {
+            Ok(statsd) => {
+                tracing::info!(%addr, prefix = %config.prefix, "sending metrics to StatsD");
+                fanout = fanout.add_recorder(statsd);
+            }
+            // A metrics sink that is down or misnamed must not keep the server from
+            // symbolicating.
+            Err(err) => tracing::warn!(%addr, error = %err, "cannot send metrics to StatsD"),
+        }
+    }
+    (fanout.build(), handle)
+}
+
+fn statsd_recorder(
+    config: &MetricsConfig,
+    addr: &str,
+    tags: TagSources,
+) -> Result<metrics_exporter_dogstatsd::DogStatsDRecorder, metrics_exporter_dogstatsd::BuildError> {
+    let labels = global_tags(config, tags)
+        .into_iter()
+        .map(|(key, value)| metrics::Label::new(key, value))
+        .collect();
+    let mut builder = DogStatsDBuilder::default()
+        .with_remote_address(addr)?
+        // The exporter's own `datadog.dogstatsd.client.*` series would reach plain
+        // StatsD servers too, unprefixed.
+        .with_telemetry(false)
+        .with_global_labels(labels);
+    if !config.prefix.is_empty() {
+        builder = builder.set_global_prefix(config.prefix.as_str());
+    }
+    builder.build()
+}
+
+/// Units and help texts; Prometheus shows them as `# HELP` and name suffixes.
+fn describe() {
+    let counters = [
+        (
+            HTTP_REQUESTS,
+            "HTTP requests answered, by endpoint and status",
+        ),
+        (
+            REQUESTS_REJECTED,
+            "symbolication requests refused: max_concurrent_requests were running",
+        ),
+        (
+            REQUESTS_FINISHED,
+            "symbolication requests that ended, by status",
+        ),
+        (
+            CACHE_LOOKUPS,
+            "cache lookups, by cache kind and the layer that answered",
+        ),
+        (
+            CACHE_COMPUTE_ERRORS,
+            "cache item computations that failed, by cache kind",
+        ),
+        (
+            DOWNLOADS,
+            "source file downloads, by source type and outcome",
+        ),
+        (SHARED_CACHE_UPLOADS, "shared cache uploads, by outcome"),
+        (SHARED_CACHE_FETCHES, "shared cache lookups, by outcome"),
+        (
+            SYMSTORE_INDEX_UNAVAILABLE,
+            "symstore indexes that could not be loaded",
+        ),
+        (
+            SYMSTORE_INDEX_SKIPPED_PATHS,
+            "paths not fetched because a symstore index lacks them",
+        ),
+    ];
+    for (name, help) in counters {
+        describe_counter!(name, Unit::Count, help);
+    }
+    describe_counter!(
+        DOWNLOADED_BYTES,
+        Unit::Bytes,
+        "bytes downloaded from sources, by source type"
+    );
+    describe_counter!(
+        SHARED_CACHE_UPLOADED_BYTES,
+        Unit::Bytes,
+        "bytes uploaded to the shared cache"
+    );
+    describe_gauge!(
+        HTTP_REQUESTS_IN_FLIGHT,
+        Unit::Count,
+        "HTTP requests being answered"
+    );
+    describe_gauge!(
+        REQUESTS_IN_FLIGHT,
+        Unit::Count,
+        "symbolication requests running"
+    );
+    describe_histogram!(
+        HTTP_REQUEST_DURATION,
+        Unit::Seconds,
+        "time to answer an HTTP request, by endpoint"
+    );
+    describe_histogram!(
+        DOWNLOAD_DURATION,
+        Unit::Seconds,
+        "time a download took, retries included, by source type"
+    );
+}
+
+/// Lets a unit test read what the metric handles made inside `build` record, through a
+/// recorder of its own: the process-wide one is never touched.
+#[cfg(test)]
+pub(crate) fn recorded<T>(build: impl FnOnce() -> T) -> (T, Recorded) {
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let value = metrics::with_local_recorder(&recorder, build);
+    let recorded = Recorded {
+        snapshotter,
+        totals: Default::default(),
+    };
+    (value, recorded)
+}
+
+/// A counter's name and its labels, sorted.
+#[cfg(test)]
+type SeriesKey = (String, Vec<(String, String)>);
+
+#[cfg(test)]
+pub(crate) struct Recorded {
+    snapshotter: metrics_util::debugging::Snapshotter,
+    /// A snapshot drains the counters it reads, so what was read is added up here.
+    totals: std::sync::Mutex<BTreeMap<SeriesKey, u64>>,
+}
+
+#[cfg(test)]
+impl Recorded {
+    /// The counter `name` with exactly `labels` (in any order); 0 when never counted.
+    pub fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        let mut totals = self.totals.lock().unwrap();
+        for (key, _, _, value) in self.snapshotter.snapshot().into_vec() {
+            if let metrics_util::debugging::DebugValue::Counter(n) = value {
+                let mut labels: Vec<(String, String)> = key
+                    .key()
+                    .labels()
+                    .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                    .collect();
+                labels.sort();
+                *totals
+                    .entry((key.key().name().to_owned(), labels))
+                    .or_default() += n;
+            }
+        }
+        let mut want: Vec<(String, String)> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        want.sort();
+        totals.get(&(name.to_owned(), want)).copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(yaml: &str) -> MetricsConfig {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    fn sources() -> TagSources {
+        TagSources {
+            hostname: Some("box-1".into()),
+            environment: Some("prod".into()),
+            platform: None,
+        }
+    }
+
+    #[test]
+    fn an_empty_statsd_address_means_none() {
+        assert_eq!(config("statsd: ''").statsd, None);
+        assert_eq!(config("statsd: '  '").statsd, None);
+        assert_eq!(config("statsd: ~").statsd, None);
+        assert_eq!(
+            config("statsd: 'localhost:8125'").statsd.as_deref(),
+            Some("localhost:8125")
+        );
+        assert_eq!(config("custom_tags: {}").prefix, "symbolicator");
+    }
+
+    #[test]
+    fn tag_options_add_tags_that_win_over_custom_ones() {
+        let config = config(
+            "hostname_tag: host\nenvironment_tag: env\nplatform_tag: platform\n\
+             custom_tags: {env: custom, region: eu}",
+        );
+        let tags = global_tags(&config, sources());
+        let want: BTreeMap<String, String> = [("host", "box-1"), ("env", "prod"), ("region", "eu")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        // The platform is not set in the environment: no tag rather than an empty one.
+        assert_eq!(tags, want);
+    }
+
+    #[test]
+    fn an_unresolvable_statsd_address_leaves_prometheus_working() {
+        let config = config("statsd: 'no-such-host.invalid:8125'");
+        let (recorder, handle) = build(&config, sources());
+        metrics::with_local_recorder(&recorder, || {
+            metrics::counter!(HTTP_REQUESTS, "endpoint" => "/x", "status" => "200").increment(2);
+        });
+        let text = handle.render();
+        assert!(
+            text.contains(r#"http_requests_total{endpoint="/x",status="200"} 2"#),
+            "{text}"
+        );
+    }
+}
