@@ -50,7 +50,12 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(config: &Config) -> anyhow::Result<Self> {
-        let downloader = Downloader::new(config.fetch_config())?;
+        Self::with_downloader(config, Downloader::new(config.fetch_config())?)
+    }
+
+    /// The state around a given downloader: the offline CLI hands in one that reports
+    /// download progress.
+    pub fn with_downloader(config: &Config, downloader: Downloader) -> anyhow::Result<Self> {
         let caches = Arc::new(Caches::new(
             &config.cache_dir,
             &config.caches,
