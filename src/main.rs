@@ -1,4 +1,5 @@
-//! The `omnisym` command line: `run` serves the HTTP API, `cleanup` prunes the cache.
+//! The `omnisym` command line: `run` serves the HTTP API, `cleanup` prunes the cache,
+//! `symbolicate` and `replay` are the offline tools of `omnisym::cli`.
 
 use std::path::PathBuf;
 
@@ -43,6 +44,16 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Symbolicate a minidump, Apple crash report or stored Sentry event offline.
+    Symbolicate {
+        /// YAML config file; without one, the embedded defaults apply.
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        args: omnisym::cli::SymbolicateArgs,
+    },
+    /// Send stored Sentry events to a running server and report what got symbolicated.
+    Replay(omnisym::cli::ReplayArgs),
 }
 
 fn init_logging(config: &Config) {
@@ -143,5 +154,7 @@ fn main() -> anyhow::Result<()> {
             println!("{prefix}{report}");
             Ok(())
         }
+        Command::Symbolicate { config, args } => omnisym::cli::symbolicate(config, args),
+        Command::Replay(args) => omnisym::cli::replay(args),
     }
 }
