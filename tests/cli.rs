@@ -722,15 +722,21 @@ fn apple_crash_reports_and_compressed_inputs_are_recognised() {
     );
     assert_eq!(answer["modules"][0]["debug_status"], "missing");
 
-    // A gzipped event is unpacked first, as the server unpacks uploads.
-    let gz = home.path().join("event.json.gz");
-    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    std::io::Write::write_all(
-        &mut encoder,
-        &std::fs::read(event_file("native-elf.json")).unwrap(),
-    )
-    .unwrap();
-    std::fs::write(&gz, encoder.finish().unwrap()).unwrap();
+    // Gzipped files are unpacked first, as the server unpacks uploads.
+    let gzip = |from: &Path, name: &str| -> PathBuf {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut encoder, &std::fs::read(from).unwrap()).unwrap();
+        let to = home.path().join(name);
+        std::fs::write(&to, encoder.finish().unwrap()).unwrap();
+        to
+    };
+    let dump = gzip(
+        &minidump_file(&minidump_variant("fp"), "minidump"),
+        "crash.dmp.gz",
+    );
+    let answer = omnisym(home.path(), &["symbolicate", path_str(&dump)]).json();
+    assert_eq!(answer["crashed"], true, "{answer:#}");
+    let gz = gzip(&event_file("native-elf.json"), "event.json.gz");
     let event = omnisym(home.path(), &["symbolicate", path_str(&gz)]).json();
     // No sources: the module is missing, and the raw frames stay as they were.
     assert_eq!(event["debug_meta"]["images"][0]["debug_status"], "missing");

@@ -89,7 +89,12 @@ async fn symbolicate(config: &Config, args: &SymbolicateArgs) -> anyhow::Result<
     let state = AppState::with_downloader(config, downloader)?;
     let input = Input::read(&args.file, &config.cache_dir.join("tmp"))?;
     let output = match input {
-        Input::Crash { kind, path, .. } => {
+        // The unpacked copy of a compressed file has to outlive the processing.
+        Input::Crash {
+            kind,
+            path,
+            _unpacked,
+        } => {
             let request = CrashReportRequest {
                 sources: sources(config, args, Pipeline::Native)?.into(),
                 options: RequestOptions::default(),
