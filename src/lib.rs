@@ -6,6 +6,7 @@
 #![recursion_limit = "256"]
 
 pub mod cache;
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod fetch;

@@ -1,6 +1,7 @@
 //! The `omnisym` command line: `run` serves the HTTP API, `cleanup` prunes the cache
 //! (once, or on a timer with `--repeat`), `healthcheck` asks a running server whether it
-//! is up. Subcommands and flags follow upstream's `symbolicator`, so self-hosted Sentry's
+//! is up; `symbolicate` and `replay` are the offline tools of `omnisym::cli`. Subcommands
+//! and flags of the server follow upstream's `symbolicator`, so self-hosted Sentry's
 //! compose file can run this binary unchanged.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -58,6 +59,10 @@ enum Command {
         #[arg(long, default_value_t = 30)]
         timeout: u64,
     },
+    /// Symbolicate a minidump, Apple crash report or stored Sentry event offline.
+    Symbolicate(omnisym::cli::SymbolicateArgs),
+    /// Send stored Sentry events to a running server and report what got symbolicated.
+    Replay(omnisym::cli::ReplayArgs),
 }
 
 fn parse_interval(text: &str) -> Result<Duration, String> {
@@ -296,23 +301,33 @@ async fn healthcheck(config: &Config, addr: Option<SocketAddr>, timeout: u64) ->
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let config = load_config(cli.config.as_ref(), matches!(cli.command, Command::Run))?;
+    let config = cli.config.as_ref();
     match cli.command {
-        Command::Run => tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()?
-            .block_on(run(config)),
-        Command::Cleanup { dry_run, repeat } => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
-            .block_on(cleanup(config, dry_run, repeat)),
+        Command::Run => {
+            let config = load_config(config, true)?;
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?
+                .block_on(run(config))
+        }
+        Command::Cleanup { dry_run, repeat } => {
+            let config = load_config(config, false)?;
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(cleanup(config, dry_run, repeat))
+        }
         Command::Healthcheck { addr, timeout } => {
+            let config = load_config(config, false)?;
             let healthy = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?
                 .block_on(healthcheck(&config, addr, timeout));
             std::process::exit(if healthy { 0 } else { 1 })
         }
+        // The offline tools set up their own logging: stdout is their result.
+        Command::Symbolicate(args) => omnisym::cli::symbolicate(cli.config, args),
+        Command::Replay(args) => omnisym::cli::replay(args),
     }
 }
 

@@ -317,8 +317,8 @@ fn plain_body(response: &SymbolicationResponse) -> Bytes {
 
 /// `{"status":"completed", ...value's fields}`, without an intermediate JSON tree or a
 /// second copy: the value is serialised right after the status key, and its opening
-/// brace becomes the comma.
-fn completed_body<T: Serialize>(value: &T) -> Bytes {
+/// brace becomes the comma. The offline CLI answers with the same bytes.
+pub fn completed_body<T: Serialize>(value: &T) -> Bytes {
     const HEAD: &[u8] = br#"{"status":"completed""#;
     // Native answers run to tens of KiB; starting there saves the doubling copies.
     let mut out = Vec::with_capacity(32 * 1024);

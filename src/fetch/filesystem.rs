@@ -6,6 +6,7 @@ use std::path::Path;
 
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
+use super::progress::Progress;
 use super::{Downloader, too_large};
 use crate::error::{CacheError, CacheResult};
 
@@ -30,6 +31,19 @@ impl Downloader {
     /// applies as for HTTP downloads. Returns the number of bytes copied.
     pub async fn copy_file(&self, src: &Path, dest: &mut tokio::fs::File) -> CacheResult<u64> {
         tracing::debug!(path = %src.display(), "copying from filesystem source");
+        // A source directory may be a network mount, where a big file takes a while too.
+        let mut progress = Progress::start(self, &src.display().to_string());
+        let result = self.copy(src, dest, &mut progress).await;
+        progress.finish(&result);
+        result
+    }
+
+    async fn copy(
+        &self,
+        src: &Path,
+        dest: &mut tokio::fs::File,
+        progress: &mut Progress,
+    ) -> CacheResult<u64> {
         let max_size = self.inner.config.max_download_size;
 
         let mut file = tokio::fs::File::open(src).await.map_err(open_error)?;
@@ -46,6 +60,7 @@ impl Downloader {
             )));
         }
 
+        progress.set_total(Some(metadata.len()));
         dest.rewind().await.map_err(CacheError::internal)?;
         dest.set_len(0).await.map_err(CacheError::internal)?;
 
@@ -66,6 +81,7 @@ impl Downloader {
             dest.write_all(&buf[..n])
                 .await
                 .map_err(CacheError::internal)?;
+            progress.advance(n as u64);
         }
         dest.flush().await.map_err(CacheError::internal)?;
         Ok(copied)

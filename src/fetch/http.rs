@@ -10,6 +10,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{StatusCode, redirect};
 use url::Url;
 
+use super::progress::Progress;
 use super::reserved_ip::{
     RESERVED_ADDRESS_MSG, ReservedAddress, resolve_public, url_has_reserved_ip_host,
 };
@@ -186,15 +187,18 @@ impl Downloader {
         };
         let headers = to_header_map(headers);
         let what = redact_url(url);
+        let mut progress = Progress::start(self, &what);
         let transfer = async {
             retrying!(&what, {
                 truncate(dest).await?;
-                self.attempt_http(client, url, &headers, max_size, dest)
+                progress.restart();
+                self.attempt_http(client, url, &headers, max_size, dest, &mut progress)
                     .await
             })
         };
         let result = within_download_timeout(config, transfer).await;
         log_download(&what, &result);
+        progress.finish(&result);
         result
     }
 
@@ -205,12 +209,13 @@ impl Downloader {
         headers: &HeaderMap,
         max_size: u64,
         dest: &mut tokio::fs::File,
+        progress: &mut Progress,
     ) -> CacheResult<u64> {
         let config = &self.inner.config;
         let response = self.send_checked(client, url, headers).await?;
         let content_length = response.content_length();
         let body = response.bytes_stream().map_err(|e| self.reqwest_error(e));
-        write_body(body, content_length, dest, config, max_size).await
+        write_body(body, content_length, dest, config, max_size, progress).await
     }
 
     /// Sends one GET and returns the response if its status is a success: the part of an

@@ -22,6 +22,7 @@ mod deny_list;
 mod filesystem;
 mod gcs;
 mod http;
+mod progress;
 mod remote;
 mod reserved_ip;
 mod s3;
@@ -33,6 +34,7 @@ mod transfer;
 pub use decompress::decompress_file;
 pub use deny_list::DenyListConfig;
 pub(crate) use gcs::{GcsAccess, download_url as gcs_download_url};
+pub use progress::{DownloadObserver, DownloadOutcome, DownloadState};
 pub use remote::{RemoteFile, fetch_file};
 pub(crate) use s3::{build_client as build_s3_client, http_client as s3_http_client};
 pub use transfer::record_download;
@@ -110,6 +112,7 @@ struct Inner {
     s3_clients: s3::S3Clients,
     gcs_tokens: gcs::GcsTokens,
     gcs_env: gcs::GcsEnv,
+    observer: Option<Arc<dyn DownloadObserver>>,
 }
 
 // Hand-written so that no cached token or client state can ever be printed.
@@ -126,6 +129,21 @@ const MAX_TRACKED_SOURCES: u64 = 10_000;
 
 impl Downloader {
     pub fn new(config: FetchConfig) -> anyhow::Result<Self> {
+        Self::build(config, None)
+    }
+
+    /// A downloader that tells `observer` about every transfer as it runs.
+    pub fn with_observer(
+        config: FetchConfig,
+        observer: Arc<dyn DownloadObserver>,
+    ) -> anyhow::Result<Self> {
+        Self::build(config, Some(observer))
+    }
+
+    fn build(
+        config: FetchConfig,
+        observer: Option<Arc<dyn DownloadObserver>>,
+    ) -> anyhow::Result<Self> {
         let client = http::build_client(&config, false)?;
         let insecure_client = http::build_client(&config, true)?;
         let trusted_client = http::build_client(
@@ -153,6 +171,7 @@ impl Downloader {
                 s3_clients: moka::future::Cache::new(config.s3_client_capacity),
                 gcs_tokens: moka::future::Cache::new(config.gcs_token_capacity),
                 gcs_env: gcs::GcsEnv::from_env(),
+                observer,
                 config,
             }),
         })

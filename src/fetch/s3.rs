@@ -16,6 +16,7 @@ use aws_smithy_http_client::tls;
 use aws_smithy_runtime_api::client::dns::{DnsFuture, ResolveDns, ResolveDnsError};
 use url::Url;
 
+use super::progress::Progress;
 use super::reserved_ip::{RESERVED_ADDRESS_MSG, resolve_public, url_has_reserved_ip_host};
 use super::transfer::{log_download, retrying, truncate, within_download_timeout, write_body};
 use super::{Downloader, FetchConfig};
@@ -158,14 +159,18 @@ impl Downloader {
         }
         let client = self.s3_client(source).await;
         let what = format!("s3://{}/{key}", source.bucket);
+        let mut progress = Progress::start(self, &what);
         let transfer = async {
             retrying!(&what, {
                 truncate(dest).await?;
-                self.attempt_s3(&client, &source.bucket, key, dest).await
+                progress.restart();
+                self.attempt_s3(&client, &source.bucket, key, dest, &mut progress)
+                    .await
             })
         };
         let result = within_download_timeout(config, transfer).await;
         log_download(&what, &result);
+        progress.finish(&result);
         result
     }
 
@@ -175,6 +180,7 @@ impl Downloader {
         bucket: &str,
         key: &str,
         dest: &mut tokio::fs::File,
+        progress: &mut Progress,
     ) -> CacheResult<u64> {
         let config = self.config();
         let head = config.head_timeout;
@@ -196,7 +202,15 @@ impl Downloader {
                 body,
             ))
         });
-        write_body(body, content_length, dest, config, config.max_download_size).await
+        write_body(
+            body,
+            content_length,
+            dest,
+            config,
+            config.max_download_size,
+            progress,
+        )
+        .await
     }
 
     /// Upstream's mapping: missing keys and buckets are not found, refused credentials are

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 
+use super::progress::Progress;
 use super::reserved_ip::RESERVED_ADDRESS_MSG;
 use super::{Downloader, FetchConfig, too_large};
 use crate::error::{CacheError, CacheResult};
@@ -118,7 +119,9 @@ pub(super) async fn write_body(
     dest: &mut tokio::fs::File,
     config: &FetchConfig,
     max_size: u64,
+    progress: &mut Progress,
 ) -> CacheResult<u64> {
+    progress.set_total(content_length);
     if let Some(len) = content_length
         && len > max_size
     {
@@ -138,6 +141,7 @@ pub(super) async fn write_body(
                 )));
             }
             dest.write_all(&chunk).await.map_err(CacheError::internal)?;
+            progress.advance(chunk.len() as u64);
         }
         dest.flush().await.map_err(CacheError::internal)?;
         Ok(written)

@@ -62,6 +62,13 @@ pub struct NativeService {
     demangle: DemangleCache,
 }
 
+/// The kinds of crash file the native pipeline reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrashKind {
+    Minidump,
+    AppleCrashReport,
+}
+
 /// A crash report (minidump or Apple crash report) to symbolicate, and how.
 pub struct CrashReportRequest {
     pub sources: Arc<[SourceConfig]>,
@@ -100,8 +107,25 @@ impl NativeService {
         .await
     }
 
+    /// Processes the crash file of `kind` at `path` (already unpacked): what every front
+    /// end that has a crash file on disk (uploads, `storage_url`, the offline CLI) calls.
+    pub async fn process_crash_file(
+        &self,
+        kind: CrashKind,
+        scope: Scope,
+        path: &std::path::Path,
+        request: CrashReportRequest,
+    ) -> anyhow::Result<CompletedSymbolicationResponse> {
+        match kind {
+            CrashKind::Minidump => self.process_minidump(scope, path, request).await,
+            CrashKind::AppleCrashReport => {
+                self.process_apple_crash_report(scope, path, request).await
+            }
+        }
+    }
+
     /// Walks the stacks of a minidump (the file at `path`), then symbolicates them.
-    pub async fn process_minidump(
+    async fn process_minidump(
         &self,
         scope: Scope,
         path: &std::path::Path,
@@ -127,7 +151,7 @@ impl NativeService {
     }
 
     /// Parses an Apple crash report (the file at `path`), then symbolicates its threads.
-    pub async fn process_apple_crash_report(
+    async fn process_apple_crash_report(
         &self,
         scope: Scope,
         path: &std::path::Path,

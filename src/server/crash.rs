@@ -21,25 +21,18 @@ use super::error::parse_json;
 use super::{ApiError, AppState, Params, RequestParams};
 use crate::error::CacheError;
 use crate::fetch::{decompress_file, record_download};
-use crate::native::CrashReportRequest;
+use crate::native::{CrashKind, CrashReportRequest};
 use crate::sources::SourceConfig;
 use crate::types::{RequestOptions, RewriteRules};
 
 /// JSON form fields (sources, options, ...) are small; upstream caps them at 1 MiB.
 const MAX_FORM_FIELD: usize = 1024 * 1024;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum CrashKind {
-    Minidump,
-    AppleCrashReport,
-}
-
-impl CrashKind {
-    fn upload_field(self) -> &'static str {
-        match self {
-            CrashKind::Minidump => "upload_file_minidump",
-            CrashKind::AppleCrashReport => "apple_crash_report",
-        }
+/// The multipart field that carries the file of `kind`.
+fn upload_field(kind: CrashKind) -> &'static str {
+    match kind {
+        CrashKind::Minidump => "upload_file_minidump",
+        CrashKind::AppleCrashReport => "apple_crash_report",
     }
 }
 
@@ -162,7 +155,7 @@ async fn read_form(
             continue;
         };
         match name.as_str() {
-            n if n == kind.upload_field() => form.file = Some(save_field(field, files).await?),
+            n if n == upload_field(kind) => form.file = Some(save_field(field, files).await?),
             "sources" => form.sources = Some(json_field(field, &name).await?),
             "options" => form.options = json_field(field, &name).await?,
             "rewrite_first_module" if kind == CrashKind::Minidump => {
@@ -217,14 +210,9 @@ async fn run_crash(
                     fetch_attachment(&downloader, &files, &url, token.as_deref()).await?
                 }
             };
-            match kind {
-                CrashKind::Minidump => native.process_minidump(scope, file.path(), request).await,
-                CrashKind::AppleCrashReport => {
-                    native
-                        .process_apple_crash_report(scope, file.path(), request)
-                        .await
-                }
-            }
+            native
+                .process_crash_file(kind, scope, file.path(), request)
+                .await
         })
         .await
 }
@@ -273,7 +261,7 @@ async fn upload(
     check_content_length(&headers, files)?;
     let form = read_form(multipart, kind, files).await?;
     let file = form.file.ok_or_else(|| {
-        ApiError::bad_request(format!("missing form field `{}`", kind.upload_field()))
+        ApiError::bad_request(format!("missing form field `{}`", upload_field(kind)))
     })?;
     let file = files
         .unpack(file)

@@ -1,0 +1,87 @@
+//! The command-line tools beside the server. `omnisym symbolicate FILE` symbolicates a
+//! minidump, an Apple crash report or a stored Sentry event in-process, with the same
+//! services the server builds (`symbolicate`); `omnisym replay DIR --server URL` sends
+//! stored events to a running server and reports how many frames each got symbolicated
+//! (`replay`). Both turn events into endpoint requests and answers back into events the
+//! way Sentry does (`event`); the offline run reads its input (`input`), prints text
+//! (`text`) and shows slow downloads (`progress`). Where files come from on the command
+//! line is `options`. This is the top layer beside `server`: nothing imports it.
+
+mod event;
+mod input;
+mod options;
+mod progress;
+mod replay;
+mod symbolicate;
+mod text;
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use tracing_subscriber::EnvFilter;
+use url::Url;
+
+pub use options::SourceArgs;
+
+/// `omnisym symbolicate`.
+#[derive(Args, Debug)]
+pub struct SymbolicateArgs {
+    /// A minidump, an Apple crash report or a stored Sentry event (JSON), compressed or
+    /// not.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub sources: SourceArgs,
+    /// `json`: the symbolicated event, or for a crash file the answer its endpoint gives.
+    /// `text`: a readable stack per thread.
+    #[arg(long, value_enum, default_value_t = Format::Json)]
+    pub format: Format,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Json,
+    Text,
+}
+
+/// `omnisym replay`.
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    /// A directory of stored Sentry events, one `*.json` file each.
+    pub dir: PathBuf,
+    /// The base URL of a running omnisym (or upstream Symbolicator).
+    #[arg(long, value_name = "URL")]
+    pub server: Url,
+    /// Without any of these, requests name no sources and the server uses its own.
+    #[command(flatten)]
+    pub sources: SourceArgs,
+    /// Seconds the server may work on a request before answering `pending`; a pending
+    /// request is then polled until it is done.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    pub timeout: f64,
+}
+
+/// Runs `omnisym symbolicate`; `config` is the YAML config file, if any.
+pub fn symbolicate(config: Option<PathBuf>, args: SymbolicateArgs) -> anyhow::Result<()> {
+    symbolicate::run(config, args)
+}
+
+/// Runs `omnisym replay`. Fails when any request failed, after reporting every event.
+pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
+    replay::run(args)
+}
+
+/// Standard output carries the result, so stderr gets only warnings (and download
+/// progress) unless `RUST_LOG` or a config file's `logging.level` asks for more.
+fn init_logging(level: Option<&str>) {
+    let filter = EnvFilter::try_from_default_env()
+        // rust-minidump warns about quirks of perfectly usable dumps.
+        .unwrap_or_else(|_| EnvFilter::new(level.unwrap_or("warn,minidump=error")));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .compact()
+        .without_time()
+        .with_ansi(ansi)
+        .init();
+}

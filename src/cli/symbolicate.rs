@@ -1,0 +1,195 @@
+//! `omnisym symbolicate FILE`: the server's own services, built in-process from a config,
+//! run on one crash file or stored event, without HTTP in between.
+//!
+//! Without `--config` the embedded defaults apply, with two changes for a program a
+//! person runs on their own machine: downloads are cached in the per-user cache
+//! directory (`$XDG_CACHE_HOME/omnisym`, else `~/.cache/omnisym`, else a temporary
+//! directory removed on exit), and sources may be on reserved addresses (a symbol
+//! server on localhost or the LAN is what a developer has), as upstream's symbolicli
+//! allows. With `--config` the file decides both, as it does for `omnisym run`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use serde_json::Value;
+
+use super::event::{self, Pipeline, Plan};
+use super::input::Input;
+use super::progress::ProgressReporter;
+use super::text;
+use super::{Format, SymbolicateArgs};
+use crate::cache::Scope;
+use crate::config::Config;
+use crate::fetch::Downloader;
+use crate::js::JsSymbolicationRequest;
+use crate::jvm::SymbolicateJvmRequest;
+use crate::native::{CrashReportRequest, SymbolicateRequest};
+use crate::server::AppState;
+use crate::service::completed_body;
+use crate::sources::SourceConfig;
+use crate::types::{RequestOptions, RewriteRules};
+
+pub fn run(config: Option<PathBuf>, args: SymbolicateArgs) -> anyhow::Result<()> {
+    let (config, _temp_cache) = load_config(config.as_deref())?;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(symbolicate(&config, &args))
+}
+
+/// The config, and the temporary cache directory to remove on exit if one is used.
+fn load_config(path: Option<&Path>) -> anyhow::Result<(Config, Option<tempfile::TempDir>)> {
+    let (config, ignored, temp) = match path {
+        Some(path) => {
+            let (config, ignored) = Config::from_file(path)?;
+            (config, ignored, None)
+        }
+        None => {
+            let (cache_dir, temp) = match user_cache_dir() {
+                Some(dir) => (dir, None),
+                None => {
+                    let temp = tempfile::Builder::new().prefix("omnisym-cache").tempdir()?;
+                    (temp.path().to_owned(), Some(temp))
+                }
+            };
+            let config = Config {
+                cache_dir,
+                connect_to_reserved_ips: true,
+                ..Config::default()
+            };
+            (config, Vec::new(), temp)
+        }
+    };
+    super::init_logging(path.map(|_| config.logging.level.as_str()));
+    for key in ignored {
+        tracing::warn!(key = %key, "config key is not used by omnisym; ignoring it");
+    }
+    std::fs::create_dir_all(&config.cache_dir)
+        .with_context(|| format!("cannot create cache_dir {}", config.cache_dir.display()))?;
+    Ok((config, temp))
+}
+
+/// `$XDG_CACHE_HOME/omnisym`, else `$HOME/.cache/omnisym`, as the XDG spec has it.
+fn user_cache_dir() -> Option<PathBuf> {
+    let absolute = |var: &str| {
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    absolute("XDG_CACHE_HOME")
+        .or_else(|| absolute("HOME").map(|home| home.join(".cache")))
+        .map(|dir| dir.join("omnisym"))
+}
+
+async fn symbolicate(config: &Config, args: &SymbolicateArgs) -> anyhow::Result<()> {
+    let progress = ProgressReporter::to_stderr();
+    let downloader = Downloader::with_observer(config.fetch_config(), progress.observer())?;
+    let state = AppState::with_downloader(config, downloader)?;
+    let input = Input::read(&args.file, &config.cache_dir.join("tmp"))?;
+    let output = match input {
+        // The unpacked copy of a compressed file has to outlive the processing.
+        Input::Crash {
+            kind,
+            path,
+            _unpacked,
+        } => {
+            let request = CrashReportRequest {
+                sources: sources(config, args, Pipeline::Native)?.into(),
+                options: RequestOptions::default(),
+                rewrite_first_module: RewriteRules::default(),
+            };
+            let response = state
+                .native
+                .process_crash_file(kind, Scope::new("global"), &path, request)
+                .await
+                .with_context(|| format!("cannot symbolicate {}", args.file.display()))?;
+            let body = completed_body(&response);
+            match args.format {
+                Format::Json => String::from_utf8(body.to_vec())?,
+                Format::Text => text::crash(&serde_json::from_slice(&body)?),
+            }
+        }
+        Input::Event(mut event) => {
+            let plans = event::plans(&event)
+                .with_context(|| format!("cannot read the event in {}", args.file.display()))?;
+            if plans.is_empty() {
+                tracing::warn!("the event has no frames any pipeline symbolicates");
+            }
+            for plan in &plans {
+                let answer = run_plan(&state, config, args, plan).await?;
+                event::apply(&mut event, plan, &answer)
+                    .with_context(|| format!("{} of the event", plan.pipeline.endpoint()))?;
+            }
+            match args.format {
+                Format::Json => serde_json::to_string(&event)?,
+                Format::Text => text::event(&event),
+            }
+        }
+    };
+    // Let the last progress line out before the result.
+    drop(progress);
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(output.as_bytes())?;
+    if !output.ends_with('\n') {
+        stdout.write_all(b"\n")?;
+    }
+    stdout.flush()?;
+    Ok(())
+}
+
+/// The config's sources, then the command line's.
+fn sources(
+    config: &Config,
+    args: &SymbolicateArgs,
+    pipeline: Pipeline,
+) -> anyhow::Result<Vec<SourceConfig>> {
+    let mut sources = config.sources.clone();
+    sources.extend(args.sources.sources(pipeline)?);
+    Ok(sources)
+}
+
+/// Runs one endpoint's pipeline on its request, in-process; the answer is the JSON the
+/// endpoint would send.
+async fn run_plan(
+    state: &AppState,
+    config: &Config,
+    args: &SymbolicateArgs,
+    plan: &Plan,
+) -> anyhow::Result<Value> {
+    let scope = Scope::new("global");
+    let mut sources = sources(config, args, plan.pipeline)?;
+    let body = plan.body.clone();
+    let answer = match plan.pipeline {
+        Pipeline::Native => {
+            let request: SymbolicateRequest = serde_json::from_value(body)?;
+            let response = state
+                .native
+                .symbolicate(scope, sources.into(), request)
+                .await;
+            completed_body(&response)
+        }
+        Pipeline::Js => {
+            let mut request: JsSymbolicationRequest = serde_json::from_value(body)?;
+            // JS files come through Sentry's artifact lookup (the first Sentry source)
+            // or, by debug id, from the other sources.
+            if let Some(at) = sources
+                .iter()
+                .position(|s| matches!(s, SourceConfig::Sentry(_)))
+                && let SourceConfig::Sentry(sentry) = sources.remove(at)
+            {
+                request.source = Some(Arc::unwrap_or_clone(sentry));
+            }
+            sources.retain(|s| !matches!(s, SourceConfig::Sentry(_)));
+            let response = state.js.symbolicate(scope, sources.into(), request).await;
+            completed_body(&response)
+        }
+        Pipeline::Jvm => {
+            let request: SymbolicateJvmRequest = serde_json::from_value(body)?;
+            let response = state.jvm.symbolicate(scope, sources.into(), request).await;
+            completed_body(&response)
+        }
+    };
+    Ok(serde_json::from_slice(&answer)?)
+}
