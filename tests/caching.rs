@@ -528,6 +528,48 @@ async fn replicas_share_derived_caches_through_gcs() {
     assert_only_derived_caches(&names);
 }
 
+/// Past 16 MiB the crate would upload in chunks, whose session URL fake-gcs-server builds
+/// from a Host header that lacks the port; files of any size must still go up and come back.
+#[tokio::test]
+async fn gcs_shared_cache_round_trips_files_past_the_chunking_threshold() {
+    let data = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(data.path().join("shared")).unwrap();
+    let gcs = GcsServer::start(data.path()).await;
+    let config: omnisym::cache::SharedCacheConfig = serde_yaml::from_str(&format!(
+        "gcs:\n  bucket: shared\n  endpoint: {}\n",
+        gcs.url
+    ))
+    .unwrap();
+    let downloader =
+        omnisym::fetch::Downloader::new(omnisym::fetch::FetchConfig::default()).unwrap();
+    let shared = omnisym::cache::SharedCache::new(&config, &downloader).unwrap();
+    let large: Vec<u8> = (0..17 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let files = [
+        ("kind/1/global/small", b"small".to_vec()),
+        ("kind/1/global/large", large),
+    ];
+    for (path, contents) in &files {
+        let view = symbolic::common::ByteView::from_vec(contents.clone());
+        shared.store(path.to_string(), view);
+    }
+    // Uploads run in the background: each file must become fetchable, whole.
+    for (path, contents) in &files {
+        let mut dest = tempfile::NamedTempFile::new().unwrap();
+        let mut found = false;
+        for _ in 0..600 {
+            if shared.fetch(path, &mut dest).await {
+                found = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(found, "{path} never arrived");
+        assert!(std::fs::read(dest.path()).unwrap() == *contents, "{path}");
+    }
+    let mut dest = tempfile::NamedTempFile::new().unwrap();
+    assert!(!shared.fetch("kind/1/global/none", &mut dest).await);
+}
+
 #[tokio::test]
 async fn replicas_share_derived_caches_through_a_directory() {
     let dir = tempfile::tempdir().unwrap();

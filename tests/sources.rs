@@ -16,7 +16,7 @@ use axum::Router;
 use axum::extract::{Path as AxPath, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use common::gcs::GcsServer;
 use common::s3::{ACCESS_KEY, S3Server, SECRET_KEY};
 use common::{
@@ -334,47 +334,58 @@ fn gcs_data() -> tempfile::TempDir {
     data
 }
 
-/// Google's token endpoint for the service-account flow: it accepts only JWTs signed by
-/// the fixture key (checked with `jsonwebtoken` and the public key) and hands out tokens.
-async fn start_token_endpoint(issued: Arc<AtomicUsize>) -> String {
-    let addr_cell: Arc<Mutex<String>> = Arc::default();
-    let audience = addr_cell.clone();
-    let app = Router::new().route(
-        "/token",
-        post(move |axum::Form(form): axum::Form<HashMap<String, String>>| {
-            let issued = issued.clone();
-            let audience = audience.lock().unwrap().clone();
-            async move {
-                let public = std::fs::read(fixtures().join("gcs/test-key.pub.pem")).unwrap();
-                let key = jsonwebtoken::DecodingKey::from_rsa_pem(&public).unwrap();
-                let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::RS256);
-                validation.set_audience(&[audience]);
-                validation.set_issuer(&["symbols@omnisym-test.iam.gserviceaccount.com"]);
-                let verified = form.get("grant_type").map(String::as_str)
-                    == Some("urn:ietf:params:oauth:grant-type:jwt-bearer")
-                    && jsonwebtoken::decode::<Value>(
-                        form.get("assertion").map(String::as_str).unwrap_or(""),
-                        &key,
-                        &validation,
-                    )
-                    .is_ok();
-                if !verified {
-                    return (
-                        StatusCode::BAD_REQUEST,
-                        axum::Json(json!({"error": "invalid_grant", "error_description": "Invalid JWT Signature."})),
-                    );
-                }
-                let n = issued.fetch_add(1, Ordering::SeqCst);
-                (
-                    StatusCode::OK,
-                    axum::Json(json!({"access_token": format!("ya29.test-{n}"), "expires_in": 3599, "token_type": "Bearer"})),
-                )
+const GCS_CLIENT_EMAIL: &str = "symbols@omnisym-test.iam.gserviceaccount.com";
+const GCS_KEY_ID: &str = "test-key-1";
+const GCS_STATIC_TOKEN: &str = "ya29.static-test-token";
+
+/// What GCS checks of a request: a bearer that is either a JWT the service account signed
+/// itself (RS256 under the fixture key, its key id, read-only scope) or a token GCS issued.
+fn gcs_authorised(bearer: &str) -> bool {
+    if bearer == GCS_STATIC_TOKEN {
+        return true;
+    }
+    let public = std::fs::read(fixtures().join("gcs/test-key.pub.pem")).unwrap();
+    let key = jsonwebtoken::DecodingKey::from_rsa_pem(&public).unwrap();
+    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::RS256);
+    validation.set_issuer(&[GCS_CLIENT_EMAIL]);
+    validation.validate_aud = false;
+    let header = jsonwebtoken::decode_header(bearer);
+    let claims = jsonwebtoken::decode::<Value>(bearer, &key, &validation);
+    matches!((header, claims), (Ok(header), Ok(claims))
+        if header.kid.as_deref() == Some(GCS_KEY_ID)
+            && claims.claims["scope"] == "https://www.googleapis.com/auth/devstorage.read_only")
+}
+
+/// GCS's authorisation in front of fake-gcs-server, which checks none: refused requests get
+/// GCS's 401 answer, the others are relayed. Records every bearer it saw.
+async fn start_gcs_gate(upstream: String, bearers: Arc<Mutex<Vec<String>>>) -> String {
+    let app = Router::new().fallback(move |request: axum::extract::Request| {
+        let (upstream, bearers) = (upstream.clone(), bearers.clone());
+        async move {
+            let bearer = request
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .unwrap_or_default()
+                .to_owned();
+            bearers.lock().unwrap().push(bearer.clone());
+            if !gcs_authorised(&bearer) {
+                let error = json!({"error": {"code": 401, "message": "Invalid Credentials",
+                                             "status": "UNAUTHENTICATED"}});
+                return (StatusCode::UNAUTHORIZED, axum::Json(error)).into_response();
             }
-        }),
-    );
-    let url = format!("http://{}/token", serve(app).await);
-    *addr_cell.lock().unwrap() = url.clone();
-    url
+            let url = format!("{upstream}{}", request.uri());
+            let answer = common::client().get(url).send().await.unwrap();
+            let mut headers = HeaderMap::new();
+            for (name, value) in answer.headers() {
+                headers.insert(name.clone(), value.clone());
+            }
+            let status = answer.status();
+            (status, headers, answer.bytes().await.unwrap()).into_response()
+        }
+    });
+    format!("http://{}", serve(app).await)
 }
 
 fn gcs_source(endpoint: &str, extra: Value) -> Value {
@@ -417,33 +428,46 @@ async fn gcs_emulator_found_and_missing() {
 }
 
 #[tokio::test]
-async fn gcs_service_account_token_is_exchanged_once_and_wrong_key_is_noperm() {
+async fn gcs_service_account_signs_once_and_wrong_key_is_noperm() {
     let data = gcs_data();
     let gcs = GcsServer::start(data.path()).await;
-    let issued = Arc::new(AtomicUsize::new(0));
-    let token_uri = start_token_endpoint(issued.clone()).await;
+    let bearers = Arc::new(Mutex::new(Vec::new()));
+    let gate = start_gcs_gate(gcs.url.clone(), bearers.clone()).await;
     let server = Server::start("");
     let key = std::fs::read_to_string(fixtures().join("gcs/test-key.pem")).unwrap();
     let account = |key: &str| {
-        json!({"client_email": "symbols@omnisym-test.iam.gserviceaccount.com",
-               "private_key": key, "token_uri": token_uri})
+        json!({"client_email": GCS_CLIENT_EMAIL, "private_key": key,
+               "private_key_id": GCS_KEY_ID})
     };
     for scope in ["a", "b"] {
         let (_, response) = server
             .post(
                 &format!("/symbolicate?scope={scope}"),
-                &request(gcs_source(&gcs.url, account(&key))),
+                &request(gcs_source(&gate, account(&key))),
             )
             .await;
         assert_symbolicated(&response);
     }
-    assert_eq!(issued.load(Ordering::SeqCst), 1, "the token is cached");
+    let seen = std::mem::take(&mut *bearers.lock().unwrap());
+    assert!(!seen.is_empty());
+    assert!(
+        seen.iter().all(|bearer| bearer == &seen[0]),
+        "one signed token serves every request"
+    );
+
+    let (_, response) = server
+        .post(
+            "/symbolicate?scope=t",
+            &request(gcs_source(&gate, json!({"bearer_token": GCS_STATIC_TOKEN}))),
+        )
+        .await;
+    assert_symbolicated(&response);
 
     let wrong = std::fs::read_to_string(fixtures().join("gcs/wrong-key.pem")).unwrap();
     let (_, response) = server
         .post(
             "/symbolicate?scope=c",
-            &request(gcs_source(&gcs.url, account(&wrong))),
+            &request(gcs_source(&gate, account(&wrong))),
         )
         .await;
     let location = format!("gs://symbols/ios/{}", elf_debug_path());
@@ -453,10 +477,13 @@ async fn gcs_service_account_token_is_exchanged_once_and_wrong_key_is_noperm() {
         denied["download"]["details"]
             .as_str()
             .unwrap()
-            .contains("invalid_grant")
+            .contains("Invalid Credentials"),
+        "{denied}"
     );
     let everything = format!("{response} {}", server.log());
-    assert!(!everything.contains("PRIVATE KEY") && !everything.contains("ya29.test"));
+    let signed = &seen[0];
+    assert!(!everything.contains("PRIVATE KEY") && !everything.contains(signed.as_str()));
+    assert!(!everything.contains(GCS_STATIC_TOKEN));
 }
 
 // ---------------------------------------------------------------------------------------

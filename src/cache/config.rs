@@ -54,7 +54,7 @@ pub struct InMemoryConfig {
     pub sentry_index_ttl: Duration,
     /// S3 clients kept, one per region, endpoint and credentials.
     pub s3_client_capacity: u64,
-    /// GCS OAuth tokens kept, one per credentials.
+    /// GCS clients kept, one per credentials, endpoint and access; each holds its token.
     pub gcs_token_capacity: u64,
 }
 

@@ -12,9 +12,10 @@ use tokio::sync::{OnceCell, Semaphore, mpsc};
 use url::Url;
 
 use crate::fetch::{
-    Downloader, FetchConfig, GcsAccess, build_s3_client, gcs_download_url, s3_http_client,
+    Downloader, FetchConfig, GcsAccess, build_gcs_client, build_s3_client, gcs_bucket,
+    gcs_credentials, gcs_key_file_credentials, s3_http_client,
 };
-use crate::sources::{GcsAuth, S3Region, Secret, google_token_uri};
+use crate::sources::{GcsAuth, S3Region, Secret};
 use crate::telemetry::{SHARED_CACHE_FETCHES, SHARED_CACHE_UPLOADED_BYTES, SHARED_CACHE_UPLOADS};
 
 /// Upstream's `shared_cache` block, plus an `s3` backend.
@@ -47,7 +48,7 @@ pub enum SharedCacheBackendConfig {
     /// An S3 bucket, or any store speaking S3 (MinIO, Ceph). `region: [name, endpoint]`
     /// as for S3 sources.
     S3(S3SharedCacheConfig),
-    /// A GCS bucket, through its JSON API.
+    /// A GCS bucket.
     Gcs(GcsSharedCacheConfig),
 }
 
@@ -57,22 +58,14 @@ pub struct GcsSharedCacheConfig {
     #[serde(default)]
     pub prefix: String,
     /// A service account key file (JSON). Without one: application-default credentials
-    /// (`GOOGLE_APPLICATION_CREDENTIALS`, gcloud's file, or the metadata server).
+    /// (`GOOGLE_APPLICATION_CREDENTIALS`, gcloud's file, or the metadata server), or none
+    /// for an emulator.
     #[serde(default)]
     pub service_account_path: Option<PathBuf>,
     /// Another JSON-API endpoint, e.g. an emulator (omnisym only; also taken from
     /// `STORAGE_EMULATOR_HOST`). An emulator without credentials is used anonymously.
     #[serde(default)]
     pub endpoint: Option<Url>,
-}
-
-/// The fields of a service account key file the token exchange needs.
-#[derive(Deserialize)]
-struct ServiceAccountKey {
-    client_email: String,
-    private_key: Secret,
-    #[serde(default)]
-    token_uri: Option<Url>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -125,12 +118,13 @@ enum Backend {
 }
 
 struct GcsBackend {
+    /// The crate's name for it.
     bucket: String,
     prefix: String,
     endpoint: Option<Url>,
-    auth: GcsAuth,
-    /// Its token cache and trusted HTTP client.
-    downloader: Downloader,
+    credentials: google_cloud_auth::credentials::Credentials,
+    /// Built on first use: building needs the runtime.
+    client: OnceCell<google_cloud_storage::client::Storage>,
 }
 
 struct S3Backend {
@@ -179,16 +173,19 @@ impl SharedCache {
                 }),
                 connect_timeout: fetch.connect_timeout,
             })),
-            SharedCacheBackendConfig::Gcs(gcs) => Backend::Gcs(Box::new(GcsBackend {
-                bucket: gcs.bucket.clone(),
-                prefix: gcs.prefix.clone(),
-                endpoint: gcs
+            SharedCacheBackendConfig::Gcs(gcs) => {
+                let endpoint = gcs
                     .endpoint
                     .clone()
-                    .or_else(|| downloader.gcs_emulator().cloned()),
-                auth: gcs_auth(gcs)?,
-                downloader: downloader.clone(),
-            })),
+                    .or_else(|| downloader.gcs_emulator().cloned());
+                Backend::Gcs(Box::new(GcsBackend {
+                    bucket: gcs_bucket(&gcs.bucket),
+                    prefix: gcs.prefix.clone(),
+                    credentials: gcs_shared_credentials(gcs, endpoint.as_ref())?,
+                    endpoint,
+                    client: OnceCell::new(),
+                }))
+            }
         });
         let metrics = Arc::new(SharedCacheMetrics::new());
         let (queue, rx) = mpsc::channel(config.max_upload_queue_size.max(1));
@@ -246,10 +243,11 @@ async fn upload_worker(
         };
         let (backend, metrics) = (backend.clone(), metrics.clone());
         tokio::spawn(async move {
-            match backend.store(&upload.path, &upload.data).await {
+            let bytes = upload.data.len() as u64;
+            match backend.store(&upload.path, upload.data).await {
                 Ok(()) => {
                     metrics.uploaded.increment(1);
-                    metrics.uploaded_bytes.increment(upload.data.len() as u64);
+                    metrics.uploaded_bytes.increment(bytes);
                 }
                 Err(err) => {
                     tracing::warn!(path = %upload.path, error = %err, "shared cache upload failed");
@@ -337,9 +335,9 @@ impl Backend {
         Ok(len > 0)
     }
 
-    async fn store(&self, path: &str, data: &[u8]) -> anyhow::Result<()> {
+    async fn store(&self, path: &str, data: ByteView<'static>) -> anyhow::Result<()> {
         match self {
-            Backend::Filesystem(root) => return write_atomically(&root.join(path), data),
+            Backend::Filesystem(root) => return write_atomically(&root.join(path), &data),
             Backend::Gcs(gcs) => return gcs.store(path, data).await,
             Backend::S3(_) => {}
         }
@@ -356,56 +354,48 @@ impl Backend {
     }
 }
 
-fn gcs_auth(config: &GcsSharedCacheConfig) -> anyhow::Result<GcsAuth> {
-    let Some(path) = &config.service_account_path else {
-        return Ok(GcsAuth::Default);
-    };
-    let text = std::fs::read(path)
-        .map_err(|err| anyhow::anyhow!("cannot read {}: {err}", path.display()))?;
-    let key: ServiceAccountKey = serde_json::from_slice(&text)
-        .map_err(|err| anyhow::anyhow!("{} is no service account key: {err}", path.display()))?;
-    Ok(GcsAuth::ServiceAccount {
-        client_email: key.client_email,
-        private_key: key.private_key,
-        token_uri: key.token_uri.unwrap_or_else(google_token_uri),
-    })
+/// The shared cache is the operator's own store: the same credentials read and write.
+fn gcs_shared_credentials(
+    config: &GcsSharedCacheConfig,
+    endpoint: Option<&Url>,
+) -> anyhow::Result<google_cloud_auth::credentials::Credentials> {
+    match &config.service_account_path {
+        Some(path) => gcs_key_file_credentials(path, GcsAccess::Write),
+        None => Ok(gcs_credentials(
+            &GcsAuth::Default,
+            endpoint,
+            GcsAccess::Write,
+        )?),
+    }
 }
 
 impl GcsBackend {
-    async fn request(
-        &self,
-        method: reqwest::Method,
-        url: Url,
-    ) -> anyhow::Result<reqwest::RequestBuilder> {
-        // One token for reads and writes: the shared cache's credentials are the server's.
-        let headers = self
-            .downloader
-            .gcs_headers(self.auth.clone(), self.endpoint.as_ref(), GcsAccess::Write)
-            .await?;
-        let mut request = self.downloader.trusted_client().request(method, url);
-        for (name, value) in headers {
-            request = request.header(name, value);
-        }
-        Ok(request)
+    async fn client(&self) -> anyhow::Result<&google_cloud_storage::client::Storage> {
+        // The store is the operator's (often on a private network, so the reserved-IP rule
+        // does not apply), and a lost lookup or upload only costs a computation: the
+        // crate's own retries are welcome here.
+        self.client
+            .get_or_try_init(|| {
+                build_gcs_client(self.credentials.clone(), self.endpoint.as_ref(), true)
+            })
+            .await
     }
 
     async fn fetch(&self, path: &str, dest: &mut NamedTempFile) -> anyhow::Result<bool> {
-        let key = object_key(&self.prefix, path);
-        let url = gcs_download_url(self.endpoint.as_ref(), &self.bucket, &key)?;
-        let mut response = self
-            .request(reqwest::Method::GET, url)
+        let answer = self
+            .client()
             .await?
+            .read_object(&self.bucket, object_key(&self.prefix, path))
             .send()
-            .await?;
-        if response.status() == reqwest::StatusCode::NOT_FOUND {
-            return Ok(false);
-        }
-        if !response.status().is_success() {
-            anyhow::bail!("GCS answered {}", response.status());
-        }
+            .await;
+        let mut response = match answer {
+            Ok(response) => response,
+            Err(err) if err.http_status_code() == Some(404) => return Ok(false),
+            Err(err) => return Err(err.into()),
+        };
         let mut file = tokio::fs::File::from_std(dest.reopen()?);
         let mut len = 0;
-        while let Some(chunk) = response.chunk().await? {
+        while let Some(chunk) = response.next().await.transpose()? {
             len += chunk.len();
             file.write_all(&chunk).await?;
         }
@@ -413,28 +403,18 @@ impl GcsBackend {
         Ok(len > 0)
     }
 
-    async fn store(&self, path: &str, data: &[u8]) -> anyhow::Result<()> {
-        let mut url = match &self.endpoint {
-            Some(endpoint) => endpoint.clone(),
-            None => Url::parse("https://storage.googleapis.com")?,
-        };
-        url.path_segments_mut()
-            .map_err(|_| anyhow::anyhow!("the GCS endpoint cannot be a base URL"))?
-            .pop_if_empty()
-            .extend(["upload", "storage", "v1", "b", &self.bucket, "o"]);
-        url.query_pairs_mut()
-            .append_pair("uploadType", "media")
-            .append_pair("name", &object_key(&self.prefix, path));
-        let response = self
-            .request(reqwest::Method::POST, url)
+    async fn store(&self, path: &str, data: ByteView<'static>) -> anyhow::Result<()> {
+        self.client()
             .await?
-            .header("content-type", "application/octet-stream")
-            .body(data.to_vec())
-            .send()
+            .write_object(
+                &self.bucket,
+                object_key(&self.prefix, path),
+                bytes::Bytes::from_owner(data),
+            )
+            // Buffered, the crate sends the checksums ahead of the data rather than in a
+            // trailing multipart part, which emulators (fake-gcs-server) take for data.
+            .send_buffered()
             .await?;
-        if !response.status().is_success() {
-            anyhow::bail!("GCS answered {}", response.status());
-        }
         Ok(())
     }
 }
@@ -476,8 +456,9 @@ mod tests {
         SharedCache::new(&config, &downloader).unwrap()
     }
 
-    #[test]
-    fn gcs_credentials_come_from_the_service_account_file() {
+    // Credentials start their token refresher on the runtime.
+    #[tokio::test]
+    async fn gcs_credentials_come_from_the_service_account_file() {
         let dir = tempfile::tempdir().unwrap();
         let config = |path: Option<PathBuf>| GcsSharedCacheConfig {
             bucket: "b".into(),
@@ -485,27 +466,29 @@ mod tests {
             service_account_path: path,
             endpoint: None,
         };
-        assert!(matches!(gcs_auth(&config(None)), Ok(GcsAuth::Default)));
-        let key = dir.path().join("key.json");
-        std::fs::write(
-            &key,
-            r#"{"type": "service_account", "client_email": "sa@p.iam", "private_key": "pem"}"#,
+        let emulator = Url::parse("http://127.0.0.1:4443").unwrap();
+        assert!(gcs_shared_credentials(&config(None), Some(&emulator)).is_ok());
+        let pem = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gcs/test-key.pem"),
         )
         .unwrap();
-        match gcs_auth(&config(Some(key))).unwrap() {
-            GcsAuth::ServiceAccount {
-                client_email,
-                token_uri,
-                ..
-            } => {
-                assert_eq!(client_email, "sa@p.iam");
-                assert_eq!(token_uri, google_token_uri());
-            }
-            other => panic!("{other:?}"),
-        }
+        let key = dir.path().join("key.json");
+        let json = serde_json::json!({"type": "service_account", "client_email": "sa@p.iam",
+            "private_key": pem, "private_key_id": "k1", "project_id": "p"});
+        std::fs::write(&key, json.to_string()).unwrap();
+        assert!(gcs_shared_credentials(&config(Some(key)), None).is_ok());
+
         let missing = dir.path().join("missing.json");
-        let err = gcs_auth(&config(Some(missing))).unwrap_err().to_string();
+        let err = gcs_shared_credentials(&config(Some(missing)), None)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("missing.json"), "{err}");
+        let not_a_key = dir.path().join("not-a-key.json");
+        std::fs::write(&not_a_key, r#"{"type": "service_account"}"#).unwrap();
+        let err = gcs_shared_credentials(&config(Some(not_a_key)), None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no service account key"), "{err}");
     }
 
     // A current-thread runtime: the worker cannot take anything off the queue until

@@ -1,27 +1,43 @@
-//! Google Cloud Storage through its JSON API: OAuth tokens from a service-account key
-//! (an RS256 JWT signed with `jsonwebtoken`, exchanged at the token endpoint), a ready
-//! token, or the server's application-default credentials; tokens are cached and
-//! refreshed before they expire. Emulators (a source's `endpoint` or the
-//! `STORAGE_EMULATOR_HOST` environment variable) are reached without credentials unless
-//! the source names some. Downloads themselves are plain HTTP with all its limits.
+//! Google Cloud Storage through the `google-cloud-storage` crate, with credentials from
+//! `google-cloud-auth`: a service-account key (inline in the source, or a key file for the
+//! shared cache), a ready token, the server's application-default credentials, or none for
+//! an emulator. One client per credentials, endpoint and access is kept; each holds its
+//! credentials' token cache. Emulators are a source's `endpoint` or the
+//! `STORAGE_EMULATOR_HOST` environment variable, which the crate itself does not read.
+//!
+//! The crate builds its own HTTP client and takes neither a client nor a resolver, so
+//! the reserved-IP rule is applied by resolving the endpoint just before each request,
+//! and the shared retry, timeout and size rules by turning the crate's retries off and
+//! running each read as any other download. Two limits its client cannot take: a connect
+//! timeout (the head timeout covers connecting), and a cap on the body of an error answer,
+//! which it reads whole (within the head timeout).
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::path::Path;
 
-use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
-use serde::{Deserialize, Serialize};
+use google_cloud_auth::credentials::service_account::AccessSpecifier;
+use google_cloud_auth::credentials::{
+    self, CacheableResource, Credentials, CredentialsProvider, EntityTag, anonymous,
+    service_account,
+};
+use google_cloud_auth::errors::CredentialsError;
+use google_cloud_gax::retry_policy::NeverRetry;
+use google_cloud_storage::client::Storage;
+use google_cloud_storage::read_resume_policy::NeverResume;
+use http::{HeaderMap, HeaderValue, header::AUTHORIZATION};
+use reqwest::StatusCode;
 use url::Url;
 
-use super::reserved_ip::{RESERVED_ADDRESS_MSG, url_has_reserved_ip_host};
-use super::transfer::{read_capped, retrying, within_download_timeout};
-use super::{Downloader, redact_url};
+use super::Downloader;
+use super::http::status_error;
+use super::progress::Progress;
+use super::reserved_ip::{RESERVED_ADDRESS_MSG, ReservedAddress, ensure_public_url};
+use super::transfer::{
+    log_download, retrying, root_cause, truncate, within_download_timeout, write_body,
+};
 use crate::error::{CacheError, CacheResult};
-use crate::sources::{GcsAuth, GcsSourceConfig, Secret, google_token_uri};
+use crate::sources::{GcsAuth, GcsSourceConfig, Secret};
 
-/// What a token may do: sources only read; the shared cache also writes.
+/// What credentials may do: sources only read; the shared cache also writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum GcsAccess {
     Read,
@@ -36,174 +52,222 @@ impl GcsAccess {
         }
     }
 }
+
+/// Where the crate sends requests unless an endpoint says otherwise.
 const DEFAULT_ENDPOINT: &str = "https://storage.googleapis.com";
-const JWT_LIFETIME: Duration = Duration::from_secs(3600);
-/// Refresh this long before expiry at the latest, so no download starts with a token that
-/// dies on the way.
-const REFRESH_MARGIN: Duration = Duration::from_secs(300);
-const MAX_TOKEN_ANSWER: usize = 64 * 1024;
+/// The only universe omnisym serves. Naming it keeps the crate from asking the metadata
+/// server for it when a client is built on application-default credentials.
+const UNIVERSE_DOMAIN: &str = "googleapis.com";
 
-/// An OAuth access token and when to stop using it.
-#[derive(Debug)]
-pub(super) struct GcsToken {
-    bearer: Secret,
-    refresh_at: Instant,
-}
-
-impl GcsToken {
-    fn new(bearer: Secret, expires_in: Duration) -> Self {
-        // Short-lived tokens are refreshed halfway, long-lived ones REFRESH_MARGIN early.
-        let margin = REFRESH_MARGIN.min(expires_in / 2);
-        GcsToken {
-            bearer,
-            refresh_at: Instant::now() + (expires_in - margin),
-        }
-    }
-
-    fn needs_refresh(&self) -> bool {
-        Instant::now() >= self.refresh_at
-    }
-}
-
-pub(super) type GcsTokens = moka::future::Cache<(GcsAuth, GcsAccess), CacheResult<Arc<GcsToken>>>;
-
-/// Server-side GCS settings read from the environment once, at start.
-#[derive(Debug, Default, Clone)]
-pub(super) struct GcsEnv {
-    pub emulator: Option<Url>,
-    pub credentials_file: Option<PathBuf>,
-    pub metadata_host: String,
-}
-
-impl GcsEnv {
-    pub fn from_env() -> Self {
-        let emulator = std::env::var("STORAGE_EMULATOR_HOST")
-            .ok()
-            .filter(|host| !host.is_empty())
-            .and_then(|host| {
-                let with_scheme = if host.contains("://") {
-                    host
-                } else {
-                    format!("http://{host}")
-                };
-                Url::parse(&with_scheme)
-                    .inspect_err(
-                        |err| tracing::warn!(%err, "ignoring invalid STORAGE_EMULATOR_HOST"),
-                    )
-                    .ok()
-            });
-        let credentials_file = std::env::var_os("GOOGLE_APPLICATION_CREDENTIALS")
-            .map(PathBuf::from)
-            .or_else(|| {
-                let home = std::env::var_os("HOME")?;
-                let path =
-                    PathBuf::from(home).join(".config/gcloud/application_default_credentials.json");
-                path.is_file().then_some(path)
-            });
-        let metadata_host = std::env::var("GCE_METADATA_HOST")
-            .unwrap_or_else(|_| "metadata.google.internal".to_owned());
-        GcsEnv {
-            emulator,
-            credentials_file,
-            metadata_host,
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct Claims<'a> {
-    iss: &'a str,
-    scope: &'a str,
-    aud: &'a str,
-    iat: u64,
-    exp: u64,
-}
-
-/// The signed assertion of Google's service-account flow (RFC 7523).
-pub(super) fn service_account_jwt(
-    client_email: &str,
-    private_key: &Secret,
-    token_uri: &Url,
+/// What distinguishes one GCS client from another.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct GcsClientKey {
+    auth: GcsAuth,
+    endpoint: Option<Url>,
     access: GcsAccess,
-    now: SystemTime,
-) -> CacheResult<String> {
-    let iat = now
-        .duration_since(UNIX_EPOCH)
-        .map_err(CacheError::internal)?
-        .as_secs();
-    let claims = Claims {
-        iss: client_email,
-        scope: access.scope(),
-        aud: token_uri.as_str(),
-        iat,
-        exp: iat + JWT_LIFETIME.as_secs(),
+}
+
+pub(super) type GcsClients = moka::future::Cache<GcsClientKey, Storage>;
+
+/// The emulator named by `STORAGE_EMULATOR_HOST`, read once at start.
+pub(super) fn emulator_from_env() -> Option<Url> {
+    let host = std::env::var("STORAGE_EMULATOR_HOST")
+        .ok()
+        .filter(|host| !host.is_empty())?;
+    let with_scheme = if host.contains("://") {
+        host
+    } else {
+        format!("http://{host}")
     };
-    // The parser's message describes the PEM structure only, never its content.
-    let key = EncodingKey::from_rsa_pem(private_key.expose().as_bytes())
-        .map_err(|err| CacheError::PermissionDenied(format!("invalid GCS private key: {err}")))?;
-    jsonwebtoken::encode(&Header::new(Algorithm::RS256), &claims, &key).map_err(|err| {
-        CacheError::PermissionDenied(format!("cannot sign GCS token request: {err}"))
+    Url::parse(&with_scheme)
+        .inspect_err(|err| tracing::warn!(%err, "ignoring invalid STORAGE_EMULATOR_HOST"))
+        .ok()
+}
+
+/// A ready OAuth token (upstream's `bearer_token`), sent as it is.
+struct BearerToken {
+    header: HeaderMap,
+    tag: EntityTag,
+}
+
+impl BearerToken {
+    fn new(token: &Secret) -> CacheResult<Self> {
+        let mut value = HeaderValue::try_from(format!("Bearer {}", token.expose()))
+            .map_err(|_| CacheError::PermissionDenied("invalid GCS bearer token".into()))?;
+        value.set_sensitive(true);
+        let mut header = HeaderMap::new();
+        header.insert(AUTHORIZATION, value);
+        Ok(BearerToken {
+            header,
+            tag: EntityTag::new(),
+        })
+    }
+}
+
+// Hand-written so the token can never be printed.
+impl std::fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BearerToken([redacted])")
+    }
+}
+
+impl CredentialsProvider for BearerToken {
+    async fn headers(
+        &self,
+        _: http::Extensions,
+    ) -> Result<CacheableResource<HeaderMap>, CredentialsError> {
+        Ok(CacheableResource::New {
+            entity_tag: self.tag.clone(),
+            data: self.header.clone(),
+        })
+    }
+
+    async fn universe_domain(&self) -> Option<String> {
+        Some(UNIVERSE_DOMAIN.to_owned())
+    }
+}
+
+/// Credentials for `auth`. Without credentials of its own, a source with an endpoint is
+/// read anonymously rather than with the server's: an endpoint can come from a request,
+/// and the server's token must only ever go to Google.
+pub(crate) fn gcs_credentials(
+    auth: &GcsAuth,
+    endpoint: Option<&Url>,
+    access: GcsAccess,
+) -> CacheResult<Credentials> {
+    let unusable = |err: &dyn std::fmt::Display| {
+        CacheError::PermissionDenied(format!("GCS credentials unusable: {err}"))
+    };
+    match auth {
+        GcsAuth::ServiceAccount {
+            client_email,
+            private_key,
+            private_key_id,
+        } => {
+            // The fields of a key file the crate needs; upstream's configs have only the
+            // first two, so the others are empty unless given.
+            let key = serde_json::json!({
+                "type": "service_account",
+                "client_email": client_email,
+                "private_key": private_key.expose(),
+                "private_key_id": private_key_id.as_deref().unwrap_or_default(),
+                "project_id": "",
+            });
+            service_account::Builder::new(key)
+                .with_access_specifier(AccessSpecifier::from_scopes([access.scope()]))
+                .build()
+                .map_err(|err| unusable(&err))
+        }
+        GcsAuth::Token(token) => Ok(BearerToken::new(token)?.into()),
+        GcsAuth::Default if endpoint.is_some() => Ok(anonymous::Builder::new().build()),
+        GcsAuth::Default => credentials::Builder::default()
+            .with_scopes([access.scope()])
+            .with_universe_domain(UNIVERSE_DOMAIN)
+            .build()
+            .map_err(|err| unusable(&err)),
+    }
+}
+
+/// Credentials from a service-account key file (the shared cache's `service_account_path`).
+pub(crate) fn gcs_key_file_credentials(
+    path: &Path,
+    access: GcsAccess,
+) -> anyhow::Result<Credentials> {
+    let text = std::fs::read(path)
+        .map_err(|err| anyhow::anyhow!("cannot read {}: {err}", path.display()))?;
+    let key: serde_json::Value = serde_json::from_slice(&text)
+        .map_err(|err| anyhow::anyhow!("{} is no JSON key file: {err}", path.display()))?;
+    service_account::Builder::new(key)
+        .with_access_specifier(AccessSpecifier::from_scopes([access.scope()]))
+        .build()
+        .map_err(|err| anyhow::anyhow!("{} is no service account key: {err}", path.display()))
+}
+
+/// A client for `endpoint` (default Google's). With `retries` off, every failure comes
+/// back at once, so that the caller's own retry and time rules are the only ones.
+pub(crate) async fn build_gcs_client(
+    credentials: Credentials,
+    endpoint: Option<&Url>,
+    retries: bool,
+) -> anyhow::Result<Storage> {
+    let base = endpoint.map_or(DEFAULT_ENDPOINT, |url| url.as_str().trim_end_matches('/'));
+    let mut builder = Storage::builder()
+        .with_credentials(credentials)
+        .with_endpoint(base)
+        // omnisym reads over JSON only; the gRPC side connects lazily and one channel is
+        // all it would ever need.
+        .with_grpc_subchannel_count(1);
+    if endpoint.is_some_and(|url| url.port().is_some()) {
+        // The crate's Host header leaves out the endpoint's port. An emulator that builds
+        // the URL of a chunked (resumable) upload from that header (fake-gcs-server) sends
+        // the rest of the upload to the wrong port, so such endpoints get whole uploads.
+        builder = builder.with_resumable_upload_threshold(usize::MAX);
+    }
+    if !retries {
+        builder = builder
+            .with_retry_policy(NeverRetry)
+            .with_read_resume_policy(NeverResume);
+    }
+    Ok(builder.build().await?)
+}
+
+/// The crate's name for a bucket.
+pub(crate) fn gcs_bucket(bucket: &str) -> String {
+    format!("projects/_/buckets/{bucket}")
+}
+
+/// A status from GCS, as for any HTTP download; refusals keep GCS's reason (it names the
+/// principal and the missing permission, never a credential).
+fn status_failure(err: &google_cloud_storage::Error) -> Option<CacheError> {
+    let status = StatusCode::from_u16(err.http_status_code()?).ok()?;
+    Some(match (status_error(status), err.status()) {
+        (CacheError::PermissionDenied(detail), Some(service)) if !service.message.is_empty() => {
+            CacheError::PermissionDenied(format!("{detail}: {}", service.message))
+        }
+        (mapped, _) => mapped,
     })
 }
 
-/// The object's download URL in the JSON API; the object name is one percent-encoded segment.
-pub(crate) fn download_url(endpoint: Option<&Url>, bucket: &str, key: &str) -> CacheResult<Url> {
-    let mut url = match endpoint {
-        Some(endpoint) => endpoint.clone(),
-        None => Url::parse(DEFAULT_ENDPOINT).map_err(CacheError::internal)?,
-    };
-    url.path_segments_mut()
-        .map_err(|_| CacheError::DownloadError("the GCS endpoint cannot be a base URL".into()))?
-        .pop_if_empty()
-        .extend(["storage", "v1", "b", bucket, "o", key]);
-    url.set_query(Some("alt=media"));
-    Ok(url)
-}
-
-#[derive(Deserialize)]
-struct TokenAnswer {
-    access_token: String,
-    #[serde(default = "default_expires_in")]
-    expires_in: u64,
-}
-
-fn default_expires_in() -> u64 {
-    3600
-}
-
-#[derive(Deserialize)]
-struct TokenRefusal {
-    error: Option<String>,
-    error_description: Option<String>,
-}
-
-/// An application-default credentials file.
-#[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum CredentialsFile {
-    ServiceAccount {
-        client_email: String,
-        private_key: Secret,
-        token_uri: Option<String>,
-    },
-    AuthorizedUser {
-        client_id: String,
-        client_secret: Secret,
-        refresh_token: Secret,
-    },
-}
-
-/// How a token is requested.
-enum TokenRequest {
-    Form { url: Url, form: String },
-    Metadata { url: Url },
+/// Whether the crate failed for want of usable credentials, and if so whether trying
+/// again could help (a metadata server that did not answer) or not (a bad key).
+fn credentials_failure(err: &google_cloud_storage::Error) -> Option<CacheError> {
+    if !err.is_authentication() {
+        return None;
+    }
+    let detail = root_cause(err);
+    let transient = std::error::Error::source(err)
+        .and_then(|source| source.downcast_ref::<CredentialsError>())
+        .is_some_and(CredentialsError::is_transient);
+    Some(if transient {
+        CacheError::DownloadError(format!("GCS credentials unavailable: {detail}"))
+    } else {
+        CacheError::PermissionDenied(format!("GCS credentials refused: {detail}"))
+    })
 }
 
 impl Downloader {
+    /// The client for `key`, built on first use.
+    async fn gcs_client(&self, key: &GcsClientKey) -> CacheResult<Storage> {
+        let init = async {
+            let credentials = gcs_credentials(&key.auth, key.endpoint.as_ref(), key.access)?;
+            build_gcs_client(credentials, key.endpoint.as_ref(), false)
+                .await
+                .map_err(|err| CacheError::DownloadError(format!("GCS client: {err}")))
+        };
+        self.inner
+            .gcs_clients
+            .try_get_with_by_ref(key, init)
+            .await
+            .map_err(|err| (*err).clone())
+    }
+
+    /// Streams the object `key` of the source's bucket into `dest`, at most `max_size`
+    /// bytes.
     pub(super) async fn download_gcs(
         &self,
         source: &GcsSourceConfig,
         key: &str,
+        max_size: u64,
         dest: &mut tokio::fs::File,
     ) -> CacheResult<u64> {
         let auth = source
@@ -211,308 +275,316 @@ impl Downloader {
             .map_err(|err| CacheError::PermissionDenied(err.to_owned()))?;
         let endpoint = source
             .endpoint
-            .as_ref()
-            .or(self.inner.gcs_env.emulator.as_ref());
-        let headers = self.gcs_headers(auth, endpoint, GcsAccess::Read).await?;
-        let url = download_url(endpoint, &source.bucket, key)?;
-        self.download_http(&url, &headers, dest).await
-    }
-
-    /// The authorisation header for `auth`; none for an emulator without credentials.
-    pub(crate) async fn gcs_headers(
-        &self,
-        auth: GcsAuth,
-        endpoint: Option<&Url>,
-        access: GcsAccess,
-    ) -> CacheResult<BTreeMap<String, String>> {
-        let mut headers = BTreeMap::new();
-        let anonymous = matches!(auth, GcsAuth::Default) && endpoint.is_some();
-        if !anonymous {
-            let token = self.gcs_token(auth, access).await?;
-            headers.insert(
-                "Authorization".to_owned(),
-                format!("Bearer {}", token.expose()),
-            );
-        }
-        Ok(headers)
-    }
-
-    /// The emulator named by `STORAGE_EMULATOR_HOST`, if any.
-    pub(crate) fn gcs_emulator(&self) -> Option<&Url> {
-        self.inner.gcs_env.emulator.as_ref()
-    }
-
-    async fn gcs_token(&self, auth: GcsAuth, access: GcsAccess) -> CacheResult<Secret> {
-        if let GcsAuth::Token(token) = auth {
-            return Ok(token);
-        }
-        let key = (auth, access);
-        let init = self.request_gcs_token(&key.0, access);
-        self.inner
-            .gcs_tokens
-            .entry_by_ref(&key)
-            .or_insert_with_if(init, |cached| {
-                cached.as_ref().map_or(true, |token| token.needs_refresh())
-            })
-            .await
-            .into_value()
-            .map(|token| token.bearer.clone())
-    }
-
-    async fn request_gcs_token(
-        &self,
-        auth: &GcsAuth,
-        access: GcsAccess,
-    ) -> CacheResult<Arc<GcsToken>> {
-        // Keys from a request may name any token endpoint, so that one is reached like any
-        // request-supplied URL. The server's own credentials are trusted, metadata server
-        // included.
-        let (request, client) = match auth {
-            GcsAuth::ServiceAccount {
-                client_email,
-                private_key,
-                token_uri,
-            } => {
-                if !self.config().connect_to_reserved_ips && url_has_reserved_ip_host(token_uri) {
-                    return Err(CacheError::DownloadError(RESERVED_ADDRESS_MSG.to_owned()));
-                }
-                (
-                    jwt_request(client_email, private_key, token_uri, access)?,
-                    &self.inner.client,
+            .clone()
+            .or_else(|| self.inner.gcs_emulator.clone());
+        let client_key = GcsClientKey {
+            auth,
+            endpoint,
+            access: GcsAccess::Read,
+        };
+        let config = self.config();
+        let max_size = max_size.min(config.max_download_size);
+        let what = format!("gs://{}/{key}", source.bucket);
+        let mut progress = Progress::start(self, &what);
+        let transfer = async {
+            retrying!(&what, {
+                truncate(dest).await?;
+                progress.restart();
+                self.attempt_gcs(
+                    &client_key,
+                    &source.bucket,
+                    key,
+                    max_size,
+                    dest,
+                    &mut progress,
                 )
-            }
-            GcsAuth::Default => (
-                self.default_credentials(access).await?,
-                &self.inner.trusted_client,
-            ),
-            GcsAuth::Token(token) => {
-                return Ok(Arc::new(GcsToken::new(token.clone(), JWT_LIFETIME)));
-            }
+                .await
+            })
         };
-        let what = match &request {
-            TokenRequest::Form { url, .. } | TokenRequest::Metadata { url } => redact_url(url),
-        };
-        let attempts = async { retrying!(&what, self.token_attempt(client, &request).await) };
-        let token = within_download_timeout(self.config(), attempts).await;
-        if let Err(err) = &token {
-            tracing::warn!(endpoint = %what, error = %err, "GCS token request failed");
-        }
-        token.map(Arc::new)
+        let result = within_download_timeout(config, transfer).await;
+        log_download(&what, &result);
+        progress.finish(&result);
+        result
     }
 
-    async fn default_credentials(&self, access: GcsAccess) -> CacheResult<TokenRequest> {
-        let Some(path) = &self.inner.gcs_env.credentials_file else {
-            let url = Url::parse(&format!(
-                "http://{}/computeMetadata/v1/instance/service-accounts/default/token",
-                self.inner.gcs_env.metadata_host
-            ))
-            .map_err(|_| CacheError::DownloadError("invalid GCE_METADATA_HOST".into()))?;
-            return Ok(TokenRequest::Metadata { url });
-        };
-        let unusable = |detail: String| {
-            CacheError::PermissionDenied(format!(
-                "application default credentials unusable: {detail}"
-            ))
-        };
-        let text = tokio::fs::read(path)
-            .await
-            .map_err(|err| unusable(err.kind().to_string()))?;
-        match serde_json::from_slice(&text).map_err(|err| unusable(err.to_string()))? {
-            CredentialsFile::ServiceAccount {
-                client_email,
-                private_key,
-                token_uri,
-            } => {
-                let token_uri = match token_uri {
-                    Some(uri) => Url::parse(&uri).map_err(|err| unusable(err.to_string()))?,
-                    None => google_token_uri(),
-                };
-                jwt_request(&client_email, &private_key, &token_uri, access)
-            }
-            CredentialsFile::AuthorizedUser {
-                client_id,
-                client_secret,
-                refresh_token,
-            } => Ok(TokenRequest::Form {
-                url: google_token_uri(),
-                form: url::form_urlencoded::Serializer::new(String::new())
-                    .append_pair("grant_type", "refresh_token")
-                    .append_pair("client_id", &client_id)
-                    .append_pair("client_secret", client_secret.expose())
-                    .append_pair("refresh_token", refresh_token.expose())
-                    .finish(),
-            }),
-        }
-    }
-
-    async fn token_attempt(
+    async fn attempt_gcs(
         &self,
-        client: &reqwest::Client,
-        request: &TokenRequest,
-    ) -> CacheResult<GcsToken> {
-        let builder = match request {
-            TokenRequest::Form { url, form } => client
-                .post(url.clone())
-                .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
-                .body(form.clone()),
-            TokenRequest::Metadata { url } => {
-                let mut headers = HeaderMap::new();
-                headers.insert("Metadata-Flavor", HeaderValue::from_static("Google"));
-                client.get(url.clone()).headers(headers)
-            }
-        };
-        let head = self.config().head_timeout;
-        let response = match tokio::time::timeout(head, builder.send()).await {
+        client_key: &GcsClientKey,
+        bucket: &str,
+        key: &str,
+        max_size: u64,
+        dest: &mut tokio::fs::File,
+        progress: &mut Progress,
+    ) -> CacheResult<u64> {
+        let config = self.config();
+        if !config.connect_to_reserved_ips {
+            let endpoint = match &client_key.endpoint {
+                Some(endpoint) => endpoint.clone(),
+                None => Url::parse(DEFAULT_ENDPOINT).map_err(CacheError::internal)?,
+            };
+            ensure_public_url(&endpoint).await.map_err(|err| {
+                if err.is::<ReservedAddress>() {
+                    CacheError::DownloadError(RESERVED_ADDRESS_MSG.to_owned())
+                } else {
+                    CacheError::DownloadError(format!("cannot resolve the GCS endpoint: {err}"))
+                }
+            })?;
+        }
+        let client = self.gcs_client(client_key).await?;
+        let head = config.head_timeout;
+        // The head timeout covers what the crate does before the body: connecting (its
+        // client has no connect timeout of its own), fetching a token, the answer's head.
+        let request = client
+            .read_object(gcs_bucket(bucket), key)
+            .with_user_agent(config.user_agent.clone())
+            .send();
+        let response = match tokio::time::timeout(head, request).await {
             Err(_) => return Err(CacheError::Timeout(head)),
-            Ok(Err(err)) => return Err(self.reqwest_error(err)),
+            Ok(Err(err)) => return Err(self.gcs_error(&err)),
             Ok(Ok(response)) => response,
         };
-        let status = response.status();
-        let body = read_capped(self, response, MAX_TOKEN_ANSWER).await?;
-        if status.is_client_error() {
-            // OAuth errors are codes and fixed texts ("invalid_grant", "Invalid JWT
-            // Signature."), never the credentials themselves.
-            let refusal: Option<TokenRefusal> = serde_json::from_slice(&body).ok();
-            let detail = refusal
-                .map(|r| {
-                    [r.error, r.error_description]
-                        .into_iter()
-                        .flatten()
-                        .collect::<Vec<_>>()
-                        .join(": ")
-                })
-                .filter(|d| !d.is_empty())
-                .unwrap_or_else(|| status.to_string());
-            return Err(CacheError::PermissionDenied(format!(
-                "GCS token request refused: {detail}"
-            )));
-        }
-        if !status.is_success() {
-            return Err(CacheError::DownloadError(format!(
-                "GCS token request failed: {status}"
-            )));
-        }
-        let answer: TokenAnswer = serde_json::from_slice(&body)
-            .map_err(|err| CacheError::DownloadError(format!("invalid GCS token answer: {err}")))?;
-        Ok(GcsToken::new(
-            Secret::new(answer.access_token),
-            Duration::from_secs(answer.expires_in),
-        ))
+        // The stored size; the crate turns off transcoding, so it is what arrives.
+        let size = u64::try_from(response.object().size)
+            .ok()
+            .filter(|&s| s > 0);
+        let body = futures::stream::unfold(response, |mut response| async move {
+            let chunk = response.next().await?;
+            Some((chunk.map_err(|err| self.gcs_error(&err)), response))
+        });
+        write_body(body, size, dest, config, max_size, progress).await
     }
-}
 
-fn jwt_request(
-    client_email: &str,
-    private_key: &Secret,
-    token_uri: &Url,
-    access: GcsAccess,
-) -> CacheResult<TokenRequest> {
-    let jwt = service_account_jwt(
-        client_email,
-        private_key,
-        token_uri,
-        access,
-        SystemTime::now(),
-    )?;
-    Ok(TokenRequest::Form {
-        url: token_uri.clone(),
-        form: url::form_urlencoded::Serializer::new(String::new())
-            .append_pair("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer")
-            .append_pair("assertion", &jwt)
-            .finish(),
-    })
+    /// Upstream's mapping, as for S3 and HTTP sources: missing objects and buckets are
+    /// not found, refused credentials are permission errors, the rest download errors.
+    fn gcs_error(&self, err: &google_cloud_storage::Error) -> CacheError {
+        if let Some(mapped) = status_failure(err).or_else(|| credentials_failure(err)) {
+            return mapped;
+        }
+        if err.is_timeout() {
+            return CacheError::Timeout(self.config().head_timeout);
+        }
+        CacheError::DownloadError(root_cause(err))
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
 
-    use jsonwebtoken::{DecodingKey, Validation, decode};
+    use axum::Router;
+    use axum::extract::{Path as AxPath, State};
+    use axum::response::{IntoResponse, Response};
+    use axum::routing::get;
+    use google_cloud_storage::Error;
 
     use super::*;
+    use crate::fetch::FetchConfig;
+    use crate::sources::SourceConfig;
 
-    fn fixture(name: &str) -> Vec<u8> {
-        std::fs::read(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("fixtures/gcs")
-                .join(name),
-        )
-        .unwrap()
+    fn gcs_answer(status: StatusCode, message: &str) -> Response {
+        let error = serde_json::json!({"error": {"code": status.as_u16(), "message": message}});
+        (status, axum::Json(error)).into_response()
     }
 
-    #[test]
-    fn jwt_verifies_with_the_public_key() {
-        let key = Secret::new(String::from_utf8(fixture("test-key.pem")).unwrap());
-        let token_uri = google_token_uri();
-        let now = UNIX_EPOCH + Duration::from_secs(1_900_000_000);
-        let jwt = service_account_jwt(
-            "sa@p.iam.gserviceaccount.com",
-            &key,
-            &token_uri,
-            GcsAccess::Read,
-            now,
-        )
-        .unwrap();
-
-        let public = DecodingKey::from_rsa_pem(&fixture("test-key.pub.pem")).unwrap();
-        let mut validation = Validation::new(Algorithm::RS256);
-        validation.set_audience(&[crate::sources::GOOGLE_TOKEN_URI]);
-        validation.set_issuer(&["sa@p.iam.gserviceaccount.com"]);
-        validation.validate_exp = false;
-        let claims = decode::<serde_json::Value>(&jwt, &public, &validation)
-            .unwrap()
-            .claims;
-        assert_eq!(claims["scope"], GcsAccess::Read.scope());
-        assert_eq!(claims["iat"], 1_900_000_000u64);
-        assert_eq!(claims["exp"], 1_900_003_600u64);
-
-        // A signature by another key does not verify.
-        let other = Secret::new(String::from_utf8(fixture("wrong-key.pem")).unwrap());
-        let forged = service_account_jwt(
-            "sa@p.iam.gserviceaccount.com",
-            &other,
-            &token_uri,
-            GcsAccess::Read,
-            now,
-        )
-        .unwrap();
-        assert!(decode::<serde_json::Value>(&forged, &public, &validation).is_err());
+    /// The JSON API's media download, as GCS answers it, for a few objects.
+    async fn start_gcs(hits: Arc<AtomicUsize>) -> SocketAddr {
+        let object = |AxPath((bucket, object)): AxPath<(String, String)>,
+                      State(hits): State<Arc<AtomicUsize>>| async move {
+            hits.fetch_add(1, Ordering::SeqCst);
+            let ok = |body: Vec<u8>| {
+                let len = body.len().to_string();
+                let headers = [
+                    ("x-goog-generation", "1".to_owned()),
+                    ("x-goog-stored-content-length", len),
+                ];
+                (headers, body).into_response()
+            };
+            match (bucket.as_str(), object.as_str()) {
+                ("b", "dir/hello") => ok(b"hello world\n".to_vec()),
+                ("b", "big") => ok(vec![b'x'; 64 * 1024]),
+                ("b", "forbidden") => gcs_answer(
+                    StatusCode::FORBIDDEN,
+                    "sa@p.iam does not have storage.objects.get access",
+                ),
+                ("b", "error") => gcs_answer(StatusCode::INTERNAL_SERVER_ERROR, "backend error"),
+                ("b", "slow") => {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    ok(b"late".to_vec())
+                }
+                _ => gcs_answer(StatusCode::NOT_FOUND, "No such object"),
+            }
+        };
+        let app = Router::new()
+            .route("/storage/v1/b/{bucket}/o/{object}", get(object))
+            .with_state(hits);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        addr
     }
 
-    #[test]
-    fn bad_key_is_permission_denied_without_its_text() {
-        let err = service_account_jwt(
-            "sa@p",
-            &Secret::new("-----BEGIN PRIVATE KEY-----\nc2VjcmV0\n-----END PRIVATE KEY-----"),
-            &google_token_uri(),
-            GcsAccess::Read,
-            SystemTime::now(),
-        )
-        .unwrap_err();
-        assert!(matches!(err, CacheError::PermissionDenied(_)), "{err:?}");
-        assert!(!err.to_string().contains("c2VjcmV0"));
+    fn test_config() -> FetchConfig {
+        FetchConfig {
+            head_timeout: Duration::from_millis(500),
+            max_download_timeout: Duration::from_secs(10),
+            connect_to_reserved_ips: true,
+            ..FetchConfig::default()
+        }
     }
 
-    #[test]
-    fn download_urls_encode_the_object_name() {
-        let url = download_url(None, "bucket", "ios/ab/cd ef/debuginfo").unwrap();
+    fn source(endpoint: &str) -> GcsSourceConfig {
+        let json =
+            serde_json::json!({"type": "gcs", "id": "g", "bucket": "b", "endpoint": endpoint});
+        match serde_json::from_value::<SourceConfig>(json).unwrap() {
+            SourceConfig::Gcs(c) => (*c).clone(),
+            other => panic!("not gcs: {other:?}"),
+        }
+    }
+
+    async fn download(
+        config: FetchConfig,
+        source: &GcsSourceConfig,
+        key: &str,
+        max: u64,
+    ) -> (CacheResult<u64>, Vec<u8>) {
+        let downloader = Downloader::new(config).unwrap();
+        let temp = tempfile::NamedTempFile::new().unwrap();
+        let mut dest = tokio::fs::File::from_std(temp.reopen().unwrap());
+        let result = downloader.download_gcs(source, key, max, &mut dest).await;
+        (result, std::fs::read(temp.path()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn downloads_map_statuses_and_keep_the_limits() {
+        let hits = Arc::new(AtomicUsize::new(0));
+        let addr = start_gcs(hits.clone()).await;
+        let source = source(&format!("http://{addr}"));
+        let config = test_config();
+
+        let (result, body) = download(config.clone(), &source, "dir/hello", u64::MAX).await;
+        assert_eq!((result, body.as_slice()), (Ok(12), &b"hello world\n"[..]));
+        let (result, _) = download(config.clone(), &source, "nothing", u64::MAX).await;
+        assert_eq!(result, Err(CacheError::NotFound));
+        let (result, _) = download(config.clone(), &source, "forbidden", u64::MAX).await;
         assert_eq!(
-            url.as_str(),
-            "https://storage.googleapis.com/storage/v1/b/bucket/o/ios%2Fab%2Fcd%20ef%2Fdebuginfo?alt=media"
+            result,
+            Err(CacheError::PermissionDenied(
+                "403 Forbidden: sa@p.iam does not have storage.objects.get access".into()
+            ))
         );
-        let emulator = Url::parse("http://127.0.0.1:4443/").unwrap();
+
+        // The per-call cap and the configured one, before a byte is written.
+        let (result, body) = download(config.clone(), &source, "big", 1024).await;
+        assert!(matches!(result, Err(CacheError::TooLarge(_))), "{result:?}");
+        assert!(body.is_empty());
+        let capped = FetchConfig {
+            max_download_size: 1024,
+            ..config.clone()
+        };
+        let (result, _) = download(capped, &source, "big", u64::MAX).await;
+        assert!(matches!(result, Err(CacheError::TooLarge(_))), "{result:?}");
+
+        let before = hits.load(Ordering::SeqCst);
+        let (result, _) = download(config.clone(), &source, "error", u64::MAX).await;
+        assert!(
+            matches!(result, Err(CacheError::DownloadError(_))),
+            "{result:?}"
+        );
         assert_eq!(
-            download_url(Some(&emulator), "b", "k").unwrap().as_str(),
-            "http://127.0.0.1:4443/storage/v1/b/b/o/k?alt=media"
+            hits.load(Ordering::SeqCst) - before,
+            3,
+            "our retries, not the crate's"
         );
+
+        let (result, _) = download(config, &source, "slow", u64::MAX).await;
+        assert_eq!(result, Err(CacheError::Timeout(Duration::from_millis(500))));
+    }
+
+    #[tokio::test]
+    async fn reserved_endpoints_are_refused_before_any_request() {
+        let hits = Arc::new(AtomicUsize::new(0));
+        let addr = start_gcs(hits.clone()).await;
+        let refusing = FetchConfig {
+            connect_to_reserved_ips: false,
+            ..test_config()
+        };
+        for endpoint in [
+            format!("http://{addr}"),
+            format!("http://localhost:{}", addr.port()),
+        ] {
+            let (result, _) =
+                download(refusing.clone(), &source(&endpoint), "dir/hello", u64::MAX).await;
+            assert_eq!(
+                result,
+                Err(CacheError::DownloadError(RESERVED_ADDRESS_MSG.into()))
+            );
+        }
+        assert_eq!(hits.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn credentials_never_show_and_emulators_get_none() {
+        let token = BearerToken::new(&Secret::new("ya29.secret")).unwrap();
+        assert!(!format!("{token:?}").contains("ya29"));
+        let creds: Credentials = token.into();
+        let CacheableResource::New { data, .. } =
+            creds.headers(http::Extensions::new()).await.unwrap()
+        else {
+            panic!("a token is always new")
+        };
+        assert_eq!(data[AUTHORIZATION], "Bearer ya29.secret");
+        assert!(data[AUTHORIZATION].is_sensitive());
+
+        let emulator = Url::parse("http://127.0.0.1:4443").unwrap();
+        let anonymous =
+            gcs_credentials(&GcsAuth::Default, Some(&emulator), GcsAccess::Read).unwrap();
+        let CacheableResource::New { data, .. } =
+            anonymous.headers(http::Extensions::new()).await.unwrap()
+        else {
+            panic!("anonymous headers are always new")
+        };
+        assert!(data.is_empty());
+
+        // A broken key fails when it signs, for good, and without its text.
+        let auth = GcsAuth::ServiceAccount {
+            client_email: "sa@p.iam".into(),
+            private_key: Secret::new(
+                "-----BEGIN PRIVATE KEY-----\nc2VjcmV0\n-----END PRIVATE KEY-----",
+            ),
+            private_key_id: None,
+        };
+        let creds = gcs_credentials(&auth, None, GcsAccess::Read).unwrap();
+        let err = creds.headers(http::Extensions::new()).await.unwrap_err();
+        assert!(!err.is_transient());
+        let mapped = credentials_failure(&Error::authentication(err)).unwrap();
+        assert!(
+            matches!(&mapped, CacheError::PermissionDenied(_)),
+            "{mapped:?}"
+        );
+        assert!(!mapped.to_string().contains("c2VjcmV0"), "{mapped}");
     }
 
     #[test]
-    fn tokens_refresh_before_expiry() {
-        let long = GcsToken::new(Secret::new("t"), Duration::from_secs(3600));
-        assert!(!long.needs_refresh());
-        assert!(long.refresh_at <= Instant::now() + Duration::from_secs(3300));
-        let short = GcsToken::new(Secret::new("t"), Duration::ZERO);
-        assert!(short.needs_refresh());
+    fn crate_errors_map_to_ours() {
+        let downloader = Downloader::new(test_config()).unwrap();
+        let http = |status: u16| Error::http(status, HeaderMap::new(), bytes::Bytes::new());
+        assert_eq!(downloader.gcs_error(&http(404)), CacheError::NotFound);
+        assert_eq!(
+            downloader.gcs_error(&http(401)),
+            CacheError::PermissionDenied("401 Unauthorized".into())
+        );
+        assert_eq!(
+            downloader.gcs_error(&http(503)),
+            CacheError::DownloadError("503 Service Unavailable".into())
+        );
+        let unavailable =
+            Error::authentication(CredentialsError::from_msg(true, "metadata server down"));
+        assert!(matches!(
+            downloader.gcs_error(&unavailable),
+            CacheError::DownloadError(_)
+        ));
     }
 }

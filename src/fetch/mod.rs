@@ -33,7 +33,9 @@ mod transfer;
 
 pub use decompress::decompress_file;
 pub use deny_list::DenyListConfig;
-pub(crate) use gcs::{GcsAccess, download_url as gcs_download_url};
+pub(crate) use gcs::{
+    GcsAccess, build_gcs_client, gcs_bucket, gcs_credentials, gcs_key_file_credentials,
+};
 pub use progress::{DownloadObserver, DownloadOutcome, DownloadState};
 pub use remote::{RemoteFile, fetch_file};
 pub(crate) use s3::{build_client as build_s3_client, http_client as s3_http_client};
@@ -62,7 +64,8 @@ pub struct FetchConfig {
     pub sentry_index_ttl: Duration,
     /// S3 clients (one per region, endpoint and credentials) kept.
     pub s3_client_capacity: u64,
-    /// GCS OAuth tokens (one per credentials) kept.
+    /// GCS clients (one per credentials, endpoint and access) kept; each holds its
+    /// credentials' OAuth token, so this bounds the tokens kept too.
     pub gcs_token_capacity: u64,
     /// When an HTTP host that keeps failing is left alone for a while.
     pub deny_list: DenyListConfig,
@@ -103,15 +106,13 @@ struct Inner {
     client: reqwest::Client,
     /// Only for sources configured with `accept_invalid_certs`.
     insecure_client: reqwest::Client,
-    /// Only for the server's own credential endpoints (GCE metadata is a reserved address).
-    trusted_client: reqwest::Client,
     source_limits: moka::sync::Cache<SourceId, Arc<Semaphore>>,
     deny_list: Option<deny_list::HostDenyList>,
     sentry_index: sentry::SentryIndex,
     s3_http: aws_sdk_s3::config::SharedHttpClient,
     s3_clients: s3::S3Clients,
-    gcs_tokens: gcs::GcsTokens,
-    gcs_env: gcs::GcsEnv,
+    gcs_clients: gcs::GcsClients,
+    gcs_emulator: Option<Url>,
     observer: Option<Arc<dyn DownloadObserver>>,
 }
 
@@ -146,18 +147,10 @@ impl Downloader {
     ) -> anyhow::Result<Self> {
         let client = http::build_client(&config, false)?;
         let insecure_client = http::build_client(&config, true)?;
-        let trusted_client = http::build_client(
-            &FetchConfig {
-                connect_to_reserved_ips: true,
-                ..config.clone()
-            },
-            false,
-        )?;
         Ok(Self {
             inner: Arc::new(Inner {
                 client,
                 insecure_client,
-                trusted_client,
                 deny_list: deny_list::HostDenyList::new(&config.deny_list),
                 source_limits: moka::sync::Cache::builder()
                     .max_capacity(MAX_TRACKED_SOURCES)
@@ -169,8 +162,13 @@ impl Downloader {
                 ),
                 s3_http: s3::http_client(&config),
                 s3_clients: moka::future::Cache::new(config.s3_client_capacity),
-                gcs_tokens: moka::future::Cache::new(config.gcs_token_capacity),
-                gcs_env: gcs::GcsEnv::from_env(),
+                // A client keeps refreshing its token while it lives, and keeps a
+                // credential's lasting failure: neither should outlive its use for long.
+                gcs_clients: moka::future::Cache::builder()
+                    .max_capacity(config.gcs_token_capacity)
+                    .time_to_idle(Duration::from_secs(3600))
+                    .build(),
+                gcs_emulator: gcs::emulator_from_env(),
                 observer,
                 config,
             }),
@@ -181,10 +179,9 @@ impl Downloader {
         &self.inner.config
     }
 
-    /// The client for the server's own endpoints (credential servers, the shared
-    /// cache), which may live at reserved addresses.
-    pub(crate) fn trusted_client(&self) -> &reqwest::Client {
-        &self.inner.trusted_client
+    /// The emulator named by `STORAGE_EMULATOR_HOST`, if any.
+    pub(crate) fn gcs_emulator(&self) -> Option<&Url> {
+        self.inner.gcs_emulator.as_ref()
     }
 
     /// Waits for a download slot of `source`. A semaphore evicted while in use only means

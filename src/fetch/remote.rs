@@ -116,8 +116,8 @@ impl Downloader {
 }
 
 /// Downloads `file` into `dest` and unpacks it if it is compressed, so `dest` ends up
-/// holding the plain file. `max_size` caps the payload (HTTP downloads while they
-/// stream, every kind when unpacked) below the configured `max_download_size`.
+/// holding the plain file. `max_size` caps the payload (HTTP and GCS downloads while
+/// they stream, every kind when unpacked) below the configured `max_download_size`.
 pub async fn fetch_file(
     downloader: &Downloader,
     file: &RemoteFile,
@@ -175,7 +175,7 @@ pub async fn fetch_file(
         }
         SourceConfig::Gcs(gcs) => {
             downloader
-                .download_gcs(gcs, &gcs.key(&file.path), &mut out)
+                .download_gcs(gcs, &gcs.key(&file.path), max_size, &mut out)
                 .await
         }
     };

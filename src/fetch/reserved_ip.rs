@@ -41,6 +41,31 @@ pub(super) async fn resolve_public(
     Ok(allowed)
 }
 
+/// Resolves `url`'s host and fails unless every address it has is public. For clients
+/// that resolve names themselves and take no resolver (the GCS crate's): checked just
+/// before each request, it leaves open only a name that changes its answer between this
+/// lookup and the client's own (DNS rebinding), which the filtering resolver closes.
+pub(super) async fn ensure_public_url(url: &Url) -> Result<(), Box<dyn StdError + Send + Sync>> {
+    let host = match url.host() {
+        Some(Host::Domain(name)) => name,
+        Some(Host::Ipv4(_) | Host::Ipv6(_)) if url_has_reserved_ip_host(url) => {
+            return Err(Box::new(ReservedAddress));
+        }
+        Some(Host::Ipv4(_) | Host::Ipv6(_)) => return Ok(()),
+        None => return Err("the URL has no host".into()),
+    };
+    let port = url.port_or_known_default().unwrap_or(0);
+    let resolved: Vec<SocketAddr> = tokio::net::lookup_host((host, port)).await?.collect();
+    if resolved.is_empty() {
+        return Err(format!("{host} has no addresses").into());
+    }
+    if resolved.iter().any(|addr| is_reserved_ip(addr.ip())) {
+        tracing::debug!(%host, ?resolved, "refused a name with reserved addresses");
+        return Err(Box::new(ReservedAddress));
+    }
+    Ok(())
+}
+
 /// IPv4 blocks that are not reachable public unicast. Upstream's list, plus TEST-NET-3,
 /// and the whole of 192.0.0.0/24 rather than its /29: the few anycast services in that
 /// block are never symbol servers.
@@ -244,5 +269,27 @@ mod tests {
         assert!(!check("http://8.8.8.8/x"));
         // Names are left to the filtering resolver.
         assert!(!check("http://localhost/x"));
+    }
+
+    #[tokio::test]
+    async fn resolved_urls_must_be_public_throughout() {
+        let check = |s: &str| {
+            let url = Url::parse(s).unwrap();
+            async move { ensure_public_url(&url).await.map_err(|e| e.to_string()) }
+        };
+        assert_eq!(
+            check("http://127.0.0.1:4443/").await,
+            Err(RESERVED_ADDRESS_MSG.into())
+        );
+        assert_eq!(
+            check("http://[::1]/").await,
+            Err(RESERVED_ADDRESS_MSG.into())
+        );
+        // `localhost` resolves without DNS traffic, to loopback only.
+        assert_eq!(
+            check("http://localhost:9/").await,
+            Err(RESERVED_ADDRESS_MSG.into())
+        );
+        assert_eq!(check("https://8.8.8.8/").await, Ok(()));
     }
 }

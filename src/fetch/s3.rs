@@ -18,7 +18,9 @@ use url::Url;
 
 use super::progress::Progress;
 use super::reserved_ip::{RESERVED_ADDRESS_MSG, resolve_public, url_has_reserved_ip_host};
-use super::transfer::{log_download, retrying, truncate, within_download_timeout, write_body};
+use super::transfer::{
+    log_download, retrying, root_cause, truncate, within_download_timeout, write_body,
+};
 use super::{Downloader, FetchConfig};
 use crate::error::{CacheError, CacheResult};
 use crate::sources::{S3SourceConfig, Secret};
@@ -97,14 +99,6 @@ pub(crate) fn http_client(config: &FetchConfig) -> SharedHttpClient {
     } else {
         builder.build_with_resolver(PublicOnlyDns)
     }
-}
-
-fn root_cause(err: &(dyn StdError + 'static)) -> String {
-    let mut root = err;
-    while let Some(source) = root.source() {
-        root = source;
-    }
-    root.to_string()
 }
 
 fn credentials_error<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a CredentialsError> {

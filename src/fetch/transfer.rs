@@ -88,6 +88,16 @@ pub fn record_download(source_type: &'static str, started: Instant, result: &Cac
     metrics::histogram!(DOWNLOAD_DURATION, "source_type" => source_type).record(started.elapsed());
 }
 
+/// The innermost error's text: the outer layers of SDK and client errors only say that
+/// a request failed, and some of them embed the request's URL.
+pub(super) fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut root = err;
+    while let Some(source) = root.source() {
+        root = source;
+    }
+    root.to_string()
+}
+
 /// Logs how a download ended; `what` names it without credentials.
 pub(super) fn log_download(what: &str, result: &CacheResult<u64>) {
     match result {

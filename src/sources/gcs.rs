@@ -1,5 +1,5 @@
 //! Google Cloud Storage bucket sources, as upstream's `GcsSourceConfig`, plus an optional
-//! `endpoint` (an emulator or a GCS-compatible server) and `token_uri`.
+//! `endpoint` (an emulator or a GCS-compatible server) and `private_key_id`.
 
 use serde::{Deserialize, Serialize};
 use url::Url;
@@ -7,9 +7,6 @@ use url::Url;
 use super::bucket::{bucket_key, bucket_uri};
 use super::common::{CommonSourceConfig, SourceId, optional_url_as_string};
 use super::secret::Secret;
-
-/// Where Google's OAuth tokens come from unless a source or a credentials file says otherwise.
-pub const GOOGLE_TOKEN_URI: &str = "https://oauth2.googleapis.com/token";
 
 /// A GCS bucket.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -19,11 +16,15 @@ pub struct GcsSourceConfig {
     /// Path inside the bucket under which the layout starts.
     #[serde(default)]
     pub prefix: String,
-    /// PEM private key of a service account, used with `client_email`.
+    /// PEM (PKCS#8) private key of a service account, used with `client_email`.
     #[serde(default)]
     pub private_key: Option<Secret>,
     #[serde(default)]
     pub client_email: Option<String>,
+    /// The key file's `private_key_id`, sent as the signed JWT's `kid` so Google knows
+    /// which of the account's keys signed it (omnisym only: upstream's configs lack it).
+    #[serde(default)]
+    pub private_key_id: Option<String>,
     /// A ready OAuth token, used as it is (upstream's alternative to a key).
     #[serde(default)]
     pub bearer_token: Option<Secret>,
@@ -31,9 +32,6 @@ pub struct GcsSourceConfig {
     /// `STORAGE_EMULATOR_HOST` of the server's environment.
     #[serde(default, with = "optional_url_as_string")]
     pub endpoint: Option<Url>,
-    /// Token endpoint for the service-account exchange; default Google's.
-    #[serde(default, with = "optional_url_as_string")]
-    pub token_uri: Option<Url>,
     #[serde(flatten)]
     pub files: CommonSourceConfig,
 }
@@ -44,7 +42,7 @@ pub enum GcsAuth {
     ServiceAccount {
         client_email: String,
         private_key: Secret,
-        token_uri: Url,
+        private_key_id: Option<String>,
     },
     Token(Secret),
     /// Nothing given: the server's application-default credentials, or no authorisation
@@ -70,7 +68,7 @@ impl GcsSourceConfig {
             (Some(key), Some(email)) => Ok(GcsAuth::ServiceAccount {
                 client_email: email.to_owned(),
                 private_key: key.clone(),
-                token_uri: self.token_uri.clone().unwrap_or_else(google_token_uri),
+                private_key_id: self.private_key_id.clone().filter(|id| !id.is_empty()),
             }),
             (Some(_), None) => Err("private_key is set but client_email is not"),
             (None, Some(_)) => Err("client_email is set but private_key is not"),
@@ -80,10 +78,6 @@ impl GcsSourceConfig {
             }),
         }
     }
-}
-
-pub fn google_token_uri() -> Url {
-    Url::parse(GOOGLE_TOKEN_URI).expect("a valid constant URL")
 }
 
 #[cfg(test)]
@@ -102,20 +96,21 @@ mod tests {
     fn service_account_from_request() {
         let c = gcs(
             r#"{"type": "gcs", "id": "g", "bucket": "b", "prefix": "/ios",
-            "private_key": "-----BEGIN PRIVATE KEY-----xyz", "client_email": "a@b.iam", "name": "x"}"#,
+            "private_key": "-----BEGIN PRIVATE KEY-----xyz", "client_email": "a@b.iam", "name": "x",
+            "private_key_id": "k1"}"#,
         );
         assert_eq!(c.key("e5/14/executable"), "ios/e5/14/executable");
         assert_eq!(c.uri("a/key/with spaces"), "gs://b/ios/a/key/with%20spaces");
         let GcsAuth::ServiceAccount {
             client_email,
-            token_uri,
+            private_key_id,
             ..
         } = c.auth().unwrap()
         else {
             panic!()
         };
         assert_eq!(client_email, "a@b.iam");
-        assert_eq!(token_uri.as_str(), GOOGLE_TOKEN_URI);
+        assert_eq!(private_key_id.as_deref(), Some("k1"));
         let shown = format!("{c:?} {}", serde_json::to_string(&c).unwrap());
         assert!(!shown.contains("xyz"), "{shown}");
     }

@@ -49,7 +49,7 @@ pub use config::SourceConfig;
 pub use filesystem::FilesystemSourceConfig;
 pub use filetype::FileType;
 pub use filters::{Glob, SourceFilters, matches_path_patterns};
-pub use gcs::{GOOGLE_TOKEN_URI, GcsAuth, GcsSourceConfig, google_token_uri};
+pub use gcs::{GcsAuth, GcsSourceConfig};
 pub use http::HttpSourceConfig;
 pub use paths::{get_directory_paths, js_artifact_path, parse_symstore_path, source_locations};
 pub use s3::{AwsCredentialsProvider, S3Region, S3SourceConfig};
