@@ -74,7 +74,7 @@ cat >"$TMP/config.yml" <<EOF
 bind: 127.0.0.1:0
 cache_dir: $TMP/cache
 logging:
-  level: warn
+  level: ${LOG_LEVEL:-warn}
   format: simplified
 $1
 EOF

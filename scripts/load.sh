@@ -10,7 +10,8 @@
 # server's peak RSS (VmHWM). The server is stopped and the temp dir removed on exit.
 #
 # Environment: RUNS (default 5), DURATION (wrk -d, default 10s), CONNECTIONS (wrk -c,
-# default 32), THREADS (wrk -t, default 2), KEEP_TMP=1 to keep the temp dir.
+# default 32), THREADS (wrk -t, default 2), LOG_LEVEL (default warn; info adds the access
+# log line per request), KEEP_TMP=1 to keep the temp dir.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
