@@ -81,15 +81,18 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
 /// (else every HTTP connection and DWARF unit would log). Anything else is a tracing
 /// filter as written.
 fn log_filter(level: &str) -> String {
+    // Self-hosted's compose file always sets a StatsD address, and nothing need listen
+    // there: the exporter would log a refused datagram at every flush, forever.
     const QUIET: &str = "goblin=error,minidump=error,minidump_processor=error,\
-                         minidump_unwind=error,breakpad_symbols=error";
+                         minidump_unwind=error,breakpad_symbols=error,\
+                         metrics_exporter_dogstatsd=off";
     match level.trim().to_ascii_lowercase().as_str() {
         "off" => "off".into(),
-        "error" => "error".into(),
+        "error" => format!("error,{QUIET}"),
         "warn" => format!("warn,{QUIET}"),
         "info" => format!("info,{QUIET}"),
-        "debug" => "info,omnisym=debug".into(),
-        "trace" => "info,omnisym=trace".into(),
+        "debug" => format!("info,{QUIET},omnisym=debug"),
+        "trace" => format!("info,{QUIET},omnisym=trace"),
         _ => level.to_owned(),
     }
 }
@@ -338,7 +341,10 @@ mod tests {
     #[test]
     fn bare_levels_read_as_upstream_reads_them() {
         assert!(log_filter("info").starts_with("info,goblin=error"));
-        assert_eq!(log_filter("DEBUG"), "info,omnisym=debug");
+        assert!(log_filter("DEBUG").ends_with(",omnisym=debug"));
+        for level in ["error", "warn", "info", "debug"] {
+            assert!(log_filter(level).contains("metrics_exporter_dogstatsd=off"));
+        }
         assert_eq!(log_filter("warn,omnisym=debug"), "warn,omnisym=debug");
         for level in ["off", "error", "warn", "info", "debug", "trace"] {
             EnvFilter::try_new(log_filter(level)).unwrap();
