@@ -130,30 +130,7 @@ pub async fn fetch_file(
     let started = Instant::now();
     let downloaded = match &file.source {
         SourceConfig::Http(http) => match http.join_url(&file.path) {
-            Some(url) => {
-                // As upstream, only HTTP hosts are blocked: the other kinds are few,
-                // configured by the operator, and their failures are rarely the host's.
-                let host = url.host_str().unwrap_or_default();
-                let deny_list = downloader.inner.deny_list.as_ref();
-                match deny_list.map(|list| list.check(host)).unwrap_or(Ok(())) {
-                    Err(blocked) => Err(blocked),
-                    Ok(()) => {
-                        let result = downloader
-                            .download_http_with(
-                                &url,
-                                &http.headers,
-                                http.accept_invalid_certs,
-                                max_size,
-                                &mut out,
-                            )
-                            .await;
-                        if let Some(deny_list) = deny_list {
-                            deny_list.record(host, &result);
-                        }
-                        result
-                    }
-                }
-            }
+            Some(url) => download_unless_blocked(downloader, &url, http, max_size, &mut out).await,
             None => Err(CacheError::NotFound),
         },
         SourceConfig::Filesystem(fs) => {
@@ -197,4 +174,28 @@ pub async fn fetch_file(
         *dest = unpacked;
     }
     Ok(())
+}
+
+/// A file of an HTTP source, unless its host is on the deny list; the outcome counts
+/// toward blocking it. As upstream, only HTTP hosts are blocked: the other kinds are few,
+/// configured by the operator, and their failures are rarely the host's.
+async fn download_unless_blocked(
+    downloader: &Downloader,
+    url: &Url,
+    http: &HttpSourceConfig,
+    max_size: u64,
+    out: &mut tokio::fs::File,
+) -> CacheResult<u64> {
+    let host = url.host_str().unwrap_or_default();
+    let deny_list = downloader.inner.deny_list.as_ref();
+    if let Some(deny_list) = deny_list {
+        deny_list.check(host)?;
+    }
+    let result = downloader
+        .download_http_with(url, &http.headers, http.accept_invalid_certs, max_size, out)
+        .await;
+    if let Some(deny_list) = deny_list {
+        deny_list.record(host, &result);
+    }
+    result
 }
