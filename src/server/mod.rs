@@ -56,15 +56,14 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(config: &Config) -> anyhow::Result<Self> {
-        // The recorder first, so that whatever registers a metric while it is built
-        // (the downloader included) reaches it; installing is once per process.
-        telemetry::install(&config.metrics);
         Self::with_downloader(config, Downloader::new(config.fetch_config())?)
     }
 
     /// The state around a given downloader: the offline CLI hands in one that reports
     /// download progress.
     pub fn with_downloader(config: &Config, downloader: Downloader) -> anyhow::Result<Self> {
+        // The recorder first, so that the counters the caches register while they are
+        // built reach it; installing happens once per process.
         let metrics = telemetry::install(&config.metrics);
         let caches = Arc::new(Caches::new(
             &config.cache_dir,
