@@ -1,4 +1,12 @@
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
+
+use crate::telemetry::PARSER_PANICS;
+
+// Isolation of parsers (below) is built on unwinding; an abort would take the process
+// down with the first hostile file. Fuzz builds abort on purpose, to see the panic.
+#[cfg(all(panic = "abort", not(fuzzing)))]
+compile_error!("omnisym isolates parsers with catch_unwind and must be built with panic=unwind");
 
 /// The one error kind for anything fetched or computed. Each variant maps to a module
 /// or candidate status on the wire, and the whole enum is what a negative-cache
@@ -49,3 +57,69 @@ impl CacheError {
 }
 
 pub type CacheResult<T> = Result<T, CacheError>;
+
+/// Runs a parse of untrusted bytes (a downloaded debug file, an upload, a cache file) so
+/// that a panic inside it, in our code or in a dependency's, costs that one file: it
+/// becomes `Malformed`, which callers cache negatively like any other malformed file.
+///
+/// `parse` must not hold a lock or leave shared state half-updated when it panics; the
+/// panic is swallowed here, so nothing else would notice.
+pub fn isolate<T>(what: &'static str, parse: impl FnOnce() -> CacheResult<T>) -> CacheResult<T> {
+    match std::panic::catch_unwind(AssertUnwindSafe(parse)) {
+        Ok(result) => result,
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("(no message)");
+            tracing::error!(
+                what,
+                panic = message,
+                "a parser panicked; the file is treated as malformed"
+            );
+            metrics::counter!(PARSER_PANICS, "what" => what).increment(1);
+            Err(CacheError::Malformed(format!("{what}: the parser failed")))
+        }
+    }
+}
+
+/// [`isolate`] on a blocking thread, for parses that take long enough to stall the
+/// async workers.
+pub async fn isolate_blocking<T: Send + 'static>(
+    what: &'static str,
+    parse: impl FnOnce() -> CacheResult<T> + Send + 'static,
+) -> CacheResult<T> {
+    tokio::task::spawn_blocking(move || isolate(what, parse))
+        .await
+        .unwrap_or_else(|join| Err(CacheError::internal(join)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panicking_parse_is_malformed() {
+        let result: CacheResult<()> = isolate("test parser", || panic!("index out of bounds"));
+        assert_eq!(
+            result,
+            Err(CacheError::Malformed(
+                "test parser: the parser failed".into()
+            ))
+        );
+        let owned: CacheResult<()> = isolate("test parser", || panic!("{}", String::from("x")));
+        assert!(matches!(owned, Err(CacheError::Malformed(_))));
+        assert_eq!(isolate("test parser", || Ok(7)), Ok(7));
+    }
+
+    #[tokio::test]
+    async fn a_panic_on_a_blocking_thread_is_malformed_too() {
+        let result: CacheResult<u8> = isolate_blocking("test parser", || {
+            let empty: &[u8] = &[];
+            Ok(empty[3])
+        })
+        .await;
+        assert!(matches!(result, Err(CacheError::Malformed(_))));
+    }
+}

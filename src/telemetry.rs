@@ -51,6 +51,8 @@ pub const SHARED_CACHE_FETCHES: &str = "shared_cache.fetches";
 pub const SYMSTORE_INDEX_UNAVAILABLE: &str = "symstore_index.unavailable";
 /// Candidate paths not fetched because a symstore index does not list them.
 pub const SYMSTORE_INDEX_SKIPPED_PATHS: &str = "symstore_index.skipped_paths";
+/// Parses of untrusted input that panicked and were answered `malformed`, by `what`.
+pub const PARSER_PANICS: &str = "parser.panics";
 
 /// Buckets of the latency histograms, in seconds: from a warm request (milliseconds) to
 /// the 15 minute request limit.
@@ -268,6 +270,10 @@ fn describe() {
         (
             SYMSTORE_INDEX_SKIPPED_PATHS,
             "paths not fetched because a symstore index lacks them",
+        ),
+        (
+            PARSER_PANICS,
+            "parses of untrusted input that panicked (answered malformed), by parser",
         ),
     ];
     for (name, help) in counters {
