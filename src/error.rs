@@ -65,23 +65,25 @@ pub type CacheResult<T> = Result<T, CacheError>;
 /// `parse` must not hold a lock or leave shared state half-updated when it panics; the
 /// panic is swallowed here, so nothing else would notice.
 pub fn isolate<T>(what: &'static str, parse: impl FnOnce() -> CacheResult<T>) -> CacheResult<T> {
-    match std::panic::catch_unwind(AssertUnwindSafe(parse)) {
-        Ok(result) => result,
-        Err(payload) => {
-            let message = payload
-                .downcast_ref::<&str>()
-                .copied()
-                .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-                .unwrap_or("(no message)");
-            tracing::error!(
-                what,
-                panic = message,
-                "a parser panicked; the file is treated as malformed"
-            );
-            metrics::counter!(PARSER_PANICS, "what" => what).increment(1);
-            Err(CacheError::Malformed(format!("{what}: the parser failed")))
-        }
-    }
+    std::panic::catch_unwind(AssertUnwindSafe(parse))
+        .unwrap_or_else(|payload| Err(panicked(what, payload)))
+}
+
+/// The error for a parse that panicked with `payload` (from `catch_unwind`), logged and
+/// counted. For callers that catch the panic of a future themselves.
+pub fn panicked(what: &'static str, payload: Box<dyn std::any::Any + Send>) -> CacheError {
+    let message = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)");
+    tracing::error!(
+        what,
+        panic = message,
+        "a parser panicked; the file is treated as malformed"
+    );
+    metrics::counter!(PARSER_PANICS, "what" => what).increment(1);
+    CacheError::Malformed(format!("{what}: the parser failed"))
 }
 
 /// [`isolate`] on a blocking thread, for parses that take long enough to stall the
@@ -93,6 +95,16 @@ pub async fn isolate_blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(move || isolate(what, parse))
         .await
         .unwrap_or_else(|join| Err(CacheError::internal(join)))
+}
+
+/// Test builds only: panics when `data` carries the marker of `stage`, so that tests
+/// reach a parser that panics through the real download, conversion and cache paths.
+#[cfg(test)]
+pub fn panic_if_marked(stage: &str, data: &[u8]) {
+    let marker = format!("omnisym-test-panic:{stage}");
+    if data.windows(marker.len()).any(|w| w == marker.as_bytes()) {
+        panic!("test parser panicked at {stage}");
+    }
 }
 
 #[cfg(test)]

@@ -1,9 +1,11 @@
 use std::collections::HashSet;
 use std::io::Write;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use futures::FutureExt;
 use futures::future::BoxFuture;
 use metrics::Counter;
 use serde::{Deserialize, Serialize};
@@ -14,7 +16,7 @@ use super::CacheConfig;
 use super::CacheKey;
 use super::key::Scope;
 use super::shared::SharedCache;
-use crate::error::{CacheError, CacheResult};
+use crate::error::{CacheError, CacheResult, isolate, panicked};
 use crate::telemetry::{CACHE_COMPUTE_ERRORS, CACHE_LOOKUPS};
 
 /// A family of cache files and the version of their format. Files of `version` live in
@@ -384,7 +386,7 @@ impl<R: CacheItemRequest> Cacher<R> {
             return None;
         }
         let weight = weight_of(view.len()).saturating_mul(R::MEMORY_FACTOR);
-        let item = match request.load(view.clone()) {
+        let item = match isolate(self.inner.kind.name, || request.load(view.clone())) {
             Ok(item) => item,
             // Files are published whole, so one that does not load was damaged outside
             // omnisym (or is an old version after all): compute it again.
@@ -471,7 +473,13 @@ impl<R: CacheItemRequest> Cacher<R> {
     async fn compute(&self, key: &CacheKey, path: &Path, request: &R) -> Entry<R::Item> {
         self.inner.metrics.computed.increment(1);
         let outcome = match self.temp_file(path) {
-            Ok(mut temp) => match request.compute(&mut temp).await {
+            // A panic while computing (a parser of downloaded bytes, on this task) costs
+            // this one item, like any malformed input, and is remembered the same way.
+            Ok(mut temp) => match AssertUnwindSafe(request.compute(&mut temp))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|payload| Err(panicked(self.inner.kind.name, payload)))
+            {
                 Ok(()) => self.publish(temp, path, request),
                 Err(err) => Err(err),
             },
@@ -511,11 +519,14 @@ impl<R: CacheItemRequest> Cacher<R> {
         path: &Path,
         request: &R,
     ) -> CacheResult<(R::Item, ByteView<'static>)> {
-        let file = temp
-            .persist(path)
+        // Loaded before it takes its place: a file that does not load, or whose parser
+        // panics, would otherwise be served (and fail) to every request until it expires.
+        // The mapping stays valid across the rename.
+        let view = ByteView::map_file_ref(temp.as_file()).map_err(CacheError::internal)?;
+        let item = isolate(self.inner.kind.name, || request.load(view.clone()))?;
+        temp.persist(path)
             .map_err(|err| CacheError::internal(err.error))?;
-        let view = ByteView::map_file(file).map_err(CacheError::internal)?;
-        Ok((request.load(view.clone())?, view))
+        Ok((item, view))
     }
 
     fn write_placeholder(&self, path: &Path, err: &CacheError) {
@@ -580,6 +591,9 @@ mod tests {
                 self.calls.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 let data = self.result.clone()?;
+                if data == b"panic in compute" {
+                    panic!("a parser of downloaded bytes panicked");
+                }
                 temp_file.write_all(data).map_err(CacheError::internal)?;
                 Ok(())
             })
@@ -588,6 +602,10 @@ mod tests {
         fn load(&self, data: ByteView<'static>) -> CacheResult<Self::Item> {
             if data.starts_with(b"bad") {
                 return Err(CacheError::Malformed("bad data".into()));
+            }
+            if data.starts_with(b"panic on load") {
+                let empty: &[u8] = &[];
+                return Ok(Arc::new(vec![empty[data.len()]]));
             }
             Ok(Arc::new(data.to_vec()))
         }
@@ -914,6 +932,57 @@ mod tests {
             b"from b"
         );
         assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    /// A file whose parser panics never takes its place on disk: the cache remembers
+    /// `malformed` (a placeholder) instead, and nothing panics on later requests.
+    #[tokio::test]
+    async fn a_file_that_panics_on_load_is_never_published() {
+        let dir = tempfile::tempdir().unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let key = CacheKey::new(Scope::Global, &["hostile"]);
+        let c = cacher(dir.path(), CacheConfig::default());
+        let first = c.get(key.clone(), req(&calls, Ok(b"panic on load"))).await;
+        assert!(matches!(first, Err(CacheError::Malformed(_))), "{first:?}");
+        let on_disk = std::fs::read(c.path_for(&key)).unwrap();
+        assert!(is_placeholder(&on_disk), "{on_disk:?}");
+        // A new process reads the placeholder, not the hostile file.
+        let c = cacher(dir.path(), CacheConfig::default());
+        let again = c.get(key, req(&calls, Ok(b"panic on load"))).await;
+        assert!(matches!(again, Err(CacheError::Malformed(_))), "{again:?}");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_panic_while_computing_is_malformed_and_remembered() {
+        let dir = tempfile::tempdir().unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let key = CacheKey::new(Scope::Global, &["panics"]);
+        let c = cacher(dir.path(), CacheConfig::default());
+        let first = c
+            .get(key.clone(), req(&calls, Ok(b"panic in compute")))
+            .await;
+        assert!(matches!(first, Err(CacheError::Malformed(_))), "{first:?}");
+        assert!(is_placeholder(&std::fs::read(c.path_for(&key)).unwrap()));
+        let c = cacher(dir.path(), CacheConfig::default());
+        assert!(c.get(key, req(&calls, Ok(b"x"))).await.is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    /// A file that an older omnisym published, and that panics on load, is computed
+    /// again rather than served.
+    #[tokio::test]
+    async fn a_published_file_that_panics_on_load_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let key = CacheKey::new(Scope::Global, &["old"]);
+        let c = cacher(dir.path(), CacheConfig::default());
+        let path = c.path_for(&key);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, b"panic on load").unwrap();
+        let got = c.get(key, req(&calls, Ok(b"fresh"))).await.unwrap();
+        assert_eq!(got.as_slice(), b"fresh");
+        assert_eq!(std::fs::read(&path).unwrap(), b"fresh");
     }
 
     fn walk(dir: &Path) -> Vec<PathBuf> {

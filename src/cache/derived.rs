@@ -13,7 +13,7 @@ use symbolic::common::ByteView;
 use tempfile::NamedTempFile;
 
 use super::{CacheItemRequest, CacheKey, CacheKind, Cacher, Caches};
-use crate::error::{CacheError, CacheResult};
+use crate::error::{CacheError, CacheResult, isolate_blocking};
 
 /// One kind of derived cache.
 pub trait DerivedFormat: Send + Sync + 'static {
@@ -56,14 +56,15 @@ impl<F: DerivedFormat> CacheItemRequest for DerivedRequest<F> {
                 .as_file()
                 .try_clone()
                 .map_err(CacheError::internal)?;
-            tokio::task::spawn_blocking(move || {
+            // Converters walk hostile files (DWARF, PDB, source maps, mappings) in
+            // dependencies that can panic: that costs this one cache, as `malformed`.
+            isolate_blocking(F::KIND.name, move || {
                 let mut writer = BufWriter::new(file);
                 F::convert(input, &mut writer)?;
                 writer.into_inner().map_err(CacheError::internal)?;
                 Ok(())
             })
             .await
-            .map_err(CacheError::internal)?
         })
     }
 

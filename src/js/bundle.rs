@@ -15,7 +15,7 @@ use symbolic::debuginfo::sourcebundle::{
 use super::discovery::SourceMapUrl;
 use super::interface::{CachedFileUri, FileKey, ResolvedWith};
 use super::paths::release_file_candidate_urls;
-use crate::error::{CacheError, CacheResult};
+use crate::error::{CacheError, CacheResult, isolate};
 
 /// One opened artifact bundle.
 pub struct ArtifactBundle {
@@ -75,17 +75,24 @@ impl ArtifactBundle {
         if !SourceBundle::test(&data) {
             return Err(CacheError::Malformed("not an artifact bundle".into()));
         }
-        let session = SelfCell::try_new(data, |bytes| {
-            let bundle = SourceBundle::parse(unsafe { &*bytes })?;
-            bundle.debug_session()
+        isolate("artifact bundle", || {
+            let session = SelfCell::try_new(data, |bytes| {
+                let bundle = SourceBundle::parse(unsafe { &*bytes })?;
+                bundle.debug_session()
+            })
+            .map_err(|e| CacheError::Malformed(e.to_string()))?;
+            Ok(ArtifactBundle { session })
         })
-        .map_err(|e| CacheError::Malformed(e.to_string()))?;
-        Ok(ArtifactBundle { session })
     }
 
     /// The file listed under exactly this URL.
     pub fn file_by_url(&self, url: &str) -> Option<BundleFile> {
-        match self.session.get().source_by_url(url) {
+        // Entries are read (unzipped) on demand, from a downloaded archive.
+        match isolate("artifact bundle", || {
+            Ok(self.session.get().source_by_url(url))
+        })
+        .and_then(|r| r.map_err(|e| CacheError::Malformed(e.to_string())))
+        {
             Ok(descriptor) => descriptor.and_then(BundleFile::from_descriptor),
             Err(err) => {
                 tracing::debug!(error = %err, url, "unreadable file in artifact bundle");
@@ -96,7 +103,11 @@ impl ArtifactBundle {
 
     /// The file of type `ty` with this debug id; a minified file and its map share one.
     pub fn file_by_debug_id(&self, debug_id: DebugId, ty: SourceFileType) -> Option<BundleFile> {
-        match self.session.get().source_by_debug_id(debug_id, ty) {
+        match isolate("artifact bundle", || {
+            Ok(self.session.get().source_by_debug_id(debug_id, ty))
+        })
+        .and_then(|r| r.map_err(|e| CacheError::Malformed(e.to_string())))
+        {
             Ok(descriptor) => descriptor.and_then(BundleFile::from_descriptor),
             Err(err) => {
                 tracing::debug!(error = %err, %debug_id, "unreadable file in artifact bundle");

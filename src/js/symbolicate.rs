@@ -19,7 +19,7 @@ use super::interface::{
 use super::names::{fold_function_name, function_for_token, scope_name};
 use super::paths::{frame_filename_and_module, join_paths};
 use super::sourcemap_cache::OwnedSourceMapCache;
-use crate::error::{CacheError, CacheResult};
+use crate::error::{CacheError, CacheResult, isolate};
 use crate::lookup::context_lines;
 use crate::types::FrameOrder;
 
@@ -279,9 +279,12 @@ pub async fn symbolicate_frame<L: JsLookup + Send>(
     frame.data.resolved_with = Some(smcache.resolved_with);
 
     let position = SourcePosition::new(line - 1, col.saturating_sub(1));
-    let token = cache
-        .get()
-        .lookup(position)
+    // The cache was built from a downloaded map: a lookup that panics in it makes the
+    // map unusable for this frame, as a malformed map is.
+    let token = isolate("sourcemap cache", || Ok(cache.get().lookup(position)))
+        .map_err(|_| JsModuleErrorKind::MalformedSourcemap {
+            url: sourcemap_label.clone(),
+        })?
         .ok_or(JsModuleErrorKind::InvalidLocation {
             line,
             col: Some(col),

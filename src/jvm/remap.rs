@@ -3,9 +3,12 @@
 //! calls folded into their callers, R8 rewrite rules applied for the thrown exception,
 //! compiler-synthesized frames dropped, and what cannot be remapped kept as it came.
 
+use std::panic::AssertUnwindSafe;
+
 use proguard::{DeobfuscatedSignature, ProguardCache, StackFrame};
 
 use super::interface::{JvmException, JvmFrame};
+use crate::error::panicked;
 
 /// Remaps `frames`, which must be in callee-first order (the thrown-at frame first):
 /// outline positions carry from a frame to its caller, and rewrite rules apply to the
@@ -32,7 +35,17 @@ pub fn remap_stacktrace(
 
     let mut remapped = Vec::with_capacity(frames.len());
     for frame in frames {
-        remap_frame(mappers, frame, release_package, &mut state, &mut remapped);
+        // The caches were built from uploaded mappings; a lookup that panics in one
+        // leaves this frame as the client sent it.
+        let before = remapped.len();
+        let caught = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            remap_frame(mappers, frame, release_package, &mut state, &mut remapped)
+        }));
+        if let Err(payload) = caught {
+            let _ = panicked("proguard cache", payload);
+            remapped.truncate(before);
+            remapped.push(frame.clone());
+        }
     }
     remapped
 }

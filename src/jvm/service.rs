@@ -16,7 +16,7 @@ use super::interface::{CompletedJvmSymbolicationResponse, SymbolicateJvmRequest}
 use super::mapping::{self, PROGUARD, ProguardMapper};
 use super::symbolicate::symbolicate_jvm;
 use crate::cache::{CacheKind, Caches, DerivedCache, DerivedFormat, Scope};
-use crate::error::{CacheError, CacheResult};
+use crate::error::{CacheError, CacheResult, isolate};
 use crate::lookup::{
     Downloads, FileFormat, Locator, ObjectHandle, ObjectPurpose, ObjectsActor, file_key,
 };
@@ -127,12 +127,20 @@ impl JvmService {
         let sessions: HashMap<DebugId, SourceBundleDebugSession<'_>> = bundles
             .iter()
             .filter_map(|(id, handle)| match handle.object() {
-                Object::SourceBundle(bundle) => Some((*id, bundle.debug_session().ok()?)),
+                Object::SourceBundle(bundle) => {
+                    let session = isolate("source bundle", || Ok(bundle.debug_session().ok()));
+                    Some((*id, session.ok()??))
+                }
                 _ => None,
             })
             .collect();
         let bundle_sources = |bundle: DebugId, path: &str| -> Option<String> {
-            let descriptor = sessions.get(&bundle)?.source_by_url(path).ok()??;
+            let session = sessions.get(&bundle)?;
+            // Unzips an entry of a downloaded bundle.
+            let descriptor = isolate("source bundle", || {
+                Ok(session.source_by_url(path).ok().flatten())
+            })
+            .ok()??;
             descriptor.contents().map(str::to_owned)
         };
         symbolicate_jvm(request, &mappings, &bundle_sources)

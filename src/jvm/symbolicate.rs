@@ -8,13 +8,13 @@ use symbolic::common::DebugId;
 
 use super::classes::{remap_class_name, remap_exception};
 use super::interface::{
-    CompletedJvmSymbolicationResponse, JvmStacktrace, ProguardError, ProguardErrorKind,
-    SymbolicateJvmRequest,
+    CompletedJvmSymbolicationResponse, JvmException, JvmStacktrace, ProguardError,
+    ProguardErrorKind, SymbolicateJvmRequest,
 };
 use super::mapping::ProguardMapper;
 use super::remap::remap_stacktrace;
 use super::source_context::{SourceLookup, apply_source_context};
-use crate::error::{CacheError, CacheResult};
+use crate::error::{CacheError, CacheResult, isolate};
 use crate::types::FrameOrder;
 
 /// Symbolicates a JVM event.
@@ -43,7 +43,7 @@ pub fn symbolicate_jvm<S: SourceLookup + ?Sized>(
 
     let exceptions = exceptions
         .into_iter()
-        .map(|exception| remap_exception(&mappers, &exception).unwrap_or(exception))
+        .map(|exception| remap_exception_isolated(&mappers, exception))
         .collect();
 
     // Remapping walks from the frame that threw outwards (outline positions and rewrite
@@ -54,7 +54,7 @@ pub fn symbolicate_jvm<S: SourceLookup + ?Sized>(
         .map(|mut stacktrace| {
             let exception = stacktrace
                 .exception
-                .map(|exception| remap_exception(&mappers, &exception).unwrap_or(exception));
+                .map(|exception| remap_exception_isolated(&mappers, exception));
             if caller_first {
                 stacktrace.frames.reverse();
             }
@@ -80,7 +80,10 @@ pub fn symbolicate_jvm<S: SourceLookup + ?Sized>(
     let classes: BTreeMap<_, _> = classes
         .into_iter()
         .filter_map(|class| {
-            let original = remap_class_name(&mappers, &class)?;
+            // As for exceptions: a cache lookup that panics leaves the name as it came.
+            let original = isolate("proguard cache", || Ok(remap_class_name(&mappers, &class)))
+                .ok()
+                .flatten()?;
             Some((class, original.into()))
         })
         .collect();
@@ -91,6 +94,20 @@ pub fn symbolicate_jvm<S: SourceLookup + ?Sized>(
         classes,
         errors,
     }
+}
+
+/// The remapped exception, or the exception as it came when the mapping does not know
+/// it or a lookup in a cache built from an uploaded mapping panics.
+fn remap_exception_isolated(
+    mappers: &[&ProguardCache<'_>],
+    exception: JvmException,
+) -> JvmException {
+    isolate("proguard cache", || {
+        Ok(remap_exception(mappers, &exception))
+    })
+    .ok()
+    .flatten()
+    .unwrap_or(exception)
 }
 
 /// The loaded mappings in request order, and an error for each one that is not.

@@ -11,7 +11,7 @@ use symbolic::common::ByteView;
 use tempfile::NamedTempFile;
 
 use crate::cache::{CacheItemRequest, CacheKey, CacheKind, Cacher, Caches, Scope};
-use crate::error::{CacheError, CacheResult};
+use crate::error::{CacheError, CacheResult, isolate_blocking};
 use crate::fetch::{Downloader, RemoteFile, fetch_file};
 
 /// What a downloaded file must be, and what it becomes once it is.
@@ -61,9 +61,7 @@ impl<F: FileFormat> CacheItemRequest for DownloadRequest<F> {
             fetch_file(&self.downloader, &self.file, temp_file, F::MAX_SIZE).await?;
             let hint = self.hint.clone();
             let path = temp_file.path().to_owned();
-            let kept = tokio::task::spawn_blocking(move || F::prepare(&path, &hint))
-                .await
-                .map_err(CacheError::internal)??;
+            let kept = isolate_blocking(F::KIND.name, move || F::prepare(&path, &hint)).await?;
             if let Some(bytes) = kept {
                 let file = temp_file.as_file_mut();
                 file.set_len(0).map_err(CacheError::internal)?;

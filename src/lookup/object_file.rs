@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use serde::{Deserialize, Serialize};
 use symbolic::common::{Arch, ByteView, SelfCell};
@@ -14,7 +14,7 @@ use symbolic::debuginfo::{Archive, Object};
 use super::downloads::FileFormat;
 use super::embedded_sources::{embedded_sources, has_embedded_sources};
 use crate::cache::CacheKind;
-use crate::error::{CacheError, CacheResult};
+use crate::error::{CacheError, CacheResult, isolate};
 use crate::sources::ObjectId;
 use crate::types::{ObjectFeatures, SrcSrvVcs};
 
@@ -36,6 +36,8 @@ pub struct ObjectHandle {
 
 impl ObjectHandle {
     fn parse(data: ByteView<'static>) -> CacheResult<Self> {
+        #[cfg(test)]
+        crate::error::panic_if_marked("load", &data);
         let inner = SelfCell::try_new(data, |bytes| Object::parse(unsafe { &*bytes }))
             .map_err(|err| CacheError::Malformed(err.to_string()))?;
         Ok(ObjectHandle {
@@ -53,7 +55,12 @@ impl ObjectHandle {
     /// A source file embedded in the DWARF line table, by absolute path.
     pub fn embedded_source(&self, path: &str) -> Option<&str> {
         self.embedded_sources
-            .get_or_init(|| embedded_sources(self.object()))
+            .get_or_init(|| {
+                // A DWARF walk of a downloaded file: if it panics, the file has no
+                // embedded sources (and the walk is not tried again).
+                isolate("embedded sources", || Ok(embedded_sources(self.object())))
+                    .unwrap_or_default()
+            })
             .get(path)
             .map(String::as_str)
     }
@@ -64,23 +71,41 @@ impl ObjectHandle {
     pub fn srcsrv_url(&self, path: &str) -> Option<String> {
         let data = self
             .srcsrv
-            .get_or_init(|| read_srcsrv(self.object()))
+            .get_or_init(|| {
+                isolate("srcsrv stream", || Ok(read_srcsrv(self.object()))).unwrap_or(None)
+            })
             .as_deref()?;
-        let mut urls = self.srcsrv_urls.lock().unwrap();
-        if let Some(url) = urls.get(path) {
+        let urls = || {
+            self.srcsrv_urls
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+        };
+        if let Some(url) = urls().get(path) {
             return url.clone();
         }
-        let url = srcsrv::SrcSrvStream::parse(data)
-            .ok()
-            .and_then(|stream| stream.source_for_path(path, "").ok().flatten())
-            .and_then(|method| match method {
-                srcsrv::SourceRetrievalMethod::Download { url } => Some(url),
-                _ => None,
-            });
-        urls.insert(path.to_owned(), url.clone());
+        // Parsed without the lock held, so a parser that panics cannot poison it.
+        let url = isolate("srcsrv stream", || {
+            Ok(srcsrv::SrcSrvStream::parse(data)
+                .ok()
+                .and_then(|stream| stream.source_for_path(path, "").ok().flatten())
+                .and_then(|method| match method {
+                    srcsrv::SourceRetrievalMethod::Download { url } => Some(url),
+                    _ => None,
+                }))
+        })
+        .unwrap_or(None);
+        let mut urls = urls();
+        // One entry per source path a request asked for; a bound keeps a handle that
+        // lives long in the cache from growing with every distinct path.
+        if urls.len() < MAX_SRCSRV_PATHS {
+            urls.insert(path.to_owned(), url.clone());
+        }
         url
     }
 }
+
+/// How many SRCSRV answers one handle remembers.
+const MAX_SRCSRV_PATHS: usize = 4096;
 
 /// The raw SRCSRV stream of a PDB; symbolic reads it but only exposes the VCS name.
 fn read_srcsrv(object: &Object<'_>) -> Option<Vec<u8>> {
@@ -135,6 +160,8 @@ fn srcsrv_vcs(object: &Object<'_>) -> Option<SrcSrvVcs> {
 /// bytes of the object that matches the module, since that is all we will ever use.
 fn extract_object(path: &Path, id: &ObjectId) -> CacheResult<Option<Vec<u8>>> {
     let view = ByteView::open(path).map_err(CacheError::internal)?;
+    #[cfg(test)]
+    crate::error::panic_if_marked("prepare", &view);
     let archive = Archive::parse(&view).map_err(|e| CacheError::Malformed(e.to_string()))?;
     if !archive.is_multi() {
         return match archive.object_by_index(0) {

@@ -3,6 +3,8 @@
 use symbolic::common::{Language, Name};
 use symbolic::demangle::{Demangle, DemangleOptions};
 
+use crate::error::isolate;
+
 /// Full signatures without return types, as upstream reports them.
 const OPTIONS: DemangleOptions = DemangleOptions::complete().return_type(false);
 
@@ -34,7 +36,9 @@ impl DemangleCache {
         if let Some(hit) = self.cache.get(&key) {
             return hit;
         }
-        let demangled = name.demangle(OPTIONS);
+        // Names come from requests and downloaded files; demanglers have panicked on
+        // hostile input before. Such a name stays as it is (and is remembered that way).
+        let demangled = isolate("demangler", || Ok(name.demangle(OPTIONS))).unwrap_or(None);
         self.cache.insert(key, demangled.clone());
         demangled
     }

@@ -13,13 +13,16 @@ mod stackwalk;
 pub mod symbolicate;
 pub mod symcache;
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use anyhow::Context;
+use futures::FutureExt;
 
 use serde::Deserialize;
 
 use crate::cache::{Caches, Scope};
+use crate::error::panicked;
 use crate::lookup::{Lookup, ObjectsActor, SourceFiles};
 use crate::sources::SourceConfig;
 use crate::types::{
@@ -132,17 +135,28 @@ impl NativeService {
         request: CrashReportRequest,
     ) -> anyhow::Result<CompletedSymbolicationResponse> {
         let view = symbolic::common::ByteView::open(path)?;
-        let minidump = Minidump::read(view).context("invalid minidump")?;
-        let walked = Stackwalk {
-            cfi: &self.cficaches,
-            symcaches: &self.symcaches,
-            scope: &scope,
-            sources: &request.sources,
-            rewrite_first_module: &request.rewrite_first_module,
-        }
-        .walk(&minidump)
+        // The walk parses the upload (and the CFI of downloaded files) in minidump's
+        // readers; a panic in one of them makes this dump unreadable, answered `failed`
+        // like any other, and leaves the server and its caches as they were.
+        let walked = AssertUnwindSafe(async {
+            let minidump = Minidump::read(view).context("invalid minidump")?;
+            Stackwalk {
+                cfi: &self.cficaches,
+                symcaches: &self.symcaches,
+                scope: &scope,
+                sources: &request.sources,
+                rewrite_first_module: &request.rewrite_first_module,
+            }
+            .walk(&minidump)
+            .await
+            .context("cannot process minidump")
+        })
+        .catch_unwind()
         .await
-        .context("cannot process minidump")?;
+        .unwrap_or_else(|payload| {
+            Err(anyhow::Error::new(panicked("minidump", payload))
+                .context("cannot process minidump"))
+        })?;
         let mut response = self
             .symbolicate_report(&scope, &request, walked.modules, walked.stacktraces)
             .await;
@@ -158,7 +172,16 @@ impl NativeService {
         request: CrashReportRequest,
     ) -> anyhow::Result<CompletedSymbolicationResponse> {
         let file = std::fs::File::open(path)?;
-        let report = apple::parse(std::io::BufReader::new(file))?;
+        let report = tokio::task::spawn_blocking(move || {
+            std::panic::catch_unwind(AssertUnwindSafe(|| {
+                apple::parse(std::io::BufReader::new(file))
+            }))
+            .unwrap_or_else(|payload| {
+                Err(anyhow::Error::new(panicked("apple crash report", payload))
+                    .context("failed to parse apple crash report"))
+            })
+        })
+        .await??;
         let mut response = self
             .symbolicate_report(&scope, &request, report.modules, report.stacktraces)
             .await;

@@ -12,6 +12,7 @@ use url::Url;
 
 use super::symbolicate::ModuleLookup;
 use crate::cache::Scope;
+use crate::error::isolate;
 use crate::lookup::{
     ObjectPurpose, ObjectsActor, SourceFiles, context_lines, fetchable_link, sourcelink_candidate,
 };
@@ -126,11 +127,16 @@ impl ModuleLookup {
                     handle.object(),
                     Object::SourceBundle(_) | Object::PortablePdb(_)
                 ) {
-                    let session = sessions
-                        .entry(entry.index)
-                        .or_insert_with(|| handle.object().debug_session().ok());
+                    // Both read a downloaded archive; a reader that panics costs the
+                    // frame its context, nothing more.
+                    let session = sessions.entry(entry.index).or_insert_with(|| {
+                        isolate("source bundle", || Ok(handle.object().debug_session().ok()))
+                            .unwrap_or(None)
+                    });
                     let Some(session) = session else { continue };
-                    let Ok(Some(descriptor)) = session.source_by_path(abs_path) else {
+                    let Ok(Some(descriptor)) = isolate("source bundle", || {
+                        Ok(session.source_by_path(abs_path).ok().flatten())
+                    }) else {
                         continue;
                     };
                     if let Some(text) = descriptor.contents() {

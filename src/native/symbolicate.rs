@@ -3,6 +3,7 @@
 //! instruction-address adjustment rules), expand inlined frames, demangle.
 
 use std::collections::HashSet;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::future;
@@ -15,7 +16,7 @@ use crate::lookup::{FoundObject, ObjectHandle};
 
 use super::symcache::{OwnedSymCache, SymCacheActor};
 use crate::cache::Scope;
-use crate::error::{CacheError, CacheResult};
+use crate::error::{CacheError, CacheResult, panicked};
 use crate::sources::{ObjectId, ObjectType, SourceConfig};
 use crate::types::{
     AddrMode, CompleteObjectInfo, CompleteStacktrace, FrameStatus, FrameTrust, HexValue,
@@ -426,15 +427,24 @@ pub fn symbolicate_stacktrace(
     let count = trace.frames.len();
     for (index, mut frame) in trace.frames.into_iter().enumerate() {
         let adjust = adjustment_for(&frame, default_adjust);
-        match symbolicate_frame(
-            demangle,
-            modules,
-            &trace.registers,
-            signal,
-            &mut frame,
-            index,
-            adjust,
-        ) {
+        // The lookup walks a cache built from a downloaded file, and demangling reads
+        // names from it: if either panics, this frame is `malformed`, not the request.
+        let symbolicated = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            symbolicate_frame(
+                demangle,
+                modules,
+                &trace.registers,
+                signal,
+                &mut frame,
+                index,
+                adjust,
+            )
+        }))
+        .unwrap_or_else(|payload| {
+            let _ = panicked("symbolication", payload);
+            Err(FrameStatus::Malformed)
+        });
+        match symbolicated {
             Ok(expanded) => frames.extend(expanded),
             Err(status) => {
                 // Without a symbol file a mangled name the client sent is still worth

@@ -5,6 +5,8 @@
 mod access_log;
 mod crash;
 mod error;
+#[cfg(test)]
+mod hostile_tests;
 mod js;
 mod jvm;
 mod request_metrics;
