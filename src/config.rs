@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use crate::cache::{CachesConfig, SharedCacheConfig};
 use crate::fetch::{DenyListConfig, FetchConfig};
+use crate::lookup::ObjectLimits;
 use crate::sources::SourceConfig;
 use crate::telemetry::MetricsConfig;
 use crate::units::{deserialize_duration, deserialize_limit, deserialize_size};
@@ -107,12 +108,24 @@ pub struct Config {
     pub max_download_size: u64,
     /// Downloads from one source running at once (omnisym only).
     pub max_concurrent_downloads_per_source: usize,
+    /// Largest decompressed size of one compressed section of a debug file; `null`: no
+    /// limit.
+    #[serde(deserialize_with = "deserialize_size")]
+    pub object_file_max_decompressed_section_size: u64,
+    /// Largest decompressed size of one source file embedded in a debug file (source
+    /// bundles, portable PDBs); `null`: no limit.
+    #[serde(deserialize_with = "deserialize_size")]
+    pub object_file_max_decompressed_source_size: u64,
+    /// Longest chain of PE unwind infos followed for one function; `null`: no limit.
+    #[serde(deserialize_with = "deserialize_limit")]
+    pub max_unwind_chain_len: usize,
 }
 
 impl Default for Config {
     fn default() -> Self {
         let fetch = FetchConfig::default();
         let deny_list = DenyListConfig::default();
+        let objects = ObjectLimits::default();
         Config {
             bind: "127.0.0.1:3021".parse().expect("valid default address"),
             cache_dir: PathBuf::from("omnisym-cache"),
@@ -142,6 +155,9 @@ impl Default for Config {
             max_download_timeout: fetch.max_download_timeout,
             max_download_size: fetch.max_download_size,
             max_concurrent_downloads_per_source: fetch.max_concurrent_downloads_per_source,
+            object_file_max_decompressed_section_size: objects.max_decompressed_section_size,
+            object_file_max_decompressed_source_size: objects.max_decompressed_source_size,
+            max_unwind_chain_len: objects.max_unwind_chain_len,
         }
     }
 }
@@ -269,6 +285,15 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// What reading one debug file may cost (symbolic's parser options).
+    pub fn object_limits(&self) -> ObjectLimits {
+        ObjectLimits {
+            max_decompressed_section_size: self.object_file_max_decompressed_section_size,
+            max_decompressed_source_size: self.object_file_max_decompressed_source_size,
+            max_unwind_chain_len: self.max_unwind_chain_len,
+        }
     }
 
     pub fn fetch_config(&self) -> FetchConfig {
@@ -476,7 +501,15 @@ max_download_size: 16106127360
 
     #[test]
     fn every_upstream_key_is_honoured_or_listed_in_the_readme() {
-        let (_, ignored) = Config::from_yaml(EVERY_UPSTREAM_KEY).unwrap();
+        let (config, ignored) = Config::from_yaml(EVERY_UPSTREAM_KEY).unwrap();
+        assert_eq!(
+            config.object_limits(),
+            ObjectLimits {
+                max_decompressed_section_size: 4294967296,
+                max_decompressed_source_size: 1073741824,
+                max_unwind_chain_len: 128,
+            }
+        );
         let readme = include_str!("../README.md");
         let table = &readme[readme
             .find("Upstream keys that are read and ignored")
@@ -496,7 +529,6 @@ max_download_size: 16106127360
             "sentry_dsn",
             "symstore_proxy",
             "caches.index",
-            "max_unwind_chain_len",
         ] {
             assert!(
                 ignored.iter().any(|k| k.starts_with(listed)),
@@ -520,6 +552,15 @@ max_download_size: 16106127360
         assert_eq!(config.max_concurrent_requests, usize::MAX);
         assert_eq!(config.max_download_size, u64::MAX);
         assert_eq!(config.fetch_config().max_download_size, u64::MAX);
+        let unlimited = Config::from_yaml(
+            "object_file_max_decompressed_section_size: null\nmax_unwind_chain_len: null\n",
+        )
+        .unwrap()
+        .0
+        .object_limits();
+        assert_eq!(unlimited.max_decompressed_section_size, u64::MAX);
+        assert_eq!(unlimited.max_unwind_chain_len, usize::MAX);
+        assert_eq!(unlimited.cfi_options().max_unwind_chain_len, None);
         assert_eq!(
             config.caches.downloaded.max_unused_for,
             crate::units::FOREVER

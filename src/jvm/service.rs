@@ -49,7 +49,7 @@ impl FileFormat for MappingFile {
         }
     }
 
-    fn load(data: ByteView<'static>) -> CacheResult<Self::Item> {
+    fn load(data: ByteView<'static>, _hint: &()) -> CacheResult<Self::Item> {
         Ok(data)
     }
 }

@@ -31,7 +31,7 @@ pub trait FileFormat: Send + Sync + 'static {
     /// keep instead of the whole file (one object out of a fat archive).
     fn prepare(path: &Path, hint: &Self::Hint) -> CacheResult<Option<Vec<u8>>>;
 
-    fn load(data: ByteView<'static>) -> CacheResult<Self::Item>;
+    fn load(data: ByteView<'static>, hint: &Self::Hint) -> CacheResult<Self::Item>;
 }
 
 /// The cache key of `file` for a request in `scope`. Public sources share their files
@@ -73,7 +73,7 @@ impl<F: FileFormat> CacheItemRequest for DownloadRequest<F> {
     }
 
     fn load(&self, data: ByteView<'static>) -> CacheResult<Self::Item> {
-        F::load(data)
+        F::load(data, &self.hint)
     }
 }
 
@@ -138,7 +138,7 @@ impl<P: PlainFormat> FileFormat for Plain<P> {
         Ok(None)
     }
 
-    fn load(data: ByteView<'static>) -> CacheResult<Self::Item> {
+    fn load(data: ByteView<'static>, _hint: &()) -> CacheResult<Self::Item> {
         Ok(data)
     }
 }

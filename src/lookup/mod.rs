@@ -22,7 +22,7 @@ use std::sync::Arc;
 pub use derived::{Derived, ObjectDerived, ObjectDerivedFormat};
 pub use downloads::{Downloads, FileFormat, Plain, PlainFormat, file_key};
 pub use locate::Locator;
-pub use object_file::{ObjectFile, ObjectHandle, ObjectMeta};
+pub use object_file::{ObjectFile, ObjectHandle, ObjectHint, ObjectLimits, ObjectMeta};
 pub use objects::{FindResult, FoundObject, OBJECT_META, ObjectPurpose, ObjectsActor};
 pub use source_files::{SourceFiles, context_lines, fetchable_link, sourcelink_candidate};
 
@@ -38,10 +38,10 @@ pub struct Lookup {
 }
 
 impl Lookup {
-    pub fn new(caches: &Caches, downloader: Downloader) -> Self {
+    pub fn new(caches: &Caches, downloader: Downloader, limits: ObjectLimits) -> Self {
         let locator = Arc::new(Locator::new(caches, downloader.clone()));
         Lookup {
-            objects: Arc::new(ObjectsActor::new(caches, locator.clone())),
+            objects: Arc::new(ObjectsActor::new(caches, locator.clone(), limits)),
             source_files: Arc::new(SourceFiles::new(caches, downloader)),
             locator,
         }

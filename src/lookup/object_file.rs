@@ -8,8 +8,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use serde::{Deserialize, Serialize};
+use symbolic::cfi::FromObjectOptions;
 use symbolic::common::{Arch, ByteView, SelfCell};
-use symbolic::debuginfo::{Archive, Object};
+use symbolic::debuginfo::{Archive, Object, ParseObjectOptions};
 
 use super::downloads::FileFormat;
 use super::embedded_sources::{embedded_sources, has_embedded_sources};
@@ -23,9 +24,62 @@ pub const OBJECTS: CacheKind = CacheKind {
     version: 1,
     compatible: &[],
 };
+/// What reading one object file may cost, beyond its own size: the keys upstream has
+/// for symbolic's readers (`object_file_max_decompressed_section_size`,
+/// `object_file_max_decompressed_source_size`, `max_unwind_chain_len`). A few KiB of
+/// compressed DWARF section or embedded source could otherwise claim gigabytes, and a
+/// PE's chained unwind info could be followed without end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ObjectLimits {
+    pub max_decompressed_section_size: u64,
+    pub max_decompressed_source_size: u64,
+    pub max_unwind_chain_len: usize,
+}
+
+impl Default for ObjectLimits {
+    /// Upstream's defaults.
+    fn default() -> Self {
+        ObjectLimits {
+            max_decompressed_section_size: 4 << 30,
+            max_decompressed_source_size: 1 << 30,
+            max_unwind_chain_len: 128,
+        }
+    }
+}
+
+impl ObjectLimits {
+    fn parse_options(&self) -> ParseObjectOptions {
+        let mut options = ParseObjectOptions::default();
+        options.max_decompressed_section_size = as_limit(self.max_decompressed_section_size);
+        options.max_decompressed_embedded_source_size = as_limit(self.max_decompressed_source_size);
+        options
+    }
+
+    /// For CFI conversion of the object these limits were read with.
+    pub fn cfi_options(&self) -> FromObjectOptions {
+        let mut options = FromObjectOptions::default();
+        options.max_unwind_chain_len =
+            (self.max_unwind_chain_len != usize::MAX).then_some(self.max_unwind_chain_len);
+        options
+    }
+}
+
+/// `u64::MAX` (a `null` in the config) is no limit.
+fn as_limit(bytes: u64) -> Option<usize> {
+    (bytes != u64::MAX).then(|| usize::try_from(bytes).unwrap_or(usize::MAX))
+}
+
+/// Which object a downloaded file must hold, and how it may be read.
+#[derive(Clone, Debug)]
+pub struct ObjectHint {
+    pub id: ObjectId,
+    pub limits: ObjectLimits,
+}
+
 /// A parsed debug file, backed by a memory-mapped cache file.
 pub struct ObjectHandle {
     inner: SelfCell<ByteView<'static>, Object<'static>>,
+    limits: ObjectLimits,
     /// Read on first use: most handles are never asked for sources.
     embedded_sources: OnceLock<HashMap<String, String>>,
     /// A PDB's SRCSRV stream, read on first use.
@@ -35,13 +89,17 @@ pub struct ObjectHandle {
 }
 
 impl ObjectHandle {
-    fn parse(data: ByteView<'static>) -> CacheResult<Self> {
+    fn parse(data: ByteView<'static>, limits: ObjectLimits) -> CacheResult<Self> {
         #[cfg(test)]
         crate::error::panic_if_marked("load", &data);
-        let inner = SelfCell::try_new(data, |bytes| Object::parse(unsafe { &*bytes }))
-            .map_err(|err| CacheError::Malformed(err.to_string()))?;
+        let options = limits.parse_options();
+        let inner = SelfCell::try_new(data, |bytes| {
+            Object::parse_with_opts(unsafe { &*bytes }, options)
+        })
+        .map_err(|err| CacheError::Malformed(err.to_string()))?;
         Ok(ObjectHandle {
             inner,
+            limits,
             embedded_sources: OnceLock::new(),
             srcsrv: OnceLock::new(),
             srcsrv_urls: Mutex::new(HashMap::new()),
@@ -50,6 +108,11 @@ impl ObjectHandle {
 
     pub fn object(&self) -> &Object<'_> {
         self.inner.get()
+    }
+
+    /// The limits it was read with, for what is derived from it.
+    pub fn limits(&self) -> &ObjectLimits {
+        &self.limits
     }
 
     /// A source file embedded in the DWARF line table, by absolute path.
@@ -158,11 +221,13 @@ fn srcsrv_vcs(object: &Object<'_>) -> Option<SrcSrvVcs> {
 
 /// Checks that the file parses. For a multi-object archive (fat Mach-O), returns the
 /// bytes of the object that matches the module, since that is all we will ever use.
-fn extract_object(path: &Path, id: &ObjectId) -> CacheResult<Option<Vec<u8>>> {
+fn extract_object(path: &Path, hint: &ObjectHint) -> CacheResult<Option<Vec<u8>>> {
     let view = ByteView::open(path).map_err(CacheError::internal)?;
     #[cfg(test)]
     crate::error::panic_if_marked("prepare", &view);
-    let archive = Archive::parse(&view).map_err(|e| CacheError::Malformed(e.to_string()))?;
+    let archive = Archive::parse_with_opts(&view, hint.limits.parse_options())
+        .map_err(|e| CacheError::Malformed(e.to_string()))?;
+    let id = &hint.id;
     if !archive.is_multi() {
         return match archive.object_by_index(0) {
             Ok(Some(_)) => Ok(None),
@@ -205,14 +270,60 @@ pub struct ObjectFile;
 
 impl FileFormat for ObjectFile {
     type Item = Arc<ObjectHandle>;
-    type Hint = ObjectId;
+    type Hint = ObjectHint;
     const KIND: CacheKind = OBJECTS;
 
-    fn prepare(path: &Path, id: &ObjectId) -> CacheResult<Option<Vec<u8>>> {
-        extract_object(path, id)
+    fn prepare(path: &Path, hint: &ObjectHint) -> CacheResult<Option<Vec<u8>>> {
+        extract_object(path, hint)
     }
 
-    fn load(data: ByteView<'static>) -> CacheResult<Self::Item> {
-        ObjectHandle::parse(data).map(Arc::new)
+    fn load(data: ByteView<'static>, hint: &ObjectHint) -> CacheResult<Self::Item> {
+        ObjectHandle::parse(data, hint.limits).map(Arc::new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fixture's debug file with zlib-compressed DWARF sections (binutils' objcopy,
+    /// which gcc brings).
+    fn compressed_debug_file() -> ByteView<'static> {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("crash.debug");
+        let fixture =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/native/elf/crash.debug");
+        let status = std::process::Command::new("objcopy")
+            .arg("--compress-debug-sections=zlib")
+            .arg(&fixture)
+            .arg(&out)
+            .status()
+            .expect("objcopy (binutils) runs");
+        assert!(status.success());
+        ByteView::read(std::fs::File::open(&out).unwrap()).unwrap()
+    }
+
+    fn functions_with_lines(handle: &ObjectHandle) -> usize {
+        let session = handle.object().debug_session().unwrap();
+        session
+            .functions()
+            .filter_map(Result::ok)
+            .filter(|f| !f.lines.is_empty())
+            .count()
+    }
+
+    #[test]
+    fn compressed_sections_are_read_up_to_the_configured_size() {
+        let data = compressed_debug_file();
+        let roomy = ObjectHandle::parse(data.clone(), ObjectLimits::default()).unwrap();
+        assert!(functions_with_lines(&roomy) > 0);
+        let tight = ObjectLimits {
+            max_decompressed_section_size: 64,
+            ..ObjectLimits::default()
+        };
+        // Over the limit the sections read as absent: the file loads, without DWARF.
+        let handle = ObjectHandle::parse(data, tight).unwrap();
+        assert_eq!(functions_with_lines(&handle), 0);
+        assert_eq!(handle.limits(), &tight);
     }
 }

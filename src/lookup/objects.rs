@@ -10,7 +10,7 @@ use tempfile::NamedTempFile;
 
 use super::downloads::{Downloads, file_key};
 use super::locate::Locator;
-use super::object_file::{ObjectFile, ObjectHandle, ObjectMeta};
+use super::object_file::{ObjectFile, ObjectHandle, ObjectHint, ObjectLimits, ObjectMeta};
 use crate::cache::{CacheItemRequest, CacheKey, CacheKind, Cacher, Caches, Scope};
 use crate::error::{CacheError, CacheResult};
 use crate::fetch::RemoteFile;
@@ -28,7 +28,7 @@ pub const OBJECT_META: CacheKind = CacheKind {
 struct FetchMeta {
     file: RemoteFile,
     key: CacheKey,
-    id: ObjectId,
+    hint: ObjectHint,
     objects: Arc<Downloads<ObjectFile>>,
 }
 
@@ -39,7 +39,7 @@ impl CacheItemRequest for FetchMeta {
         Box::pin(async move {
             let handle = self
                 .objects
-                .get_keyed(self.key.clone(), &self.file, self.id.clone())
+                .get_keyed(self.key.clone(), &self.file, self.hint.clone())
                 .await?;
             let meta = ObjectMeta::of(handle.object());
             serde_json::to_writer(temp_file.as_file_mut(), &meta).map_err(CacheError::internal)
@@ -79,14 +79,23 @@ pub struct ObjectsActor {
     objects: Arc<Downloads<ObjectFile>>,
     meta: Cacher<FetchMeta>,
     locator: Arc<Locator>,
+    limits: ObjectLimits,
 }
 
 impl ObjectsActor {
-    pub fn new(caches: &Caches, locator: Arc<Locator>) -> Self {
+    pub fn new(caches: &Caches, locator: Arc<Locator>, limits: ObjectLimits) -> Self {
         ObjectsActor {
             objects: Arc::new(Downloads::new(caches, locator.downloader().clone())),
             meta: caches.derived(OBJECT_META),
             locator,
+            limits,
+        }
+    }
+
+    fn hint(&self, id: &ObjectId) -> ObjectHint {
+        ObjectHint {
+            id: id.clone(),
+            limits: self.limits,
         }
     }
 
@@ -105,7 +114,7 @@ impl ObjectsActor {
             let request = FetchMeta {
                 file: file.clone(),
                 key: key.clone(),
-                id: id.clone(),
+                hint: self.hint(id),
                 objects: self.objects.clone(),
             };
             let meta = self.meta.get(key.clone(), request).await;
@@ -125,7 +134,7 @@ impl ObjectsActor {
         id: &ObjectId,
     ) -> CacheResult<Arc<ObjectHandle>> {
         self.objects
-            .get_keyed(found.key.clone(), &found.file, id.clone())
+            .get_keyed(found.key.clone(), &found.file, self.hint(id))
             .await
     }
 }

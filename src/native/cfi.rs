@@ -78,8 +78,8 @@ impl DerivedFormat for CfiFormat {
 
     fn convert(input: Arc<ObjectHandle>, out: &mut BufWriter<File>) -> CacheResult<()> {
         let object = input.object();
-        let cache =
-            CfiCache::from_object(object).map_err(|e| CacheError::Malformed(e.to_string()))?;
+        let cache = CfiCache::from_object_with_opts(object, input.limits().cfi_options())
+            .map_err(|e| CacheError::Malformed(e.to_string()))?;
         cache.write_to(out).map_err(CacheError::internal)
     }
 

@@ -88,8 +88,14 @@ async fn assert_malformed_and_still_serving(stage: &str) {
         .into_iter()
         .filter(|path| std::fs::read(path).unwrap().starts_with(b"\x7fELF"))
         .collect();
-    assert_eq!(published.is_empty(), stage != "convert", "{stage}: {published:?}");
-    let health = reqwest::get(format!("http://{addr}/healthcheck")).await.unwrap();
+    assert_eq!(
+        published.is_empty(),
+        stage != "convert",
+        "{stage}: {published:?}"
+    );
+    let health = reqwest::get(format!("http://{addr}/healthcheck"))
+        .await
+        .unwrap();
     assert_eq!(health.status().as_u16(), 200);
 }
 

@@ -73,7 +73,7 @@ impl AppState {
             config.shared_cache.as_ref(),
             &downloader,
         )?);
-        let lookup = Lookup::new(&caches, downloader.clone());
+        let lookup = Lookup::new(&caches, downloader.clone(), config.object_limits());
         let native = NativeService::new(&caches, &lookup);
         let jvm = JvmService::new(&caches, &lookup);
         let js = JsService::new(&caches, downloader.clone());
