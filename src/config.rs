@@ -525,11 +525,7 @@ max_download_size: 16106127360
             );
         }
         // What the README lists as ignored really is: a key honoured later must leave it.
-        for listed in [
-            "sentry_dsn",
-            "symstore_proxy",
-            "caches.index",
-        ] {
+        for listed in ["sentry_dsn", "symstore_proxy", "caches.index"] {
             assert!(
                 ignored.iter().any(|k| k.starts_with(listed)),
                 "{listed} is honoured now; remove it from the README's ignored list"

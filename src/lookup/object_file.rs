@@ -291,8 +291,7 @@ mod tests {
     fn compressed_debug_file() -> ByteView<'static> {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("crash.debug");
-        let fixture =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/native/elf/crash.debug");
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/native/elf/crash.debug");
         let status = std::process::Command::new("objcopy")
             .arg("--compress-debug-sections=zlib")
             .arg(&fixture)

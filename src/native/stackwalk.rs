@@ -224,20 +224,23 @@ impl Provider<'_> {
     /// `false` only when we hold unwind rules for the module and they do not cover the
     /// address: then there is no code there, and a scanned frame there is not real.
     async fn plausible_by_cfi(&self, module: &(dyn Module + Sync), addr: u64) -> bool {
+        // Addresses come from the dump; one below the module's base is not in it.
+        let Some(offset) = addr.checked_sub(module.base_address()) else {
+            return false;
+        };
         match &self.cfi_module(module).await.cache {
-            Ok(Some(cfi)) => cfi.covers(addr - module.base_address()),
+            Ok(Some(cfi)) => cfi.covers(offset),
             _ => true,
         }
     }
 
     /// The same check against the module's symbols.
     async fn plausible_by_symbols(&self, module: &(dyn Module + Sync), addr: u64) -> bool {
+        let Some(offset) = addr.checked_sub(module.base_address()) else {
+            return false;
+        };
         match self.symcache(module).await {
-            Ok(symcache) => symcache
-                .get()
-                .lookup(addr - module.base_address())
-                .next()
-                .is_some(),
+            Ok(symcache) => symcache.get().lookup(offset).next().is_some(),
             Err(_) => true,
         }
     }
