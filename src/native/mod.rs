@@ -139,6 +139,8 @@ impl NativeService {
         // readers; a panic in one of them makes this dump unreadable, answered `failed`
         // like any other, and leaves the server and its caches as they were.
         let walked = AssertUnwindSafe(async {
+            #[cfg(test)]
+            crate::error::panic_if_marked("minidump", &view);
             let minidump = Minidump::read(view).context("invalid minidump")?;
             Stackwalk {
                 cfi: &self.cficaches,

@@ -114,6 +114,46 @@ async fn a_converter_that_panics_makes_the_module_malformed() {
     assert_malformed_and_still_serving("convert").await;
 }
 
+/// A minidump whose walk panics is answered `failed`, as an unreadable dump is; the
+/// next one is walked as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minidump_walk_that_panics_fails_that_request_only() {
+    let cache = tempfile::tempdir().unwrap();
+    let addr = start(cache.path()).await;
+    let dump =
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/minidump/fp/crash.dmp"))
+            .unwrap();
+    let mut marked = dump.clone();
+    marked.extend_from_slice(b"omnisym-test-panic:minidump");
+    let upload = |bytes: Vec<u8>| async move {
+        let form = reqwest::multipart::Form::new().text("sources", "[]").part(
+            "upload_file_minidump",
+            reqwest::multipart::Part::bytes(bytes).file_name("crash.dmp"),
+        );
+        let response = reqwest::Client::new()
+            .post(format!("http://{addr}/minidump?timeout=30"))
+            .multipart(form)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json::<Value>().await.unwrap())
+    };
+    let (status, response) = upload(marked).await;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(response["status"], "failed", "{response}");
+    assert!(
+        response["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("cannot process minidump"),
+        "{response}"
+    );
+    let (status, response) = upload(dump).await;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(response["status"], "completed", "{response}");
+}
+
 fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
