@@ -15,6 +15,7 @@ use crate::fetch::{DenyListConfig, FetchConfig};
 use crate::lookup::ObjectLimits;
 use crate::sources::SourceConfig;
 use crate::telemetry::MetricsConfig;
+use crate::types::RequestLimits;
 use crate::units::{deserialize_duration, deserialize_limit, deserialize_size};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -119,6 +120,24 @@ pub struct Config {
     /// Longest chain of PE unwind infos followed for one function; `null`: no limit.
     #[serde(deserialize_with = "deserialize_limit")]
     pub max_unwind_chain_len: usize,
+    /// Maximums on the lists of one request: modules, stack traces, frames, sources.
+    pub request_limits: RequestLimits,
+    /// How long a connection may take to send a request's headers, and may sit idle
+    /// between requests, before it is closed.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub header_read_timeout: Duration,
+    /// How long a request's body may take to arrive in full, from its headers; past it
+    /// the request is answered 408 and its connection closed.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub body_read_timeout: Duration,
+    /// Connections open at once; further ones wait in the listen backlog. `null`: no
+    /// limit.
+    #[serde(deserialize_with = "deserialize_limit")]
+    pub max_connections: usize,
+    /// The longest a `GET /requests/{id}` waits for its answer; a missing or longer
+    /// `?timeout=` is cut to it, and the poll answers `pending` again.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub max_poll_timeout: Duration,
 }
 
 impl Default for Config {
@@ -158,6 +177,17 @@ impl Default for Config {
             object_file_max_decompressed_section_size: objects.max_decompressed_section_size,
             object_file_max_decompressed_source_size: objects.max_decompressed_source_size,
             max_unwind_chain_len: objects.max_unwind_chain_len,
+            request_limits: RequestLimits::default(),
+            // A client's headers arrive in one packet; keep-alive clients (Sentry's
+            // requests sessions) reconnect when an idle connection was closed.
+            header_read_timeout: Duration::from_secs(10),
+            // The largest crash file (250 MiB) at 2 MiB/s.
+            body_read_timeout: Duration::from_secs(120),
+            // Room for every request slot, the polls of pending ones and healthchecks,
+            // and below the usual open-file limits.
+            max_connections: 1024,
+            // Sentry polls with `?timeout=5`.
+            max_poll_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -269,6 +299,21 @@ impl Config {
             return Err(ConfigError::Semantic(
                 "deny_list_bucket_size must be longer than 0".into(),
             ));
+        }
+        if self.max_connections == 0 {
+            return Err(ConfigError::Semantic(
+                "max_connections must be at least 1".into(),
+            ));
+        }
+        for (key, value) in [
+            ("header_read_timeout", self.header_read_timeout),
+            ("body_read_timeout", self.body_read_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(ConfigError::Semantic(format!(
+                    "{key} must be longer than 0"
+                )));
+            }
         }
         if self.max_concurrent_downloads_per_source == 0 {
             return Err(ConfigError::Semantic(
@@ -596,6 +641,35 @@ max_download_size: 16106127360
         );
         assert_eq!(config.in_process_cleanup(), Some(Duration::from_secs(900)));
         assert!(config.deny_list().enabled);
+    }
+
+    #[test]
+    fn hostile_client_keys() {
+        let yaml = "request_limits:\n  max_modules: 7\n  max_frames: null\nheader_read_timeout: 2s\nbody_read_timeout: 1m\nmax_connections: 50\nmax_poll_timeout: 5\n";
+        let (config, ignored) = Config::from_yaml(yaml).unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        let limits = config.request_limits;
+        assert_eq!(limits.max_modules, 7);
+        assert_eq!(limits.max_frames, usize::MAX);
+        assert_eq!(limits.max_stacktraces, 10_000);
+        assert_eq!(limits.max_sources, 100);
+        assert_eq!(config.header_read_timeout, Duration::from_secs(2));
+        assert_eq!(config.body_read_timeout, Duration::from_secs(60));
+        assert_eq!(config.max_connections, 50);
+        assert_eq!(config.max_poll_timeout, Duration::from_secs(5));
+        let defaults = Config::default();
+        assert_eq!(defaults.request_limits, RequestLimits::default());
+        assert_eq!(defaults.header_read_timeout, Duration::from_secs(10));
+        assert_eq!(defaults.max_connections, 1024);
+        for bad in [
+            "max_connections: 0\n",
+            "header_read_timeout: 0\n",
+            "body_read_timeout: 0s\n",
+        ] {
+            let key = bad.split(':').next().unwrap();
+            let err = Config::from_yaml(bad).unwrap_err().to_string();
+            assert!(err.contains(key), "{err}");
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@ use tracing_subscriber::EnvFilter;
 
 use omnisym::cache::cleanup::Cleanup;
 use omnisym::config::{Config, LogFormat};
-use omnisym::server::{AppState, router};
+use omnisym::server::{AppState, ConnectionLimits, router, serve};
 
 /// glibc's allocator spent a fifth of a warm request in malloc/free and heap
 /// consolidation under load; mimalloc's thread-local free lists avoid most of it.
@@ -169,9 +169,13 @@ async fn run(config: Config) -> anyhow::Result<()> {
     tracing::info!(%addr, "omnisym listening");
     // Tests and scripts read the address from here (the port may have been 0).
     eprintln!("omnisym listening on http://{addr}");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    serve(
+        listener,
+        app,
+        ConnectionLimits::of(&config),
+        shutdown_signal(),
+    )
+    .await;
     Ok(())
 }
 

@@ -176,13 +176,10 @@ impl RequestService {
         self.inner.in_flight.load(Ordering::Acquire)
     }
 
-    /// Starts `work` as its own task, unless too many requests are in flight. The
-    /// returned handle is what the submitting client waits on (see [`Self::wait`]).
-    pub fn spawn<F, T>(&self, work: F) -> Result<RequestHandle, Overloaded>
-    where
-        F: Future<Output = anyhow::Result<T>> + Send + 'static,
-        T: Serialize + Send + 'static,
-    {
+    /// Takes a slot for a request, unless too many requests are in flight. Taken before
+    /// the request's body is read: a refused client costs no upload, disk or
+    /// decompression, and a slow one holds a slot while it sends.
+    pub fn reserve(&self) -> Result<Reservation, Overloaded> {
         let inner = &self.inner;
         let prev = inner.in_flight.fetch_add(1, Ordering::AcqRel);
         let mut guard = InFlightGuard {
@@ -194,55 +191,17 @@ impl RequestService {
             return Err(Overloaded);
         }
         guard.accept();
-        let id = RequestId(uuid::Uuid::new_v4());
-        let slot = Arc::new(Slot::default());
-        inner.running.lock().unwrap().insert(id, slot.clone());
-        let handle = RequestHandle {
-            id,
-            slot: slot.clone(),
-        };
-        let inner = inner.clone();
-        tokio::spawn(async move {
-            let _guard = guard;
-            // The work runs in its own task so a panic in it becomes an answer.
-            let handle = tokio::spawn(tokio::time::timeout(MAX_REQUEST_DURATION, work));
-            let metrics = &inner.metrics;
-            let body = match handle.await {
-                Ok(Ok(Ok(value))) => {
-                    metrics.completed.increment(1);
-                    completed_body(&value)
-                }
-                Ok(Ok(Err(err))) => {
-                    tracing::warn!(error = %format!("{err:#}"), "request failed");
-                    metrics.failed.increment(1);
-                    plain_body(&SymbolicationResponse::Failed {
-                        message: format!("{err:#}"),
-                    })
-                }
-                Ok(Err(_elapsed)) => {
-                    metrics.timeout.increment(1);
-                    plain_body(&SymbolicationResponse::Timeout)
-                }
-                Err(join_err) => {
-                    tracing::error!(error = %join_err, "request task panicked");
-                    metrics.internal_error.increment(1);
-                    plain_body(&SymbolicationResponse::InternalError)
-                }
-            };
-            let len = body.len() as u64;
-            let keep = {
-                let mut state = slot.state.lock().unwrap();
-                state.body = Some(body);
-                state.handed_out
-            };
-            // Move to the finished store first, so a poll never finds neither.
-            if keep {
-                inner.finished.lock().unwrap().insert(id, slot.clone(), len);
-            }
-            inner.running.lock().unwrap().remove(&id);
-            slot.done.notify_waiters();
-        });
-        Ok(handle)
+        Ok(Reservation { guard })
+    }
+
+    /// Starts `work` as its own task, unless too many requests are in flight. The
+    /// returned handle is what the submitting client waits on (see [`Self::wait`]).
+    pub fn spawn<F, T>(&self, work: F) -> Result<RequestHandle, Overloaded>
+    where
+        F: Future<Output = anyhow::Result<T>> + Send + 'static,
+        T: Serialize + Send + 'static,
+    {
+        Ok(self.reserve()?.spawn(work))
     }
 
     /// Waits up to `timeout` (forever when `None`) for a polled request's answer. `None`
@@ -294,6 +253,73 @@ impl RequestService {
                 }
             }
         }
+    }
+}
+
+/// A slot taken under `max_concurrent_requests` for a request that has not started yet;
+/// dropping it gives the slot back.
+pub struct Reservation {
+    guard: InFlightGuard,
+}
+
+impl Reservation {
+    /// Starts `work` as its own task in this slot. The returned handle is what the
+    /// submitting client waits on (see [`RequestService::wait`]).
+    pub fn spawn<F, T>(self, work: F) -> RequestHandle
+    where
+        F: Future<Output = anyhow::Result<T>> + Send + 'static,
+        T: Serialize + Send + 'static,
+    {
+        let guard = self.guard;
+        let inner = guard.inner.clone();
+        let id = RequestId(uuid::Uuid::new_v4());
+        let slot = Arc::new(Slot::default());
+        inner.running.lock().unwrap().insert(id, slot.clone());
+        let handle = RequestHandle {
+            id,
+            slot: slot.clone(),
+        };
+        tokio::spawn(async move {
+            let _guard = guard;
+            // The work runs in its own task so a panic in it becomes an answer.
+            let handle = tokio::spawn(tokio::time::timeout(MAX_REQUEST_DURATION, work));
+            let metrics = &inner.metrics;
+            let body = match handle.await {
+                Ok(Ok(Ok(value))) => {
+                    metrics.completed.increment(1);
+                    completed_body(&value)
+                }
+                Ok(Ok(Err(err))) => {
+                    tracing::warn!(error = %format!("{err:#}"), "request failed");
+                    metrics.failed.increment(1);
+                    plain_body(&SymbolicationResponse::Failed {
+                        message: format!("{err:#}"),
+                    })
+                }
+                Ok(Err(_elapsed)) => {
+                    metrics.timeout.increment(1);
+                    plain_body(&SymbolicationResponse::Timeout)
+                }
+                Err(join_err) => {
+                    tracing::error!(error = %join_err, "request task panicked");
+                    metrics.internal_error.increment(1);
+                    plain_body(&SymbolicationResponse::InternalError)
+                }
+            };
+            let len = body.len() as u64;
+            let keep = {
+                let mut state = slot.state.lock().unwrap();
+                state.body = Some(body);
+                state.handed_out
+            };
+            // Move to the finished store first, so a poll never finds neither.
+            if keep {
+                inner.finished.lock().unwrap().insert(id, slot.clone(), len);
+            }
+            inner.running.lock().unwrap().remove(&id);
+            slot.done.notify_waiters();
+        });
+        handle
     }
 }
 
@@ -449,6 +475,22 @@ mod tests {
             .unwrap();
         let body = json(&RequestService::wait(handle, None).await);
         assert_eq!(body, serde_json::json!({"status": "internal_error"}));
+    }
+
+    #[tokio::test]
+    async fn a_reservation_holds_its_slot_until_dropped_or_done() {
+        let svc = RequestService::new(1, 1 << 20);
+        let reservation = svc.reserve().unwrap();
+        assert!(svc.reserve().is_err());
+        drop(reservation);
+        assert_eq!(svc.in_flight(), 0);
+        let reservation = svc.reserve().unwrap();
+        assert!(svc.spawn(async { Ok(Answer { value: 0 }) }).is_err());
+        let handle = reservation.spawn(async { Ok(Answer { value: 3 }) });
+        assert_eq!(json(&RequestService::wait(handle, None).await)["value"], 3);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(svc.in_flight(), 0);
+        assert!(svc.reserve().is_ok());
     }
 
     #[tokio::test]

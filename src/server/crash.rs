@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::extract::multipart::{Field, MultipartError};
-use axum::extract::{Multipart, State};
+use axum::extract::{FromRequest, FromRequestParts, Multipart, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
@@ -17,13 +17,13 @@ use tempfile::NamedTempFile;
 use tokio::io::AsyncWriteExt;
 use url::Url;
 
-use super::error::parse_json;
-use super::{ApiError, AppState, Params, RequestParams};
+use super::error::{RequestBody, parse_json};
+use super::{ApiError, AppState, Params, RequestParams, Slot};
 use crate::error::CacheError;
 use crate::fetch::{decompress_file, record_download};
 use crate::native::{CrashKind, CrashReportRequest};
 use crate::sources::SourceConfig;
-use crate::types::{RequestOptions, RewriteRules};
+use crate::types::{Counted, RequestLimits, RequestOptions, RequestRefused, RewriteRules};
 
 /// JSON form fields (sources, options, ...) are small; upstream caps them at 1 MiB.
 const MAX_FORM_FIELD: usize = 1024 * 1024;
@@ -75,10 +75,8 @@ impl CrashFiles {
 }
 
 fn multipart_error(err: MultipartError) -> ApiError {
-    ApiError {
-        status: err.status(),
-        message: format!("invalid multipart body: {}", err.body_text()),
-    }
+    let text = format!("invalid multipart body: {}", err.body_text());
+    ApiError::body_failed(&err, err.status(), text)
 }
 
 async fn read_field(mut field: Field<'_>, name: &str) -> Result<Bytes, ApiError> {
@@ -143,6 +141,7 @@ async fn read_form(
     mut multipart: Multipart,
     kind: CrashKind,
     files: &CrashFiles,
+    limits: &RequestLimits,
 ) -> Result<CrashForm, ApiError> {
     let mut form = CrashForm {
         file: None,
@@ -156,7 +155,14 @@ async fn read_form(
         };
         match name.as_str() {
             n if n == upload_field(kind) => form.file = Some(save_field(field, files).await?),
-            "sources" => form.sources = Some(json_field(field, &name).await?),
+            "sources" => {
+                // A form field is at most 1 MiB, so parsing it first costs little.
+                let sources: Vec<SourceConfig> = json_field(field, &name).await?;
+                limits
+                    .check(Counted::Sources, "sources", sources.len())
+                    .map_err(ApiError::refused)?;
+                form.sources = Some(sources);
+            }
             "options" => form.options = json_field(field, &name).await?,
             "rewrite_first_module" if kind == CrashKind::Minidump => {
                 form.rewrite_first_module = json_field(field, &name).await?
@@ -194,6 +200,7 @@ fn unpack_error(err: CacheError, files: &CrashFiles) -> ApiError {
 async fn run_crash(
     state: &AppState,
     params: &RequestParams,
+    slot: Slot,
     kind: CrashKind,
     file: CrashFile,
     request: CrashReportRequest,
@@ -201,13 +208,19 @@ async fn run_crash(
     let native = state.native.clone();
     let files = state.crash_files.clone();
     let downloader = state.downloader.clone();
+    let limits = state.request_limits;
     let scope = params.scope();
     state
-        .run(params, async move {
+        .run(params, slot, async move {
             let file = match file {
                 CrashFile::Local(file) => file,
                 CrashFile::Remote { url, token } => {
-                    fetch_attachment(&downloader, &files, &url, token.as_deref()).await?
+                    let file =
+                        fetch_attachment(&downloader, &files, &url, token.as_deref()).await?;
+                    if kind == CrashKind::Minidump {
+                        check_minidump(file.path(), &limits)?;
+                    }
+                    file
                 }
             };
             native
@@ -248,18 +261,49 @@ async fn fetch_attachment(
         .map_err(|err| anyhow::anyhow!("cannot unpack the crash file: {err}"))
 }
 
-async fn upload(
+/// An upload, before its body is read: a bad query or an announced length past the
+/// limit is refused first, then the request takes its slot, and only then is the
+/// multipart body read.
+pub struct Upload {
     state: AppState,
     params: RequestParams,
-    headers: HeaderMap,
+    slot: Slot,
     multipart: Multipart,
-    kind: CrashKind,
-) -> Result<Response, ApiError> {
-    // A bad query is refused before the upload is read.
-    params.timeout()?;
+}
+
+impl FromRequest<AppState> for Upload {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, ApiError> {
+        let (mut parts, body) = request.into_parts();
+        let Params(params) = Params::from_request_parts(&mut parts, state).await?;
+        params.timeout()?;
+        check_content_length(&parts.headers, &state.crash_files)?;
+        let slot = Slot::from_request_parts(&mut parts, state).await?;
+        let multipart = Multipart::from_request(Request::from_parts(parts, body), state)
+            .await
+            .map_err(|rejection| ApiError {
+                status: rejection.status(),
+                message: rejection.body_text(),
+            })?;
+        Ok(Upload {
+            state: state.clone(),
+            params,
+            slot,
+            multipart,
+        })
+    }
+}
+
+async fn upload(upload: Upload, kind: CrashKind) -> Result<Response, ApiError> {
+    let Upload {
+        state,
+        params,
+        slot,
+        multipart,
+    } = upload;
     let files = &state.crash_files;
-    check_content_length(&headers, files)?;
-    let form = read_form(multipart, kind, files).await?;
+    let form = read_form(multipart, kind, files, &state.request_limits).await?;
     let file = form.file.ok_or_else(|| {
         ApiError::bad_request(format!("missing form field `{}`", upload_field(kind)))
     })?;
@@ -267,18 +311,57 @@ async fn upload(
         .unpack(file)
         .await
         .map_err(|err| unpack_error(err, files))?;
-    if kind == CrashKind::Minidump && starts_with(file.path(), b"--") {
-        // A client that nested a whole form inside the file field.
-        return Err(ApiError::bad_request(
-            "minidump contains multipart form data",
-        ));
+    if kind == CrashKind::Minidump {
+        if starts_with(file.path(), b"--") {
+            // A client that nested a whole form inside the file field.
+            return Err(ApiError::bad_request(
+                "minidump contains multipart form data",
+            ));
+        }
+        check_minidump(file.path(), &state.request_limits).map_err(ApiError::refused)?;
     }
     let request = CrashReportRequest {
         sources: state.sources_or_default(form.sources),
         options: form.options,
         rewrite_first_module: form.rewrite_first_module,
     };
-    run_crash(&state, &params, kind, CrashFile::Local(file), request).await
+    let file = CrashFile::Local(file);
+    run_crash(&state, &params, slot, kind, file, request).await
+}
+
+/// Refuses a minidump that lists more threads or modules than a request may: they
+/// become its stack traces and modules. Read from the stream headers (a count, and the
+/// stream's length), so a dump that claims millions costs no allocation.
+fn check_minidump(path: &Path, limits: &RequestLimits) -> Result<(), RequestRefused> {
+    use minidump::format::MINIDUMP_STREAM_TYPE;
+    // On-disk sizes of MINIDUMP_THREAD and MINIDUMP_MODULE (packed; Rust's layout pads).
+    const THREAD_SIZE: usize = 48;
+    const MODULE_SIZE: usize = 108;
+    let Ok(dump) = symbolic::common::ByteView::open(path)
+        .map_err(drop)
+        .and_then(|view| minidump::Minidump::read(view).map_err(drop))
+    else {
+        // Not a minidump the walker can read either; it says why.
+        return Ok(());
+    };
+    let entries = |stream: MINIDUMP_STREAM_TYPE, entry_size: usize| {
+        let data = dump.get_raw_stream(stream as u32).ok()?;
+        let count: [u8; 4] = data.get(..4)?.try_into().ok()?;
+        let count = if dump.endian.is_little() {
+            u32::from_le_bytes(count)
+        } else {
+            u32::from_be_bytes(count)
+        };
+        // The parser reads no more entries than the stream holds.
+        Some((count as usize).min(data.len().saturating_sub(4) / entry_size))
+    };
+    if let Some(threads) = entries(MINIDUMP_STREAM_TYPE::ThreadListStream, THREAD_SIZE) {
+        limits.check(Counted::Stacktraces, "minidump threads", threads)?;
+    }
+    if let Some(modules) = entries(MINIDUMP_STREAM_TYPE::ModuleListStream, MODULE_SIZE) {
+        limits.check(Counted::Modules, "minidump modules", modules)?;
+    }
+    Ok(())
 }
 
 fn starts_with(path: &Path, prefix: &[u8]) -> bool {
@@ -290,30 +373,13 @@ fn starts_with(path: &Path, prefix: &[u8]) -> bool {
 }
 
 /// `POST /minidump`: a minidump upload, walked and symbolicated.
-pub async fn minidump(
-    State(state): State<AppState>,
-    Params(params): Params,
-    headers: HeaderMap,
-    multipart: Multipart,
-) -> Result<Response, ApiError> {
-    upload(state, params, headers, multipart, CrashKind::Minidump).await
+pub async fn minidump(upload_form: Upload) -> Result<Response, ApiError> {
+    upload(upload_form, CrashKind::Minidump).await
 }
 
 /// `POST /applecrashreport`: an Apple crash report upload, symbolicated.
-pub async fn apple_crash_report(
-    State(state): State<AppState>,
-    Params(params): Params,
-    headers: HeaderMap,
-    multipart: Multipart,
-) -> Result<Response, ApiError> {
-    upload(
-        state,
-        params,
-        headers,
-        multipart,
-        CrashKind::AppleCrashReport,
-    )
-    .await
+pub async fn apple_crash_report(upload_form: Upload) -> Result<Response, ApiError> {
+    upload(upload_form, CrashKind::AppleCrashReport).await
 }
 
 #[derive(Deserialize)]
@@ -347,9 +413,10 @@ enum AttachmentRequest {
 pub async fn symbolicate_any(
     State(state): State<AppState>,
     Params(params): Params,
-    body: Bytes,
+    slot: Slot,
+    RequestBody(body): RequestBody,
 ) -> Result<Response, ApiError> {
-    let request: SymbolicateAnyRequest = parse_json(&body)?;
+    let request: SymbolicateAnyRequest = state.parse_request(body, &[])?;
     let (kind, url, token, rewrite_first_module) = match request.symbolicate {
         AttachmentRequest::Minidump {
             storage_url,
@@ -377,7 +444,7 @@ pub async fn symbolicate_any(
         rewrite_first_module,
     };
     let file = CrashFile::Remote { url, token };
-    run_crash(&state, &params, kind, file, crash_request).await
+    run_crash(&state, &params, slot, kind, file, crash_request).await
 }
 
 impl AppState {

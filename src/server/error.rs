@@ -1,7 +1,12 @@
 use axum::Json;
+use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use serde::Serialize;
+
+use super::listen::BodyTimeout;
+use crate::types::RequestRefused;
 
 /// An error answered to the client, with a message that says what to fix.
 #[derive(Debug)]
@@ -35,6 +40,41 @@ impl ApiError {
         ApiError {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             message: "internal error".into(),
+        }
+    }
+
+    /// A body whose lists pass the request limits, or that hides them.
+    pub fn refused(refused: RequestRefused) -> Self {
+        match refused {
+            RequestRefused::TooMany { .. } => {
+                Self::bad_request(format!("request too large: {refused}"))
+            }
+            RequestRefused::NotAnObject(_) => {
+                Self::bad_request(format!("invalid JSON body: {refused}"))
+            }
+        }
+    }
+
+    /// A body that failed while it was read: too slow (408, which also ends the
+    /// connection, as the rest of the body is never read), too large, or cut off.
+    pub fn body_failed(
+        err: &(dyn std::error::Error + 'static),
+        status: StatusCode,
+        text: String,
+    ) -> Self {
+        let mut source = Some(err);
+        while let Some(err) = source {
+            if let Some(timeout) = err.downcast_ref::<BodyTimeout>() {
+                return ApiError {
+                    status: StatusCode::REQUEST_TIMEOUT,
+                    message: timeout.to_string(),
+                };
+            }
+            source = err.source();
+        }
+        ApiError {
+            status,
+            message: text,
         }
     }
 
@@ -74,4 +114,20 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiE
     de.end()
         .map_err(|err| ApiError::bad_request(format!("invalid JSON body: {err}")))?;
     Ok(value)
+}
+
+/// The whole body of a request, read under the body size limit and `body_read_timeout`.
+pub struct RequestBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RequestBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        Bytes::from_request(req, state)
+            .await
+            .map(RequestBody)
+            .map_err(|rejection| {
+                ApiError::body_failed(&rejection, rejection.status(), rejection.body_text())
+            })
+    }
 }

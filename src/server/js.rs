@@ -2,10 +2,9 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::response::Response;
-use bytes::Bytes;
 
-use super::error::parse_json;
-use super::{ApiError, AppState, Params};
+use super::error::RequestBody;
+use super::{ApiError, AppState, Params, Slot};
 use crate::js::JsSymbolicationRequest;
 use crate::sources::SourceConfig;
 
@@ -14,16 +13,17 @@ use crate::sources::SourceConfig;
 pub async fn symbolicate_js(
     State(state): State<AppState>,
     Params(params): Params,
-    body: Bytes,
+    slot: Slot,
+    RequestBody(body): RequestBody,
 ) -> Result<Response, ApiError> {
-    let mut request: JsSymbolicationRequest = parse_json(&body)?;
+    let mut request: JsSymbolicationRequest = state.parse_request(body, &[])?;
     // Only the request's own `sources`: the configured ones are symbol servers for
     // native files, and JS files are found through the request's Sentry source.
     let sources: Arc<[SourceConfig]> = std::mem::take(&mut request.sources).into();
     let scope = params.scope();
     let js = state.js.clone();
     state
-        .run(&params, async move {
+        .run(&params, slot, async move {
             Ok(js.symbolicate(scope, sources, request).await)
         })
         .await

@@ -1,24 +1,32 @@
 use axum::extract::State;
 use axum::response::Response;
-use bytes::Bytes;
 
-use super::error::parse_json;
-use super::{ApiError, AppState, Params};
+use super::error::RequestBody;
+use super::{ApiError, AppState, Params, Slot};
 use crate::jvm::SymbolicateJvmRequest;
+use crate::types::Counted;
+
+/// Lists of a JVM request beside stack traces: each exception is remapped like a stack
+/// trace, each class name like a frame.
+const JVM_LISTS: &[(&str, Counted)] = &[
+    ("exceptions", Counted::Stacktraces),
+    ("classes", Counted::Frames),
+];
 
 /// `POST /symbolicate-jvm`: obfuscated JVM exceptions, stack traces and class names,
 /// and the ProGuard mappings and source bundles to remap them with.
 pub async fn symbolicate_jvm(
     State(state): State<AppState>,
     Params(params): Params,
-    body: Bytes,
+    slot: Slot,
+    RequestBody(body): RequestBody,
 ) -> Result<Response, ApiError> {
-    let mut request: SymbolicateJvmRequest = parse_json(&body)?;
+    let mut request: SymbolicateJvmRequest = state.parse_request(body, JVM_LISTS)?;
     let sources = state.sources_or_default(request.sources.take());
     let scope = params.scope();
     let jvm = state.jvm.clone();
     state
-        .run(&params, async move {
+        .run(&params, slot, async move {
             Ok(jvm.symbolicate(scope, sources, request).await)
         })
         .await

@@ -9,6 +9,7 @@ mod error;
 mod hostile_tests;
 mod js;
 mod jvm;
+mod listen;
 mod request_metrics;
 mod requests;
 mod symbolicate;
@@ -32,11 +33,13 @@ use crate::js::JsService;
 use crate::jvm::JvmService;
 use crate::lookup::Lookup;
 use crate::native::NativeService;
-use crate::service::RequestService;
+use crate::service::{RequestService, Reservation};
 use crate::sources::SourceConfig;
 use crate::telemetry;
+use crate::types::{Counted, RequestLimits};
 
 pub use error::ApiError;
+pub use listen::{ConnectionLimits, serve};
 
 /// What every handler can reach.
 #[derive(Clone)]
@@ -54,6 +57,10 @@ pub struct AppState {
     pub caches: Arc<Caches>,
     /// Renders what the process recorded, for `GET /metrics`.
     pub metrics: PrometheusHandle,
+    /// Maximums on the lists of one request.
+    pub request_limits: RequestLimits,
+    /// The longest a poll waits for its answer.
+    pub max_poll_timeout: Duration,
 }
 
 impl AppState {
@@ -91,6 +98,8 @@ impl AppState {
             },
             caches,
             metrics,
+            request_limits: config.request_limits,
+            max_poll_timeout: config.max_poll_timeout,
         })
     }
 }
@@ -168,20 +177,55 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Params {
     }
 }
 
+/// A slot under `max_concurrent_requests`, taken before the body is read (the body is
+/// the last extractor): an overloaded server refuses an upload without reading it.
+pub struct Slot(Reservation);
+
+impl axum::extract::FromRequestParts<AppState> for Slot {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        _: &mut axum::http::request::Parts,
+        state: &AppState,
+    ) -> Result<Self, ApiError> {
+        state
+            .service
+            .reserve()
+            .map(Slot)
+            .map_err(|_| ApiError::overloaded())
+    }
+}
+
 impl AppState {
-    /// Runs `work` in the request service and answers with its result, or with
-    /// `pending` once `params.timeout` has passed.
-    pub async fn run<F, T>(&self, params: &RequestParams, work: F) -> Result<Response, ApiError>
+    /// Runs `work` in the request service, in the slot the request took, and answers
+    /// with its result, or with `pending` once `params.timeout` has passed.
+    pub async fn run<F, T>(
+        &self,
+        params: &RequestParams,
+        Slot(slot): Slot,
+        work: F,
+    ) -> Result<Response, ApiError>
     where
         F: Future<Output = anyhow::Result<T>> + Send + 'static,
         T: serde::Serialize + Send + 'static,
     {
         let timeout = params.timeout()?;
-        let handle = self
-            .service
-            .spawn(work)
-            .map_err(|_| ApiError::overloaded())?;
+        let handle = slot.spawn(work);
         Ok(json_bytes(RequestService::wait(handle, timeout).await))
+    }
+
+    /// Parses a JSON request body once its lists are known to be within the request
+    /// limits; `extra` names top-level lists of this endpoint only. The body is taken,
+    /// so that it is not held while the request runs.
+    pub fn parse_request<T: serde::de::DeserializeOwned>(
+        &self,
+        body: Bytes,
+        extra: &[(&'static str, Counted)],
+    ) -> Result<T, ApiError> {
+        self.request_limits
+            .check_json(&body, extra)
+            .map_err(ApiError::refused)?;
+        error::parse_json(&body)
     }
 }
 

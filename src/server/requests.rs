@@ -11,12 +11,16 @@ pub async fn poll(
     params: Result<Query<RequestParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let timeout = params.timeout()?;
+    // Polls hold no request slot: each waits a bounded time and answers `pending` again,
+    // rather than holding its connection for as long as the request runs.
+    let timeout = params
+        .timeout()?
+        .map_or(state.max_poll_timeout, |t| t.min(state.max_poll_timeout));
     let id = id
         .parse()
         .map(RequestId)
         .map_err(|_| ApiError::not_found("unknown request id"))?;
-    match state.service.get_response(id, timeout).await {
+    match state.service.get_response(id, Some(timeout)).await {
         Some(body) => Ok(json_bytes(body)),
         None => Err(ApiError::not_found("unknown request id")),
     }

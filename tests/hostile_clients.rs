@@ -1,0 +1,263 @@
+//! Clients that hold the server's resources without finishing their requests: half-sent
+//! headers and bodies, idle connections past `max_connections`, uploads sent while every
+//! request slot is taken, and polls that would wait for as long as their request runs.
+//! Each runs against the real server binary on loopback.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use common::{Server, SymbolServer, elf_request};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn addr(server: &Server) -> String {
+    server.url.trim_start_matches("http://").to_owned()
+}
+
+/// Sockets the server process holds (its listener included).
+fn server_sockets(server: &Server) -> usize {
+    std::fs::read_dir(format!("/proc/{}/fd", server.pid()))
+        .unwrap()
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy().starts_with("socket:"))
+        .count()
+}
+
+/// Opens a connection and sends `data`, then nothing more.
+async fn half_open(addr: &str, data: &[u8]) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(data).await.unwrap();
+    stream
+}
+
+/// Reads until the server closes the connection; returns what it sent and when it
+/// closed, or `None` if it is still open after `limit`.
+async fn closed_within(mut stream: TcpStream, limit: Duration) -> Option<(Vec<u8>, Instant)> {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(limit, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return (seen, Instant::now()),
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await
+    .ok()
+}
+
+/// A slow symbol source: every file it is asked for is missing, after `ms`.
+fn slow_sources(symbols: &SymbolServer, ms: u64) -> Value {
+    json!([{"type": "http", "id": "slow", "url": format!("{}slow/{ms}/", symbols.url),
+            "layout": {"type": "native"}}])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_open_connections_are_closed_after_their_timeouts_while_others_are_served() {
+    let server = Server::start("header_read_timeout: 2s\nbody_read_timeout: 3s\n");
+    let addr = addr(&server);
+    let baseline = server_sockets(&server);
+    let host = format!("Host: {addr}\r\n");
+    let partial_headers = format!("POST /symbolicate HTTP/1.1\r\n{host}Content-Ty");
+    let partial_json = format!(
+        "POST /symbolicate HTTP/1.1\r\n{host}Content-Type: application/json\r\n\
+         Content-Length: 100000\r\n\r\n{{\"modules\": ["
+    );
+    let partial_upload = format!(
+        "POST /minidump HTTP/1.1\r\n{host}Content-Type: multipart/form-data; boundary=XX\r\n\
+         Content-Length: 100000\r\n\r\n--XX\r\nContent-Disposition: form-data; \
+         name=\"upload_file_minidump\"; filename=\"a.dmp\"\r\n\r\nMDMP"
+    );
+    let started = Instant::now();
+    let mut connections = Vec::new();
+    for (kind, data, count) in [
+        ("silent", "", 50),
+        ("headers", partial_headers.as_str(), 150),
+        ("json body", partial_json.as_str(), 130),
+        ("upload body", partial_upload.as_str(), 20),
+    ] {
+        for _ in 0..count {
+            connections.push((kind, half_open(&addr, data.as_bytes()).await));
+        }
+    }
+    // Served meanwhile, on connections of their own.
+    let (status, body) = server.get("/healthcheck").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = server
+        .post(
+            "/symbolicate",
+            &json!({"sources": [], "modules": [], "stacktraces": []}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "completed", "{body}");
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while server_sockets(&server) < baseline + 350 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let held = server_sockets(&server) - baseline;
+    assert!(held >= 350, "the server holds only {held} connections");
+
+    let waits: Vec<_> = connections
+        .into_iter()
+        .map(|(kind, stream)| {
+            tokio::spawn(
+                async move { (kind, closed_within(stream, Duration::from_secs(20)).await) },
+            )
+        })
+        .collect();
+    for wait in waits {
+        let (kind, closed) = wait.await.unwrap();
+        let Some((answer, at)) = closed else {
+            panic!("a half-open connection ({kind}) is still open after 20 s");
+        };
+        let after = at - started;
+        let answer = String::from_utf8_lossy(&answer);
+        match kind {
+            "silent" | "headers" => {
+                assert!(after >= Duration::from_millis(1500), "{kind}: {after:?}")
+            }
+            _ => {
+                assert!(after >= Duration::from_millis(2500), "{kind}: {after:?}");
+                assert!(answer.starts_with("HTTP/1.1 408"), "{kind}: {answer}");
+                assert!(answer.contains("body_read_timeout"), "{kind}: {answer}");
+            }
+        }
+    }
+    // The server let go of them, and still serves.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server_sockets(&server) > baseline && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let left = server_sockets(&server);
+    assert!(left <= baseline, "{left} sockets, {baseline} before");
+    let (status, _) = server.get("/healthcheck").await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_max_connections_wait_until_one_closes() {
+    let server = Server::start("max_connections: 20\nheader_read_timeout: 2s\n");
+    let addr = addr(&server);
+    let baseline = server_sockets(&server);
+    let mut idle = Vec::new();
+    for _ in 0..20 {
+        idle.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let url = format!("{}/healthcheck", server.url);
+    let check = tokio::spawn(async move { common::client().get(url).send().await });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // 20 connections; the 21st waits in the backlog.
+    let held = server_sockets(&server) - baseline;
+    assert_eq!(held, 20, "the server holds {held} connections");
+    assert!(
+        !check.is_finished(),
+        "answered while 20 connections were open"
+    );
+    let answer = check.await.unwrap().unwrap();
+    assert_eq!(answer.status(), 200);
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(1500), "{waited:?}");
+    drop(idle);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_past_the_cap_are_refused_before_their_bodies_are_read() {
+    let symbols = SymbolServer::start().await;
+    let server = std::sync::Arc::new(Server::start("max_concurrent_requests: 1\n"));
+    let busy = {
+        let server = server.clone();
+        let body = elf_request(slow_sources(&symbols, 6000));
+        tokio::spawn(async move { server.post("/symbolicate", &body).await })
+    };
+    // The slot is taken once a second request is refused.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, _) = server.post("/symbolicate", &json!({"sources": []})).await;
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the slow request never took the slot"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let addr = addr(&server);
+    let upload_head = format!(
+        "POST /minidump HTTP/1.1\r\nHost: {addr}\r\n\
+         Content-Type: multipart/form-data; boundary=XX\r\nContent-Length: 104857600\r\n\r\n\
+         --XX\r\nContent-Disposition: form-data; name=\"upload_file_minidump\"; \
+         filename=\"a.dmp\"\r\n\r\nMDMP"
+    );
+    let json_head = format!(
+        "POST /symbolicate HTTP/1.1\r\nHost: {addr}\r\n\
+         Content-Type: application/json\r\nContent-Length: 52428800\r\n\r\n{{\"modules\": ["
+    );
+    for head in [upload_head, json_head] {
+        let mut stream = half_open(&addr, head.as_bytes()).await;
+        // 64 KiB of the 100 MiB (or 50 MiB) announced; the rest never comes.
+        stream.write_all(&vec![b' '; 64 * 1024]).await.unwrap();
+        let (answer, _) = closed_within(stream, Duration::from_secs(5))
+            .await
+            .expect("no answer while the body was still owed");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(answer.contains("concurrent requests"), "{answer}");
+    }
+    // Nothing of the refused upload reached the disk.
+    let spooled: Vec<_> = std::fs::read_dir(server.cache_dir.join("tmp"))
+        .map(|dir| dir.filter_map(Result::ok).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        spooled
+            .iter()
+            .all(|name| !name.to_string_lossy().starts_with(".upload")),
+        "{spooled:?}"
+    );
+    let (status, done) = busy.await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(done["status"], "completed", "{done}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_waits_at_most_max_poll_timeout() {
+    let symbols = SymbolServer::start().await;
+    let server = Server::start("max_poll_timeout: 1s\n");
+    let body = elf_request(slow_sources(&symbols, 5000));
+    let (status, first) = server.post("/symbolicate?timeout=0", &body).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(first["status"], "pending", "{first}");
+    let id = first["request_id"].as_str().unwrap();
+    // Without a timeout, and with one longer than the maximum: both cut to 1 s.
+    for query in ["", "?timeout=30"] {
+        let started = Instant::now();
+        let (status, poll) = server.get(&format!("/requests/{id}{query}")).await;
+        let waited = started.elapsed();
+        assert_eq!(status, StatusCode::OK, "{poll}");
+        assert_eq!(poll["status"], "pending", "{query}: {poll}");
+        assert_eq!(poll["request_id"], id, "{poll}");
+        assert!(
+            waited >= Duration::from_millis(900) && waited < Duration::from_secs(3),
+            "{query}: {waited:?}"
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, poll) = server.get(&format!("/requests/{id}")).await;
+        if poll["status"] == "completed" {
+            assert_eq!(poll["modules"][0]["debug_status"], "missing", "{poll}");
+            break;
+        }
+        assert_eq!(poll["status"], "pending", "{poll}");
+        assert!(Instant::now() < deadline, "never completed");
+    }
+}

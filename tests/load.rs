@@ -1,0 +1,231 @@
+//! Load on loopback: 1,000 concurrent `/symbolicate` requests against 200 request slots
+//! (`max_concurrent_requests: 200`), a mix of warm requests (the module's caches are
+//! built) and cold ones (a fresh scope that downloads and converts the debug file, or a
+//! module no source has) from a symbol server that answers slowly. Every answer must be
+//! a completed result, `pending` or 503; the server must stay up, and its peak RSS
+//! (VmHWM) stay under 256 MiB.
+//!
+//! `OMNISYM_LOAD_REQUESTS` changes the number of requests (default 1000); the figures
+//! are printed (run with `--nocapture` to see them).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use common::{
+    Server, SymbolServer, assert_elf_symbolicated, elf_debug_path, elf_module, elf_request,
+    fixtures,
+};
+use serde_json::{Value, json};
+
+const SLOTS: usize = 200;
+const MAX_RSS: u64 = 256 << 20;
+/// How long the slow source takes to answer, and how long a client waits before it is
+/// told `pending`.
+const SLOW_MS: u64 = 2000;
+const WAIT: &str = "timeout=1";
+
+/// Raises this process's open-file limit (which the server inherits) to `needed`, as far
+/// as the hard limit allows: each request holds a socket on both sides.
+fn raise_open_files(needed: u64) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain system calls on a local struct.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        if limit.rlim_cur < needed {
+            limit.rlim_cur = needed.min(limit.rlim_max);
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+        }
+    }
+    assert!(
+        limit.rlim_cur >= needed,
+        "the open-file limit ({}) is below the {needed} this test needs",
+        limit.rlim_cur
+    );
+}
+
+/// A `/proc/<pid>/status` field in bytes.
+fn proc_status_bytes(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|line| line.starts_with(field))
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
+fn http_source(id: &str, url: String) -> Value {
+    json!([{"type": "http", "id": id, "url": url, "layout": {"type": "native"}}])
+}
+
+/// A module with ids no source has: every file looked for is a slow miss.
+fn unknown_module_request(sources: Value, n: usize) -> Value {
+    let mut module = elf_module();
+    module["debug_id"] = json!(format!("{:08x}-0000-4000-8000-{:012x}", n, n));
+    module["code_id"] = json!(format!("{:040x}", n + 1));
+    let mut request = elf_request(sources);
+    request["modules"] = json!([module]);
+    request
+}
+
+#[derive(Debug, Default)]
+struct Tally {
+    completed: usize,
+    pending: Vec<String>,
+    overloaded: usize,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_requests_against_two_hundred_slots() {
+    let requests: usize = std::env::var("OMNISYM_LOAD_REQUESTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1000);
+    raise_open_files(2 * requests as u64 + 256);
+
+    let symbols = SymbolServer::start().await;
+    symbols.put(
+        &elf_debug_path(),
+        &fixtures().join("native/elf/crash.debug"),
+    );
+    let server = Server::start(&format!("max_concurrent_requests: {SLOTS}\n"));
+    let fast = http_source("fast", symbols.url.clone());
+    // A source of its own per cold request, so that they do not queue for one source's
+    // download slots.
+    let slow = |i: usize| {
+        http_source(
+            &format!("slow-{i}"),
+            format!("{}slow/{SLOW_MS}/", symbols.url),
+        )
+    };
+
+    // Warm the global scope's caches for the fixture module.
+    let (status, warmed) = server
+        .post("/symbolicate", &elf_request(fast.clone()))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{warmed}");
+    assert_elf_symbolicated(&warmed);
+
+    // Half warm; a quarter cold scopes that download and convert the file slowly; a
+    // quarter modules that no source has, each a slow miss.
+    let bodies: Vec<(String, Value, bool)> = (0..requests)
+        .map(|i| match i % 4 {
+            0 | 2 => (
+                format!("/symbolicate?{WAIT}"),
+                elf_request(fast.clone()),
+                true,
+            ),
+            1 => (
+                format!("/symbolicate?{WAIT}&scope=cold-{i}"),
+                elf_request(slow(i)),
+                false,
+            ),
+            _ => (
+                format!("/symbolicate?{WAIT}"),
+                unknown_module_request(slow(i), i),
+                false,
+            ),
+        })
+        .collect();
+
+    let started = Instant::now();
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(requests));
+    let tasks: Vec<_> = bodies
+        .into_iter()
+        .map(|(path, body, warm)| {
+            let url = format!("{}{path}", server.url);
+            let start = start.clone();
+            tokio::spawn(async move {
+                start.wait().await;
+                let resp = common::client()
+                    .post(url)
+                    .json(&body)
+                    .timeout(Duration::from_secs(60))
+                    .send()
+                    .await
+                    .expect("every request gets an answer");
+                let status = resp.status().as_u16();
+                let answer: Value = resp.json().await.expect("every answer is JSON");
+                (status, answer, warm)
+            })
+        })
+        .collect();
+
+    let mut tally = Tally::default();
+    for task in tasks {
+        let (status, answer, warm) = task.await.unwrap();
+        match (status, answer["status"].as_str()) {
+            (200, Some("completed")) => {
+                tally.completed += 1;
+                if warm {
+                    assert_elf_symbolicated(&answer);
+                }
+            }
+            (200, Some("pending")) => {
+                tally
+                    .pending
+                    .push(answer["request_id"].as_str().unwrap().to_owned());
+            }
+            (503, _) => {
+                assert_eq!(
+                    answer["error"], "maximum number of concurrent requests reached",
+                    "{answer}"
+                );
+                tally.overloaded += 1;
+            }
+            _ => panic!("unexpected answer {status}: {answer}"),
+        }
+    }
+    let burst = started.elapsed();
+
+    // Every pending request finishes, and its result can be fetched.
+    for id in &tally.pending {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, poll) = server.get(&format!("/requests/{id}?timeout=5")).await;
+            assert_eq!(status, StatusCode::OK, "{poll}");
+            if poll["status"] == "completed" {
+                break;
+            }
+            assert_eq!(poll["status"], "pending", "{poll}");
+            assert!(Instant::now() < deadline, "{id} never completed");
+        }
+    }
+
+    let (status, body) = server.get("/healthcheck").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let peak = proc_status_bytes(server.pid(), "VmHWM:");
+    eprintln!(
+        "load: {requests} requests in {burst:.1?}: {} completed, {} pending (all \
+         completed later), {} refused with 503; server peak RSS {:.1} MiB",
+        tally.completed,
+        tally.pending.len(),
+        tally.overloaded,
+        peak as f64 / (1 << 20) as f64,
+    );
+    assert_eq!(
+        tally.completed + tally.pending.len() + tally.overloaded,
+        requests
+    );
+    assert!(
+        tally.completed > 0 && !tally.pending.is_empty(),
+        "{tally:?}"
+    );
+    if requests >= 4 * SLOTS {
+        // Half the requests hold a slot for seconds: more than the slots at once.
+        assert!(tally.overloaded > 0, "{tally:?}");
+    }
+    assert!(
+        peak < MAX_RSS,
+        "server peak RSS {peak} bytes, over {MAX_RSS}"
+    );
+}
