@@ -107,6 +107,13 @@ pub struct Config {
     pub max_download_size: u64,
     /// Downloads from one source running at once (omnisym only).
     pub max_concurrent_downloads_per_source: usize,
+    /// Largest decompressed/compressed size ratio of a downloaded file; `null`: no limit
+    /// (omnisym only).
+    #[serde(deserialize_with = "deserialize_limit")]
+    pub max_decompression_ratio: usize,
+    /// Decompressed payloads up to this size are never refused for their ratio.
+    #[serde(deserialize_with = "deserialize_size")]
+    pub decompression_ratio_floor: u64,
 }
 
 impl Default for Config {
@@ -142,6 +149,9 @@ impl Default for Config {
             max_download_timeout: fetch.max_download_timeout,
             max_download_size: fetch.max_download_size,
             max_concurrent_downloads_per_source: fetch.max_concurrent_downloads_per_source,
+            max_decompression_ratio: usize::try_from(fetch.max_decompression_ratio)
+                .unwrap_or(usize::MAX),
+            decompression_ratio_floor: fetch.decompression_ratio_floor,
         }
     }
 }
@@ -192,6 +202,10 @@ impl Config {
             }
         })?;
         config.resolve_upstream_names()?;
+        config.sources = std::mem::take(&mut config.sources)
+            .into_iter()
+            .map(SourceConfig::from_config_file)
+            .collect();
         config.validate()?;
         Ok((config, ignored))
     }
@@ -259,6 +273,11 @@ impl Config {
                 "max_concurrent_downloads_per_source must be at least 1".into(),
             ));
         }
+        if self.max_decompression_ratio == 0 {
+            return Err(ConfigError::Semantic(
+                "max_decompression_ratio must be at least 1".into(),
+            ));
+        }
         let mut ids = std::collections::HashSet::new();
         for source in &self.sources {
             if !ids.insert(source.id().to_string()) {
@@ -280,6 +299,9 @@ impl Config {
             max_download_size: self.max_download_size,
             connect_to_reserved_ips: self.connect_to_reserved_ips,
             max_concurrent_downloads_per_source: self.max_concurrent_downloads_per_source,
+            max_decompression_ratio: u64::try_from(self.max_decompression_ratio)
+                .unwrap_or(u64::MAX),
+            decompression_ratio_floor: self.decompression_ratio_floor,
             sentry_index_capacity: self.caches.in_memory.sentry_index_capacity,
             sentry_index_ttl: self.caches.in_memory.sentry_index_ttl,
             s3_client_capacity: self.caches.in_memory.s3_client_capacity,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{ACCEPT_ENCODING, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{StatusCode, redirect};
 use url::Url;
 
@@ -19,6 +19,9 @@ use super::{Downloader, FetchConfig, redact_url};
 use crate::error::{CacheError, CacheResult};
 
 const MAX_REDIRECTS: usize = 10;
+/// The transfer encodings a file download accepts: those whose magic bytes
+/// `decompress_bounded` knows, so that the body it gets is unpacked like a compressed file.
+const FILE_ENCODINGS: &str = "gzip, zstd";
 
 /// Resolves through [`resolve_public`].
 struct PublicOnlyResolver;
@@ -84,8 +87,6 @@ pub(super) fn build_client(
         .user_agent(config.user_agent.clone())
         .connect_timeout(config.connect_timeout)
         .pool_idle_timeout(Duration::from_secs(30))
-        .gzip(true)
-        .zstd(true)
         // The referer would carry the previous URL's query (often a token) to another host.
         .referer(false)
         .tls_danger_accept_invalid_certs(accept_invalid_certs)
@@ -212,7 +213,14 @@ impl Downloader {
         progress: &mut Progress,
     ) -> CacheResult<u64> {
         let config = &self.inner.config;
-        let response = self.send_checked(client, url, headers).await?;
+        let mut headers = headers.clone();
+        // reqwest decodes nothing (its decoders have no output limit): the encoded body
+        // lands as it is and is unpacked, by its magic bytes, under the size and ratio
+        // limits like any compressed file. Asking for it keeps text files small on the wire.
+        if !headers.contains_key(ACCEPT_ENCODING) {
+            headers.insert(ACCEPT_ENCODING, HeaderValue::from_static(FILE_ENCODINGS));
+        }
+        let response = self.send_checked(client, url, &headers).await?;
         let content_length = response.content_length();
         let body = response.bytes_stream().map_err(|e| self.reqwest_error(e));
         write_body(body, content_length, dest, config, max_size, progress).await

@@ -15,7 +15,6 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use url::Url;
 
 use crate::error::{CacheError, CacheResult};
-use crate::sources::SourceId;
 
 mod decompress;
 mod deny_list;
@@ -31,7 +30,7 @@ mod sentry;
 mod tests;
 mod transfer;
 
-pub use decompress::decompress_file;
+pub use decompress::{DecompressLimits, decompress_bounded, decompress_file};
 pub use deny_list::DenyListConfig;
 pub(crate) use gcs::{
     GcsAccess, build_gcs_client, gcs_bucket, gcs_credentials, gcs_key_file_credentials,
@@ -54,10 +53,15 @@ pub struct FetchConfig {
     pub max_download_timeout: Duration,
     /// Largest body, and largest decompressed payload, accepted; `u64::MAX` means no limit.
     pub max_download_size: u64,
+    /// Largest decompressed/compressed size ratio of a downloaded file; `u64::MAX` means
+    /// no limit. Payloads up to `decompression_ratio_floor` bytes are exempt.
+    pub max_decompression_ratio: u64,
+    pub decompression_ratio_floor: u64,
     /// Whether sources may point at loopback, private and other reserved addresses.
     pub connect_to_reserved_ips: bool,
     pub user_agent: String,
-    /// Downloads from one source (by id) running at once; more wait their turn.
+    /// Downloads from one source (by its whole configuration) running at once; more wait
+    /// their turn.
     pub max_concurrent_downloads_per_source: usize,
     /// Sentry search answers kept, and for how long.
     pub sentry_index_capacity: u64,
@@ -82,6 +86,14 @@ impl Default for FetchConfig {
             max_download_timeout: Duration::from_secs(300),
             // Upstream's: real debug files reach several GiB, none 15.
             max_download_size: 15 * 1024 * 1024 * 1024,
+            // Debug files compress 3-5 times, text (Breakpad, source maps, sources) 5-10
+            // times, small PDBs of mostly empty pages about 20 times; gzip cannot exceed
+            // about 1,000 times, while zstd, xz and bzip2 bombs reach a million. 200 leaves
+            // real files a wide margin and stops a bomb after writing 200 times its size.
+            max_decompression_ratio: 200,
+            // A small file of mostly zeros may exceed the ratio; below this size its
+            // payload costs nothing worth refusing it for.
+            decompression_ratio_floor: 64 * 1024 * 1024,
             connect_to_reserved_ips: false,
             user_agent: concat!("omnisym/", env!("CARGO_PKG_VERSION")).to_owned(),
             max_concurrent_downloads_per_source: 32,
@@ -106,7 +118,8 @@ struct Inner {
     client: reqwest::Client,
     /// Only for sources configured with `accept_invalid_certs`.
     insecure_client: reqwest::Client,
-    source_limits: moka::sync::Cache<SourceId, Arc<Semaphore>>,
+    /// Keyed by [`RemoteFile::slot_key`]: a source's whole configuration, not its id.
+    source_limits: moka::sync::Cache<[u8; 32], Arc<Semaphore>>,
     deny_list: Option<deny_list::HostDenyList>,
     sentry_index: sentry::SentryIndex,
     s3_http: aws_sdk_s3::config::SharedHttpClient,
@@ -184,14 +197,14 @@ impl Downloader {
         self.inner.gcs_emulator.as_ref()
     }
 
-    /// Waits for a download slot of `source`. A semaphore evicted while in use only means
-    /// that a few more downloads than the limit may run for a moment.
-    async fn source_permit(&self, source: &SourceId) -> CacheResult<OwnedSemaphorePermit> {
+    /// Waits for a download slot of the source of `file`. A semaphore evicted while in use
+    /// only means that a few more downloads than the limit may run for a moment.
+    async fn source_permit(&self, file: &RemoteFile) -> CacheResult<OwnedSemaphorePermit> {
         let limit = self.inner.config.max_concurrent_downloads_per_source.max(1);
         let semaphore = self
             .inner
             .source_limits
-            .get_with_by_ref(source, || Arc::new(Semaphore::new(limit)));
+            .get_with(file.slot_key(), || Arc::new(Semaphore::new(limit)));
         semaphore
             .acquire_owned()
             .await

@@ -6,8 +6,9 @@ use std::time::Instant;
 use tempfile::NamedTempFile;
 use url::Url;
 
+use super::Downloader;
+use super::decompress::{DecompressLimits, decompress_bounded};
 use super::transfer::record_download;
-use super::{Downloader, decompress_file};
 use crate::error::{CacheError, CacheResult};
 use crate::sources::{
     CommonSourceConfig, FileType, HttpSourceConfig, ObjectId, SourceConfig, SourceId,
@@ -84,6 +85,22 @@ impl RemoteFile {
     pub fn is_public(&self) -> bool {
         self.source.files().is_public
     }
+
+    /// Which download slots this file waits for: those of its source's whole
+    /// configuration, so a client that names a source with a configured source's id does
+    /// not queue behind it (nor it behind the client). Files named by a whole URL share
+    /// the slots of whatever fetches them (linked sources, scraping) whatever their URL.
+    pub(super) fn slot_key(&self) -> [u8; 32] {
+        match &self.source {
+            SourceConfig::Http(_) if self.is_whole_url() => self.source.fingerprint_without_url(),
+            source => source.fingerprint(),
+        }
+    }
+
+    /// Whether this file is named by a whole URL rather than a location on a source.
+    fn is_whole_url(&self) -> bool {
+        self.path.is_empty()
+    }
 }
 
 impl Downloader {
@@ -126,7 +143,7 @@ pub async fn fetch_file(
 ) -> CacheResult<()> {
     let mut out =
         tokio::fs::File::from_std(dest.as_file().try_clone().map_err(CacheError::internal)?);
-    let permit = downloader.source_permit(file.source_id()).await?;
+    let permit = downloader.source_permit(file).await?;
     let started = Instant::now();
     let downloaded = match &file.source {
         SourceConfig::Http(http) => match http.join_url(&file.path) {
@@ -164,10 +181,15 @@ pub async fn fetch_file(
     out.flush().await.map_err(CacheError::internal)?;
     drop(out);
 
-    let max_size = max_size.min(downloader.config().max_download_size);
+    let config = downloader.config();
+    let limits = DecompressLimits {
+        max_size: max_size.min(config.max_download_size),
+        max_ratio: config.max_decompression_ratio,
+        ratio_floor: config.decompression_ratio_floor,
+    };
     let path = dest.path().to_owned();
     let dir = path.parent().unwrap_or(Path::new(".")).to_owned();
-    let unpacked = tokio::task::spawn_blocking(move || decompress_file(&path, &dir, max_size))
+    let unpacked = tokio::task::spawn_blocking(move || decompress_bounded(&path, &dir, &limits))
         .await
         .map_err(CacheError::internal)??;
     if let Some(unpacked) = unpacked {
