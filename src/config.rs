@@ -114,6 +114,10 @@ pub struct Config {
     /// Decompressed payloads up to this size are never refused for their ratio.
     #[serde(deserialize_with = "deserialize_size")]
     pub decompression_ratio_floor: u64,
+    /// Bytes of index segments read for one symstore `has_index` source; past it the
+    /// index is not used (omnisym only).
+    #[serde(deserialize_with = "deserialize_size")]
+    pub max_symstore_index_size: u64,
 }
 
 impl Default for Config {
@@ -152,6 +156,7 @@ impl Default for Config {
             max_decompression_ratio: usize::try_from(fetch.max_decompression_ratio)
                 .unwrap_or(usize::MAX),
             decompression_ratio_floor: fetch.decompression_ratio_floor,
+            max_symstore_index_size: fetch.max_symstore_index_size,
         }
     }
 }
@@ -303,6 +308,8 @@ impl Config {
                 .unwrap_or(u64::MAX),
             decompression_ratio_floor: self.decompression_ratio_floor,
             sentry_index_capacity: self.caches.in_memory.sentry_index_capacity,
+            sentry_index_max_bytes: self.caches.in_memory.sentry_index_max_bytes,
+            max_symstore_index_size: self.max_symstore_index_size,
             sentry_index_ttl: self.caches.in_memory.sentry_index_ttl,
             s3_client_capacity: self.caches.in_memory.s3_client_capacity,
             gcs_token_capacity: self.caches.in_memory.gcs_token_capacity,

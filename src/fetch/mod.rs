@@ -63,9 +63,14 @@ pub struct FetchConfig {
     /// Downloads from one source (by its whole configuration) running at once; more wait
     /// their turn.
     pub max_concurrent_downloads_per_source: usize,
-    /// Sentry search answers kept, and for how long.
+    /// Sentry search answers kept, how many bytes they may hold together, and for how
+    /// long.
     pub sentry_index_capacity: u64,
+    pub sentry_index_max_bytes: u64,
     pub sentry_index_ttl: Duration,
+    /// Bytes of `000Admin` index segments read for one symstore; a bigger index is not
+    /// used (every path is tried instead).
+    pub max_symstore_index_size: u64,
     /// S3 clients (one per region, endpoint and credentials) kept.
     pub s3_client_capacity: u64,
     /// GCS clients (one per credentials, endpoint and access) kept; each holds its
@@ -99,7 +104,13 @@ impl Default for FetchConfig {
             max_concurrent_downloads_per_source: 32,
             // Upstream's defaults.
             sentry_index_capacity: 100_000,
+            // An answer names a few files in some hundred bytes: room for the 100,000
+            // answers, and a bound when a hostile endpoint makes them big.
+            sentry_index_max_bytes: 64 * 1024 * 1024,
             sentry_index_ttl: Duration::from_secs(3600),
+            // A segment line is about 100 bytes: two million files, more than stores
+            // that publish an index hold, in memory only while it loads.
+            max_symstore_index_size: 256 * 1024 * 1024,
             s3_client_capacity: 100,
             gcs_token_capacity: 100,
             deny_list: DenyListConfig::default(),
@@ -172,6 +183,7 @@ impl Downloader {
                 sentry_index: sentry::new_index(
                     config.sentry_index_capacity,
                     config.sentry_index_ttl,
+                    config.sentry_index_max_bytes,
                 ),
                 s3_http: s3::http_client(&config),
                 s3_clients: moka::future::Cache::new(config.s3_client_capacity),
