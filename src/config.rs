@@ -56,6 +56,9 @@ pub struct Config {
     #[serde(skip)]
     pub ephemeral_cache_dir: Option<Arc<tempfile::TempDir>>,
     pub connect_to_reserved_ips: bool,
+    /// Whether `s3` and `gcs` sources without credentials that a request names are read
+    /// with the server's own cloud credentials (omnisym only; upstream always does).
+    pub server_credentials_for_request_sources: bool,
     /// `null`: no limit.
     #[serde(deserialize_with = "deserialize_limit")]
     pub max_concurrent_requests: usize,
@@ -129,6 +132,7 @@ impl Default for Config {
             cache_dir: PathBuf::from("omnisym-cache"),
             ephemeral_cache_dir: None,
             connect_to_reserved_ips: false,
+            server_credentials_for_request_sources: false,
             max_concurrent_requests: 200,
             // Upstream's: Sentry sends profiles of up to 50 MiB to /symbolicate.
             max_request_body_size: 55 * 1024 * 1024,
@@ -303,6 +307,7 @@ impl Config {
             max_download_timeout: self.max_download_timeout,
             max_download_size: self.max_download_size,
             connect_to_reserved_ips: self.connect_to_reserved_ips,
+            server_credentials_for_request_sources: self.server_credentials_for_request_sources,
             max_concurrent_downloads_per_source: self.max_concurrent_downloads_per_source,
             max_decompression_ratio: u64::try_from(self.max_decompression_ratio)
                 .unwrap_or(u64::MAX),

@@ -59,6 +59,9 @@ pub struct FetchConfig {
     pub decompression_ratio_floor: u64,
     /// Whether sources may point at loopback, private and other reserved addresses.
     pub connect_to_reserved_ips: bool,
+    /// Whether S3 and GCS sources without credentials that a request names (rather than
+    /// the config file) are read with the server's own cloud credentials.
+    pub server_credentials_for_request_sources: bool,
     pub user_agent: String,
     /// Downloads from one source (by its whole configuration) running at once; more wait
     /// their turn.
@@ -100,6 +103,7 @@ impl Default for FetchConfig {
             // payload costs nothing worth refusing it for.
             decompression_ratio_floor: 64 * 1024 * 1024,
             connect_to_reserved_ips: false,
+            server_credentials_for_request_sources: false,
             user_agent: concat!("omnisym/", env!("CARGO_PKG_VERSION")).to_owned(),
             max_concurrent_downloads_per_source: 32,
             // Upstream's defaults.
@@ -169,6 +173,7 @@ impl Downloader {
         config: FetchConfig,
         observer: Option<Arc<dyn DownloadObserver>>,
     ) -> anyhow::Result<Self> {
+        http::warn_about_ignored_proxy(&config);
         let client = http::build_client(&config, false)?;
         let insecure_client = http::build_client(&config, true)?;
         Ok(Self {
@@ -204,6 +209,13 @@ impl Downloader {
         &self.inner.config
     }
 
+    /// Whether a bucket source without credentials of its own may be read with the
+    /// server's: any client can name a source, and the server's credentials reach what
+    /// the operator's do, so only sources of the config file get them unless configured.
+    fn may_use_server_credentials(&self, from_config_file: bool) -> bool {
+        from_config_file || self.inner.config.server_credentials_for_request_sources
+    }
+
     /// The emulator named by `STORAGE_EMULATOR_HOST`, if any.
     pub(crate) fn gcs_emulator(&self) -> Option<&Url> {
         self.inner.gcs_emulator.as_ref()
@@ -227,6 +239,28 @@ impl Downloader {
 /// Builds the error for a body or payload over the size limit.
 fn too_large(detail: impl std::fmt::Display) -> CacheError {
     CacheError::TooLarge(detail.to_string())
+}
+
+/// `url` as a candidate report shows it: without userinfo, and, with `redact_query`, with
+/// the value of every query parameter replaced. A source's base URL is where tokens live
+/// (`?token=`, a signature's `?sig=`, a function key's `?code=`), and no parameter name
+/// tells a harmless value apart; the names stay, so a reader sees what was sent.
+fn shown_url(url: &Url, redact_query: bool) -> String {
+    let mut url = url.clone();
+    // Fails only for URLs that cannot carry credentials anyway.
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    if redact_query && url.query().is_some() {
+        let query: Vec<String> = url
+            .query_pairs()
+            .map(|(name, _)| {
+                let name: String = url::form_urlencoded::byte_serialize(name.as_bytes()).collect();
+                format!("{name}=[redacted]")
+            })
+            .collect();
+        url.set_query(Some(&query.join("&")));
+    }
+    url.to_string()
 }
 
 /// `url` without userinfo, query and fragment, for logs: those are where tokens live.

@@ -6,9 +6,9 @@ use std::time::Instant;
 use tempfile::NamedTempFile;
 use url::Url;
 
-use super::Downloader;
 use super::decompress::{DecompressLimits, decompress_bounded};
 use super::transfer::record_download;
+use super::{Downloader, shown_url};
 use crate::error::{CacheError, CacheResult};
 use crate::sources::{
     CommonSourceConfig, FileType, HttpSourceConfig, ObjectId, SourceConfig, SourceId,
@@ -24,6 +24,8 @@ pub struct RemoteFile {
     pub path: String,
     /// Computed once: every warm lookup needs it twice (cache key, candidate report).
     uri: Arc<str>,
+    /// What the file's cache entry is named by: see [`Self::cache_identity`].
+    identity: Arc<str>,
     /// Where a Sentry file is downloaded from, when Sentry named the URL itself (its
     /// JavaScript artifact lookup does); otherwise the source's download endpoint.
     download_url: Option<Url>,
@@ -31,20 +33,36 @@ pub struct RemoteFile {
 
 impl RemoteFile {
     pub fn new(source: SourceConfig, path: String) -> Self {
-        let uri = match &source {
-            SourceConfig::Http(http) => match http.join_url(&path) {
-                Some(url) => url.to_string(),
-                None => format!("{}{}", http.url, path),
-            },
-            SourceConfig::Filesystem(fs) => fs.join_path(&path).display().to_string(),
-            SourceConfig::Sentry(_) => sentry_file_uri(&path),
-            SourceConfig::S3(s3) => s3.uri(&path),
-            SourceConfig::Gcs(gcs) => gcs.uri(&path),
+        let (uri, location) = match &source {
+            SourceConfig::Http(http) => {
+                // A whole URL is the file's own address (from an event or a debug
+                // file), not the source's, so only its userinfo is the source's secret.
+                let redact_query = !path.is_empty();
+                match http.join_url(&path) {
+                    Some(url) => (shown_url(&url, redact_query), url.to_string()),
+                    None => (
+                        format!("{}{}", shown_url(&http.url, redact_query), path),
+                        format!("{}{}", http.url, path),
+                    ),
+                }
+            }
+            SourceConfig::Filesystem(fs) => {
+                let path = fs.join_path(&path).display().to_string();
+                (path.clone(), path)
+            }
+            SourceConfig::Sentry(_) => (sentry_file_uri(&path), sentry_file_uri(&path)),
+            SourceConfig::S3(s3) => (s3.uri(&path), s3.uri(&path)),
+            SourceConfig::Gcs(gcs) => (gcs.uri(&path), gcs.uri(&path)),
+        };
+        let identity = match source.access_digest() {
+            Some(digest) => format!("{location}\n{}", hex::encode(digest)),
+            None => location,
         };
         RemoteFile {
             source,
             path,
             uri: uri.into(),
+            identity: identity.into(),
             download_url: None,
         }
     }
@@ -64,6 +82,14 @@ impl RemoteFile {
 
     pub fn uri(&self) -> &str {
         &self.uri
+    }
+
+    /// What names this file in cache keys (with its source id): its full location, and
+    /// for sources where more decides its bytes (the endpoint, region or URL of a bucket
+    /// or Sentry, credentials, headers) a digest of that too, so that a request naming a
+    /// configured source's id cannot fill or poison that source's cache entries.
+    pub fn cache_identity(&self) -> &str {
+        &self.identity
     }
 
     /// A file named by an absolute URL rather than by a location on a configured source

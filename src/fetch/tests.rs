@@ -100,6 +100,12 @@ async fn start_server() -> (SocketAddr, Hits) {
                 }),
             )
             .route("/redirect", get(|| async { Redirect::permanent("/hello") }))
+            .route(
+                "/to",
+                get(|Query(p): Query<BTreeMap<String, String>>| async move {
+                    Redirect::temporary(&p["url"])
+                }),
+            )
             .route("/redirect-302", get(|| async { Redirect::to("/hello") }))
             .route(
                 "/redirect-loop",
@@ -634,4 +640,119 @@ async fn a_reused_source_id_does_not_share_download_slots() {
     let (a, b) = tokio::join!(fetch(file("configured")), fetch(file("client")));
     assert_eq!((a, b), (Ok(()), Ok(())));
     assert_eq!(most.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn candidate_locations_show_no_credentials() {
+    let http = |url: &str| {
+        let json = json!({"type": "http", "id": "internal", "url": url});
+        RemoteFile::new(source(json), "app.pdb/ABC1/app.pdb".into())
+    };
+    let file = http("https://user:hunter2@symbols.example/base/?token=s3cr3t&sig=a%20b&flag");
+    assert_eq!(
+        file.uri(),
+        "https://symbols.example/base/app.pdb/ABC1/app.pdb?token=[redacted]&sig=[redacted]&flag=[redacted]"
+    );
+    // The cache still tells files fetched with other credentials apart.
+    let other = http("https://user:other@symbols.example/base/?token=0ther&sig=a%20b&flag");
+    assert_eq!(other.uri(), file.uri());
+    assert_ne!(other.cache_identity(), file.cache_identity());
+    assert_eq!(
+        http("https://symbols.example/base/").uri(),
+        "https://symbols.example/base/app.pdb/ABC1/app.pdb"
+    );
+
+    // A whole URL is the file's own address; only its userinfo is hidden.
+    let scraped = RemoteFile::from_url(
+        SourceId::new("web-scraping"),
+        Url::parse("https://u:p@cdn.example/app.js?v=3#k").unwrap(),
+        BTreeMap::new(),
+    );
+    assert_eq!(scraped.uri(), "https://cdn.example/app.js?v=3#k");
+}
+
+#[test]
+fn cache_identities_name_endpoint_region_url_and_credentials() {
+    let identity = |json: serde_json::Value| {
+        RemoteFile::new(source(json), "a/b".into())
+            .cache_identity()
+            .to_owned()
+    };
+    let s3 = json!({"type": "s3", "id": "sym", "bucket": "b", "region": "us-east-1",
+                    "access_key": "AK", "secret_key": "SK"});
+    let base = identity(s3.clone());
+    for (key, value) in [
+        ("region", json!("eu-west-1")),
+        (
+            "region",
+            json!(["us-east-1", "https://minio.attacker.example"]),
+        ),
+        ("secret_key", json!("other")),
+    ] {
+        let mut changed = s3.clone();
+        changed[key] = value;
+        assert_ne!(identity(changed), base, "{key}");
+    }
+    // Without keys, whether the server's own credentials may be used counts.
+    let mut keyless = s3.clone();
+    keyless.as_object_mut().unwrap().remove("access_key");
+    keyless.as_object_mut().unwrap().remove("secret_key");
+    let configured = RemoteFile::new(source(keyless.clone()).from_config_file(), "a/b".into());
+    assert_ne!(identity(keyless), configured.cache_identity());
+    // Layout and filters only choose what is asked for.
+    let mut filtered = s3.clone();
+    filtered["filters"] = json!({"filetypes": ["pdb"]});
+    assert_eq!(identity(filtered), base);
+
+    let gcs = json!({"type": "gcs", "id": "g", "bucket": "b"});
+    let mut emulated = gcs.clone();
+    emulated["endpoint"] = json!("https://gcs.attacker.example");
+    assert_ne!(identity(gcs), identity(emulated));
+
+    let sentry = json!({"type": "sentry", "id": "sentry:project", "token": "t",
+                        "url": "https://sentry.example/api/0/projects/o/p/files/dsyms/"});
+    let mut elsewhere = sentry.clone();
+    elsewhere["url"] = json!("https://attacker.example/api/0/projects/o/p/files/dsyms/");
+    assert_ne!(identity(sentry), identity(elsewhere));
+
+    // Plain HTTP sources and directories keep the keys they always had.
+    let plain = json!({"type": "http", "id": "h", "url": "https://symbols.example/"});
+    assert_eq!(identity(plain), "https://symbols.example/a/b");
+}
+
+#[tokio::test]
+async fn source_headers_do_not_follow_a_redirect_to_another_origin() {
+    let (a, _) = start_server().await;
+    let (b, _) = start_server().await;
+    let headers = BTreeMap::from([
+        ("X-Custom".to_owned(), "s3cr3t".to_owned()),
+        ("Authorization".to_owned(), "Bearer t0ken".to_owned()),
+    ]);
+    let via = |target: Url| {
+        let mut url = url(a, "/to");
+        url.query_pairs_mut().append_pair("url", target.as_str());
+        url
+    };
+
+    let (result, dest) = fetch_with_headers(test_config(), &via(url(a, "/echo")), &headers).await;
+    result.unwrap();
+    let same_origin = String::from_utf8(dest.contents()).unwrap();
+    assert!(
+        same_origin.ends_with("custom=s3cr3t auth=Bearer t0ken"),
+        "{same_origin}"
+    );
+
+    let (result, dest) = fetch_with_headers(test_config(), &via(url(b, "/echo")), &headers).await;
+    result.unwrap();
+    let elsewhere = String::from_utf8(dest.contents()).unwrap();
+    assert!(elsewhere.ends_with("custom=- auth=-"), "{elsewhere}");
+    assert!(elsewhere.starts_with("ua=omnisym/"), "{elsewhere}");
+
+    // Back and forth between origins still ends.
+    let mut pingpong = url(b, "/redirect-loop");
+    for _ in 0..3 {
+        pingpong = via(pingpong);
+    }
+    let (result, _) = fetch_with_headers(test_config(), &pingpong, &headers).await;
+    assert!(result.is_err());
 }

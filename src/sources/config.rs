@@ -150,21 +150,36 @@ impl SourceConfig {
     /// the config file names it. Two sources share it only if they fetch the same files the
     /// same way, so it names a source where a client-chosen id cannot.
     pub fn fingerprint(&self) -> [u8; 32] {
-        self.digest(true)
+        self.digest(&[])
     }
 
     /// [`Self::fingerprint`] without the base URL: for files named by a whole URL (linked
     /// sources, scraped scripts), whose URL names the file, not how it is fetched.
     pub fn fingerprint_without_url(&self) -> [u8; 32] {
-        self.digest(false)
+        self.digest(&["url"])
     }
 
-    fn digest(&self, with_url: bool) -> [u8; 32] {
+    /// What decides the bytes of a file besides its location: the endpoint, region or
+    /// URL it is read from, the credentials (and headers) it is read with, and, without
+    /// credentials, whether the server's own may be used. Files whose source differs in
+    /// these must never share a cache entry, whatever their ids. `None` where nothing
+    /// but the location counts (directories, HTTP without headers), so their keys stay.
+    /// Filters and layout only choose which files are asked for, so they do not count.
+    pub fn access_digest(&self) -> Option<[u8; 32]> {
+        const CHOOSING: &[&str] = &["filters", "layout", "is_public", "has_index"];
+        match self {
+            SourceConfig::Filesystem(_) => None,
+            SourceConfig::Http(c) if c.headers.is_empty() && !c.accept_invalid_certs => None,
+            _ => Some(self.digest(CHOOSING)),
+        }
+    }
+
+    fn digest(&self, leave_out: &[&str]) -> [u8; 32] {
         // Serialising cannot fail (every map key is a string). Object keys come out
         // sorted, so equal configs hash equally.
         let mut settings = serde_json::to_value(self).unwrap_or_default();
-        if !with_url && let Some(settings) = settings.as_object_mut() {
-            settings.remove("url");
+        if let Some(settings) = settings.as_object_mut() {
+            settings.retain(|key, _| !leave_out.contains(&key.as_str()));
         }
         let mut hasher = Sha256::new();
         let mut part = |bytes: &[u8]| {
