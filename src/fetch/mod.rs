@@ -15,6 +15,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use url::Url;
 
 use crate::error::{CacheError, CacheResult};
+use crate::units::FOREVER;
 
 mod decompress;
 mod deny_list;
@@ -224,7 +225,12 @@ impl Downloader {
     /// Waits for a download slot of the source of `file`. A semaphore evicted while in use
     /// only means that a few more downloads than the limit may run for a moment.
     async fn source_permit(&self, file: &RemoteFile) -> CacheResult<OwnedSemaphorePermit> {
-        let limit = self.inner.config.max_concurrent_downloads_per_source.max(1);
+        // A semaphore panics past its maximum; more slots than that are no limit anyway.
+        let limit = self
+            .inner
+            .config
+            .max_concurrent_downloads_per_source
+            .clamp(1, Semaphore::MAX_PERMITS);
         let semaphore = self
             .inner
             .source_limits
@@ -234,6 +240,12 @@ impl Downloader {
             .await
             .map_err(CacheError::internal)
     }
+}
+
+/// A configured lifetime as the in-memory caches take it: they panic past 1,000 years,
+/// and a config may say more (or `null`, which is [`FOREVER`]).
+fn lifetime(configured: Duration) -> Duration {
+    configured.min(FOREVER)
 }
 
 /// Builds the error for a body or payload over the size limit.

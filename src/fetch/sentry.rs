@@ -9,7 +9,7 @@ use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, LINK};
 use url::Url;
 
 use super::transfer::{read_capped, retrying, within_download_timeout};
-use super::{Downloader, redact_url};
+use super::{Downloader, lifetime, redact_url};
 use crate::error::{CacheError, CacheResult};
 use crate::sources::{FileType, ObjectId, Secret, SentryFileInfo, SentrySourceConfig, next_page};
 
@@ -34,7 +34,7 @@ pub(super) fn new_index(capacity: u64, ttl: Duration, max_bytes: u64) -> SentryI
             let bytes = answer_bytes(key, files).max(share);
             u32::try_from(bytes).unwrap_or(u32::MAX)
         })
-        .time_to_live(ttl)
+        .time_to_live(lifetime(ttl))
         .build()
 }
 

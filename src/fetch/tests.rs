@@ -756,3 +756,20 @@ async fn source_headers_do_not_follow_a_redirect_to_another_origin() {
     let (result, _) = fetch_with_headers(test_config(), &pingpong, &headers).await;
     assert!(result.is_err());
 }
+
+#[tokio::test]
+async fn absurd_limits_and_lifetimes_from_a_config_panic_nowhere() {
+    let (addr, _) = start_server().await;
+    let config = FetchConfig {
+        max_concurrent_downloads_per_source: usize::MAX,
+        sentry_index_ttl: Duration::MAX,
+        deny_list: super::DenyListConfig {
+            block_time: Duration::MAX,
+            time_window: Duration::MAX,
+            ..Default::default()
+        },
+        ..test_config()
+    };
+    let (result, _) = fetch_url(config, url(addr, "/hello")).await;
+    assert_eq!(result, Ok(()));
+}
