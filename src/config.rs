@@ -58,6 +58,9 @@ pub struct Config {
     #[serde(skip)]
     pub ephemeral_cache_dir: Option<Arc<tempfile::TempDir>>,
     pub connect_to_reserved_ips: bool,
+    /// Whether `s3` and `gcs` sources without credentials that a request names are read
+    /// with the server's own cloud credentials (omnisym only; upstream always does).
+    pub server_credentials_for_request_sources: bool,
     /// `null`: no limit.
     #[serde(deserialize_with = "deserialize_limit")]
     pub max_concurrent_requests: usize,
@@ -138,6 +141,17 @@ pub struct Config {
     /// `?timeout=` is cut to it, and the poll answers `pending` again.
     #[serde(deserialize_with = "deserialize_duration")]
     pub max_poll_timeout: Duration,
+    /// Largest decompressed/compressed size ratio of a downloaded file; `null`: no limit
+    /// (omnisym only).
+    #[serde(deserialize_with = "deserialize_limit")]
+    pub max_decompression_ratio: usize,
+    /// Decompressed payloads up to this size are never refused for their ratio.
+    #[serde(deserialize_with = "deserialize_size")]
+    pub decompression_ratio_floor: u64,
+    /// Bytes of index segments read for one symstore `has_index` source; past it the
+    /// index is not used (omnisym only).
+    #[serde(deserialize_with = "deserialize_size")]
+    pub max_symstore_index_size: u64,
 }
 
 impl Default for Config {
@@ -150,6 +164,7 @@ impl Default for Config {
             cache_dir: PathBuf::from("omnisym-cache"),
             ephemeral_cache_dir: None,
             connect_to_reserved_ips: false,
+            server_credentials_for_request_sources: false,
             max_concurrent_requests: 200,
             // Upstream's: Sentry sends profiles of up to 50 MiB to /symbolicate.
             max_request_body_size: 55 * 1024 * 1024,
@@ -188,6 +203,10 @@ impl Default for Config {
             max_connections: 1024,
             // Sentry polls with `?timeout=5`.
             max_poll_timeout: Duration::from_secs(60),
+            max_decompression_ratio: usize::try_from(fetch.max_decompression_ratio)
+                .unwrap_or(usize::MAX),
+            decompression_ratio_floor: fetch.decompression_ratio_floor,
+            max_symstore_index_size: fetch.max_symstore_index_size,
         }
     }
 }
@@ -238,6 +257,10 @@ impl Config {
             }
         })?;
         config.resolve_upstream_names()?;
+        config.sources = std::mem::take(&mut config.sources)
+            .into_iter()
+            .map(SourceConfig::from_config_file)
+            .collect();
         config.validate()?;
         Ok((config, ignored))
     }
@@ -320,6 +343,11 @@ impl Config {
                 "max_concurrent_downloads_per_source must be at least 1".into(),
             ));
         }
+        if self.max_decompression_ratio == 0 {
+            return Err(ConfigError::Semantic(
+                "max_decompression_ratio must be at least 1".into(),
+            ));
+        }
         let mut ids = std::collections::HashSet::new();
         for source in &self.sources {
             if !ids.insert(source.id().to_string()) {
@@ -349,8 +377,14 @@ impl Config {
             max_download_timeout: self.max_download_timeout,
             max_download_size: self.max_download_size,
             connect_to_reserved_ips: self.connect_to_reserved_ips,
+            server_credentials_for_request_sources: self.server_credentials_for_request_sources,
             max_concurrent_downloads_per_source: self.max_concurrent_downloads_per_source,
+            max_decompression_ratio: u64::try_from(self.max_decompression_ratio)
+                .unwrap_or(u64::MAX),
+            decompression_ratio_floor: self.decompression_ratio_floor,
             sentry_index_capacity: self.caches.in_memory.sentry_index_capacity,
+            sentry_index_max_bytes: self.caches.in_memory.sentry_index_max_bytes,
+            max_symstore_index_size: self.max_symstore_index_size,
             sentry_index_ttl: self.caches.in_memory.sentry_index_ttl,
             s3_client_capacity: self.caches.in_memory.s3_client_capacity,
             gcs_token_capacity: self.caches.in_memory.gcs_token_capacity,

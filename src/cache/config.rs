@@ -48,8 +48,11 @@ pub struct InMemoryConfig {
     /// are memory-mapped, so this bounds address space and page cache pressure, not heap.
     #[serde(deserialize_with = "deserialize_size")]
     pub capacity: u64,
-    /// Sentry debug-file search answers kept (per query and token), and how long.
+    /// Sentry debug-file search answers kept (per query and token), their bytes in all
+    /// (omnisym only), and how long.
     pub sentry_index_capacity: u64,
+    #[serde(deserialize_with = "deserialize_size")]
+    pub sentry_index_max_bytes: u64,
     #[serde(deserialize_with = "deserialize_duration")]
     pub sentry_index_ttl: Duration,
     /// S3 clients kept, one per region, endpoint and credentials.
@@ -64,6 +67,7 @@ impl Default for InMemoryConfig {
         InMemoryConfig {
             capacity: 2 * 1024 * 1024 * 1024,
             sentry_index_capacity: fetch.sentry_index_capacity,
+            sentry_index_max_bytes: fetch.sentry_index_max_bytes,
             sentry_index_ttl: fetch.sentry_index_ttl,
             s3_client_capacity: fetch.s3_client_capacity,
             gcs_token_capacity: fetch.gcs_token_capacity,

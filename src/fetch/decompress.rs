@@ -62,13 +62,43 @@ fn malformed(format: Format, err: impl std::fmt::Display) -> CacheError {
     CacheError::Malformed(format!("invalid {} data: {err}", format.name()))
 }
 
+/// How far a compressed file may expand while it is unpacked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecompressLimits {
+    /// Largest payload; past it the file is [`CacheError::TooLarge`].
+    pub max_size: u64,
+    /// Largest payload per byte of compressed input; `u64::MAX`: no limit.
+    pub max_ratio: u64,
+    /// Payloads up to this size are never refused for their ratio, so that a small file
+    /// of mostly zeros still unpacks.
+    pub ratio_floor: u64,
+}
+
+impl DecompressLimits {
+    /// Only a size limit (crash uploads, which `max_crash_file_size` bounds already).
+    pub fn size_only(max_size: u64) -> Self {
+        DecompressLimits {
+            max_size,
+            max_ratio: u64::MAX,
+            ratio_floor: 0,
+        }
+    }
+
+    /// The payload bytes allowed for `compressed` bytes of input.
+    fn ratio_cap(&self, compressed: u64) -> u64 {
+        compressed
+            .saturating_mul(self.max_ratio)
+            .max(self.ratio_floor)
+    }
+}
+
 /// Decompresses the file at `path` if it is gzip, zstd, zlib, xz, bzip2, a zip holding
 /// exactly one file, or a CAB holding exactly one file, writing the payload to a new temp file in
 /// `temp_dir` (so a later persist is a same-filesystem rename) and returning it rewound.
 /// Returns `Ok(None)` if the file is not compressed.
 ///
-/// More than `max_size` bytes of payload (or of an uncompressed file) is a "too large"
-/// [`CacheError::DownloadError`]; a corrupt archive is [`CacheError::Malformed`].
+/// More than `max_size` bytes of payload (or of an uncompressed file) is
+/// [`CacheError::TooLarge`]; a corrupt archive is [`CacheError::Malformed`].
 ///
 /// This blocks; call it from `spawn_blocking`.
 pub fn decompress_file(
@@ -76,6 +106,19 @@ pub fn decompress_file(
     temp_dir: &Path,
     max_size: u64,
 ) -> CacheResult<Option<NamedTempFile>> {
+    decompress_bounded(path, temp_dir, &DecompressLimits::size_only(max_size))
+}
+
+/// [`decompress_file`] that also refuses, as [`CacheError::Malformed`], a payload past
+/// `limits.max_ratio` times the compressed size (and past the floor): no real debug file
+/// expands that far, and a decompression bomb is refused after writing at most that much.
+/// The partial payload is deleted before this returns.
+pub fn decompress_bounded(
+    path: &Path,
+    temp_dir: &Path,
+    limits: &DecompressLimits,
+) -> CacheResult<Option<NamedTempFile>> {
+    let max_size = limits.max_size;
     let mut file = File::open(path).map_err(CacheError::internal)?;
     let len = file.metadata().map_err(CacheError::internal)?.len();
 
@@ -98,44 +141,69 @@ pub fn decompress_file(
     };
     tracing::debug!(format = format.name(), "decompressing download");
 
+    let limit = OutputLimit {
+        format,
+        max_size,
+        ratio_cap: limits.ratio_cap(len),
+        max_ratio: limits.max_ratio,
+    };
+    // Dropped on every error path, which deletes the partial payload at once.
     let mut dst = NamedTempFile::new_in(temp_dir).map_err(CacheError::internal)?;
     let out = dst.as_file_mut();
     match format {
-        Format::Gzip => copy_limited(MultiGzDecoder::new(file), out, max_size, format)?,
-        Format::Zlib => copy_limited(ZlibDecoder::new(file), out, max_size, format)?,
+        Format::Gzip => copy_limited(MultiGzDecoder::new(file), out, &limit)?,
+        Format::Zlib => copy_limited(ZlibDecoder::new(file), out, &limit)?,
         Format::Zstd => {
             let decoder =
                 zstd::stream::read::Decoder::new(file).map_err(|e| malformed(format, e))?;
-            copy_limited(decoder, out, max_size, format)?
+            copy_limited(decoder, out, &limit)?
         }
-        Format::Zip => unzip_single(file, out, max_size)?,
-        Format::Cab => uncab_single(file, out, max_size)?,
+        Format::Zip => unzip_single(file, out, &limit)?,
+        Format::Cab => uncab_single(file, out, &limit)?,
         Format::Xz => copy_limited(
             liblzma::read::XzDecoder::new_multi_decoder(file),
             out,
-            max_size,
-            format,
+            &limit,
         )?,
-        Format::Bzip2 => copy_limited(
-            bzip2::read::MultiBzDecoder::new(file),
-            out,
-            max_size,
-            format,
-        )?,
+        Format::Bzip2 => copy_limited(bzip2::read::MultiBzDecoder::new(file), out, &limit)?,
     };
     out.flush().map_err(CacheError::internal)?;
     out.rewind().map_err(CacheError::internal)?;
     Ok(Some(dst))
 }
 
-/// Copies until EOF, failing once more than `max_size` bytes came out, so a small
-/// decompression bomb cannot fill the disk.
-fn copy_limited(
-    mut reader: impl Read,
-    writer: &mut File,
-    max_size: u64,
+/// What one unpacking may write.
+struct OutputLimit {
     format: Format,
-) -> CacheResult<u64> {
+    max_size: u64,
+    /// Bytes allowed by the ratio limit (and its floor).
+    ratio_cap: u64,
+    max_ratio: u64,
+}
+
+impl OutputLimit {
+    fn check(&self, total: u64) -> CacheResult<()> {
+        let name = self.format.name();
+        if total > self.max_size {
+            return Err(too_large(format!(
+                "decompressed {name} payload exceeds the limit of {} bytes",
+                self.max_size
+            )));
+        }
+        if total > self.ratio_cap {
+            return Err(CacheError::Malformed(format!(
+                "decompressed {name} payload exceeds {} times its compressed size \
+                 (max_decompression_ratio); a decompression bomb",
+                self.max_ratio
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Copies until EOF, failing as soon as more came out than `limit` allows, so a small
+/// decompression bomb cannot fill the disk.
+fn copy_limited(mut reader: impl Read, writer: &mut File, limit: &OutputLimit) -> CacheResult<u64> {
     let mut buf = vec![0u8; COPY_BUF];
     let mut total: u64 = 0;
     loop {
@@ -145,21 +213,16 @@ fn copy_limited(
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             // Upstream counts every decoding failure as a corrupt file: that is far more
             // likely than a local read error on a file just written.
-            Err(e) => return Err(malformed(format, e)),
+            Err(e) => return Err(malformed(limit.format, e)),
         };
-        total += n as u64;
-        if total > max_size {
-            return Err(too_large(format!(
-                "decompressed {} payload exceeds the limit of {max_size} bytes",
-                format.name()
-            )));
-        }
+        total = total.saturating_add(n as u64);
+        limit.check(total)?;
         writer.write_all(&buf[..n]).map_err(CacheError::internal)?;
     }
     Ok(total)
 }
 
-fn unzip_single(file: File, out: &mut File, max_size: u64) -> CacheResult<u64> {
+fn unzip_single(file: File, out: &mut File, limit: &OutputLimit) -> CacheResult<u64> {
     let format = Format::Zip;
     let mut archive = zip::ZipArchive::new(file).map_err(|e| malformed(format, e))?;
     // Directory entries are skipped; upstream rejects any archive whose entry count is
@@ -182,10 +245,10 @@ fn unzip_single(file: File, out: &mut File, max_size: u64) -> CacheResult<u64> {
     let index = only_file
         .ok_or_else(|| CacheError::Malformed("zip archive contains no file".to_owned()))?;
     let entry = archive.by_index(index).map_err(|e| malformed(format, e))?;
-    copy_limited(entry, out, max_size, format)
+    copy_limited(entry, out, limit)
 }
 
-fn uncab_single(file: File, out: &mut File, max_size: u64) -> CacheResult<u64> {
+fn uncab_single(file: File, out: &mut File, limit: &OutputLimit) -> CacheResult<u64> {
     let format = Format::Cab;
     let mut cabinet = cab::Cabinet::new(file).map_err(|e| malformed(format, e))?;
     let names: Vec<String> = cabinet
@@ -204,7 +267,7 @@ fn uncab_single(file: File, out: &mut File, max_size: u64) -> CacheResult<u64> {
         }
     };
     let reader = cabinet.read_file(name).map_err(|e| malformed(format, e))?;
-    copy_limited(reader, out, max_size, format)
+    copy_limited(reader, out, limit)
 }
 
 #[cfg(test)]
@@ -406,6 +469,52 @@ mod tests {
             let err = fx.decompress(data, 1 << 20).unwrap_err();
             assert!(matches!(err, CacheError::Malformed(_)), "{err:?}");
         }
+    }
+
+    #[test]
+    fn ratio_limit_refuses_bombs_as_malformed() {
+        let fx = Fixture::new();
+        let big = vec![0u8; 4 << 20];
+        let limits = |max_ratio, ratio_floor| DecompressLimits {
+            max_size: u64::MAX,
+            max_ratio,
+            ratio_floor,
+        };
+        let unpack = |data: &[u8], limits: DecompressLimits| {
+            let path = fx.write("input", data);
+            decompress_bounded(&path, fx.dir.path(), &limits).map(|out| out.is_some())
+        };
+        let mut xz = liblzma::write::XzEncoder::new(Vec::new(), 6);
+        xz.write_all(&big).unwrap();
+        let mut bz = bzip2::write::BzEncoder::new(Vec::new(), bzip2::Compression::default());
+        bz.write_all(&big).unwrap();
+        for data in [
+            gzip(&big),
+            zstd::encode_all(&big[..], 3).unwrap(),
+            xz.finish().unwrap(),
+            bz.finish().unwrap(),
+            zip_of(&[("big", Some(&big))]),
+            cab_of(&[("big", &big)]),
+        ] {
+            let ratio = big.len() as u64 / data.len() as u64;
+            assert!(ratio > 200, "{ratio}");
+            let err = unpack(&data, limits(200, 1 << 20)).unwrap_err();
+            assert!(matches!(&err, CacheError::Malformed(_)), "{err:?}");
+            // Within the floor, or under a ratio it stays below, the same file is fine.
+            assert_eq!(unpack(&data, limits(200, 4 << 20)), Ok(true));
+            assert_eq!(unpack(&data, limits(ratio + 1, 0)), Ok(true));
+            assert_eq!(unpack(&data, limits(u64::MAX, 0)), Ok(true));
+        }
+        // The refused payload is gone at once: only the input is left in the directory.
+        let left: Vec<_> = std::fs::read_dir(fx.dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "{left:?}");
+        // The size limit keeps its own error where it is the lower one.
+        let bounded = DecompressLimits {
+            max_size: 1 << 20,
+            ..limits(200, 2 << 20)
+        };
+        let err = unpack(&gzip(&big), bounded).unwrap_err();
+        assert!(matches!(&err, CacheError::TooLarge(_)), "{err:?}");
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::lifetime;
 use crate::error::CacheError;
 
 /// Config keys `deny_list_*`, with upstream's defaults.
@@ -59,11 +60,11 @@ impl HostDenyList {
             config: config.clone(),
             failures: moka::sync::Cache::builder()
                 .max_capacity(MAX_TRACKED_HOSTS)
-                .time_to_idle(config.time_window.max(config.bucket_size))
+                .time_to_idle(lifetime(config.time_window.max(config.bucket_size)))
                 .build(),
             blocked: moka::sync::Cache::builder()
                 .max_capacity(MAX_TRACKED_HOSTS)
-                .time_to_live(config.block_time)
+                .time_to_live(lifetime(config.block_time))
                 .build(),
         })
     }
@@ -109,7 +110,7 @@ impl HostDenyList {
             // plain numbers.
             let mut queue = buckets.lock().unwrap_or_else(|e| e.into_inner());
             match queue.back_mut() {
-                Some((start, count)) if *start == bucket => *count += 1,
+                Some((start, count)) if *start == bucket => *count = count.saturating_add(1),
                 _ => queue.push_back((bucket, 1)),
             }
             while queue.front().is_some_and(|(start, _)| *start < cutoff) {

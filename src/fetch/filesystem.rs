@@ -72,7 +72,7 @@ impl Downloader {
             if n == 0 {
                 break;
             }
-            copied += n as u64;
+            copied = copied.saturating_add(n as u64);
             if copied > max_size {
                 return Err(too_large(format!(
                     "file exceeds the limit of {max_size} bytes"

@@ -159,6 +159,7 @@ pub(crate) fn gcs_credentials(
                 .map_err(|err| unusable(&err))
         }
         GcsAuth::Token(token) => Ok(BearerToken::new(token)?.into()),
+        GcsAuth::Anonymous => Ok(anonymous::Builder::new().build()),
         GcsAuth::Default if endpoint.is_some() => Ok(anonymous::Builder::new().build()),
         GcsAuth::Default => credentials::Builder::default()
             .with_scopes([access.scope()])
@@ -261,6 +262,20 @@ impl Downloader {
             .map_err(|err| (*err).clone())
     }
 
+    /// How requests for `source` are authorised: its own credentials, else the server's
+    /// if it may use them, else none.
+    fn gcs_auth(&self, source: &GcsSourceConfig) -> CacheResult<GcsAuth> {
+        match source.auth() {
+            Ok(GcsAuth::Default)
+                if !self.may_use_server_credentials(source.files.from_config_file) =>
+            {
+                Ok(GcsAuth::Anonymous)
+            }
+            Ok(auth) => Ok(auth),
+            Err(err) => Err(CacheError::PermissionDenied(err.to_owned())),
+        }
+    }
+
     /// Streams the object `key` of the source's bucket into `dest`, at most `max_size`
     /// bytes.
     pub(super) async fn download_gcs(
@@ -270,9 +285,7 @@ impl Downloader {
         max_size: u64,
         dest: &mut tokio::fs::File,
     ) -> CacheResult<u64> {
-        let auth = source
-            .auth()
-            .map_err(|err| CacheError::PermissionDenied(err.to_owned()))?;
+        let auth = self.gcs_auth(source)?;
         let endpoint = source
             .endpoint
             .clone()
@@ -565,6 +578,35 @@ mod tests {
             "{mapped:?}"
         );
         assert!(!mapped.to_string().contains("c2VjcmV0"), "{mapped}");
+    }
+
+    #[tokio::test]
+    async fn only_configured_sources_get_the_servers_credentials() {
+        let json = serde_json::json!({"type": "gcs", "id": "g", "bucket": "b"});
+        let request: SourceConfig = serde_json::from_value(json).unwrap();
+        let configured = request.clone().from_config_file();
+        let gcs = |source: &SourceConfig| match source {
+            SourceConfig::Gcs(c) => c.clone(),
+            other => panic!("not gcs: {other:?}"),
+        };
+        let strict = Downloader::new(test_config()).unwrap();
+        assert_eq!(strict.gcs_auth(&gcs(&request)), Ok(GcsAuth::Anonymous));
+        assert_eq!(strict.gcs_auth(&gcs(&configured)), Ok(GcsAuth::Default));
+        let trusting = Downloader::new(FetchConfig {
+            server_credentials_for_request_sources: true,
+            ..test_config()
+        })
+        .unwrap();
+        assert_eq!(trusting.gcs_auth(&gcs(&request)), Ok(GcsAuth::Default));
+
+        // Anonymous credentials send nothing, wherever they go.
+        let anonymous = gcs_credentials(&GcsAuth::Anonymous, None, GcsAccess::Read).unwrap();
+        let CacheableResource::New { data, .. } =
+            anonymous.headers(http::Extensions::new()).await.unwrap()
+        else {
+            panic!("anonymous headers are always new")
+        };
+        assert!(data.is_empty());
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{ACCEPT_ENCODING, HeaderMap, HeaderName, HeaderValue, LOCATION};
 use reqwest::{StatusCode, redirect};
 use url::Url;
 
@@ -19,6 +19,9 @@ use super::{Downloader, FetchConfig, redact_url};
 use crate::error::{CacheError, CacheResult};
 
 const MAX_REDIRECTS: usize = 10;
+/// The transfer encodings a file download accepts: those whose magic bytes
+/// `decompress_bounded` knows, so that the body it gets is unpacked like a compressed file.
+const FILE_ENCODINGS: &str = "gzip, zstd";
 
 /// Resolves through [`resolve_public`].
 struct PublicOnlyResolver;
@@ -38,6 +41,10 @@ impl Resolve for PublicOnlyResolver {
 enum Hop {
     Refuse,
     Stop,
+    /// To another origin: reqwest would keep every header but a few it knows, so the
+    /// answer comes back to [`Downloader::send_checked`], which follows it without the
+    /// source's headers.
+    CrossOrigin,
     Continue,
 }
 
@@ -46,15 +53,16 @@ fn check_hop(refuse_reserved: bool, status: StatusCode, next: &Url, previous: &[
     if refuse_reserved && url_has_reserved_ip_host(next) {
         return Hop::Refuse;
     }
+    let Some(from) = previous.last() else {
+        return Hop::Continue;
+    };
     // Azure DevOps answers unauthenticated requests with a 302 to its login page, which
     // would otherwise be stored as the file; the 302 then maps to PermissionDenied.
-    if status == StatusCode::FOUND
-        && previous
-            .last()
-            .and_then(|url| url.host_str())
-            .is_some_and(|host| host == "dev.azure.com")
-    {
+    if status == StatusCode::FOUND && from.host_str() == Some("dev.azure.com") {
         return Hop::Stop;
+    }
+    if from.origin() != next.origin() {
+        return Hop::CrossOrigin;
     }
     Hop::Continue
 }
@@ -69,10 +77,31 @@ fn redirect_policy(refuse_reserved: bool) -> redirect::Policy {
             attempt.previous(),
         ) {
             Hop::Refuse => attempt.error(ReservedAddress),
-            Hop::Stop => attempt.stop(),
+            Hop::Stop | Hop::CrossOrigin => attempt.stop(),
             Hop::Continue => limit.redirect(attempt),
         }
     })
+}
+
+/// Where `response` redirects to, if reqwest handed it back for being cross-origin.
+fn cross_origin_target(response: &reqwest::Response) -> Option<Url> {
+    let status = response.status();
+    if !status.is_redirection() {
+        return None;
+    }
+    let location = response.headers().get(LOCATION)?.to_str().ok()?;
+    let next = response.url().join(location).ok()?;
+    let hop = check_hop(false, status, &next, std::slice::from_ref(response.url()));
+    (hop == Hop::CrossOrigin).then_some(next)
+}
+
+/// The headers that may follow a request to another origin: none of the source's (they
+/// are its credentials), only what the download itself asks for.
+fn cross_origin_headers(headers: &HeaderMap) -> HeaderMap {
+    headers
+        .get(ACCEPT_ENCODING)
+        .map(|value| HeaderMap::from_iter([(ACCEPT_ENCODING, value.clone())]))
+        .unwrap_or_default()
 }
 
 pub(super) fn build_client(
@@ -84,16 +113,38 @@ pub(super) fn build_client(
         .user_agent(config.user_agent.clone())
         .connect_timeout(config.connect_timeout)
         .pool_idle_timeout(Duration::from_secs(30))
-        .gzip(true)
-        .zstd(true)
         // The referer would carry the previous URL's query (often a token) to another host.
         .referer(false)
         .tls_danger_accept_invalid_certs(accept_invalid_certs)
         .redirect(redirect_policy(refuse_reserved));
     if refuse_reserved {
-        builder = builder.dns_resolver(PublicOnlyResolver);
+        // A proxy resolves and connects to the target itself, past the filtering
+        // resolver, so a proxy from the environment would reach any internal address.
+        builder = builder.dns_resolver(PublicOnlyResolver).no_proxy();
     }
     Ok(builder.build()?)
+}
+
+/// The proxy variables reqwest would read, of those set in the environment.
+fn proxy_variables() -> Vec<String> {
+    ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"]
+        .into_iter()
+        .flat_map(|name| [name.to_owned(), name.to_lowercase()])
+        .filter(|name| std::env::var_os(name).is_some_and(|value| !value.is_empty()))
+        .collect()
+}
+
+/// Says once, at start, that source downloads ignore the proxy the environment names.
+pub(super) fn warn_about_ignored_proxy(config: &FetchConfig) {
+    let set = proxy_variables();
+    if !config.connect_to_reserved_ips && !set.is_empty() {
+        tracing::warn!(
+            variables = ?set,
+            "source downloads ignore the proxy environment variables: a proxy would \
+             connect to reserved addresses on their behalf (set connect_to_reserved_ips \
+             to use the proxy)"
+        );
+    }
 }
 
 /// Upstream's mapping of a non-success status.
@@ -212,16 +263,50 @@ impl Downloader {
         progress: &mut Progress,
     ) -> CacheResult<u64> {
         let config = &self.inner.config;
-        let response = self.send_checked(client, url, headers).await?;
+        let mut headers = headers.clone();
+        // reqwest decodes nothing (its decoders have no output limit): the encoded body
+        // lands as it is and is unpacked, by its magic bytes, under the size and ratio
+        // limits like any compressed file. Asking for it keeps text files small on the wire.
+        if !headers.contains_key(ACCEPT_ENCODING) {
+            headers.insert(ACCEPT_ENCODING, HeaderValue::from_static(FILE_ENCODINGS));
+        }
+        let response = self.send_checked(client, url, &headers).await?;
         let content_length = response.content_length();
         let body = response.bytes_stream().map_err(|e| self.reqwest_error(e));
         write_body(body, content_length, dest, config, max_size, progress).await
     }
 
-    /// Sends one GET and returns the response if its status is a success: the part of an
-    /// attempt that the head timeout covers. Also refuses reserved IP literals, which the
-    /// filtering resolver never sees.
+    /// Sends one GET, following redirects, and returns the response if its status is a
+    /// success: the part of an attempt that the head timeout covers (per hop to another
+    /// origin). A redirect to another origin is followed without `headers`. Also refuses
+    /// reserved IP literals, which the filtering resolver never sees.
     pub(super) async fn send_checked(
+        &self,
+        client: &reqwest::Client,
+        url: &Url,
+        headers: &HeaderMap,
+    ) -> CacheResult<reqwest::Response> {
+        let mut response = self.send_once(client, url, headers).await?;
+        let mut hops = 0;
+        while let Some(next) = cross_origin_target(&response) {
+            hops += 1;
+            if hops > MAX_REDIRECTS {
+                return Err(CacheError::DownloadError("too many redirects".to_owned()));
+            }
+            tracing::debug!(to = %redact_url(&next), "following a redirect to another origin without the source's headers");
+            response = self
+                .send_once(client, &next, &cross_origin_headers(headers))
+                .await?;
+        }
+        let status = response.status();
+        if !status.is_success() {
+            tracing::debug!(url = %redact_url(response.url()), %status, "unsuccessful status");
+            return Err(status_error(status));
+        }
+        Ok(response)
+    }
+
+    async fn send_once(
         &self,
         client: &reqwest::Client,
         url: &Url,
@@ -236,19 +321,12 @@ impl Downloader {
             .headers(headers.clone())
             .build()
             .map_err(|e| self.reqwest_error(e))?;
-
         let head = config.head_timeout;
-        let response = match tokio::time::timeout(head, client.execute(request)).await {
-            Err(_) => return Err(CacheError::Timeout(head)),
-            Ok(Err(e)) => return Err(self.reqwest_error(e)),
-            Ok(Ok(response)) => response,
-        };
-        let status = response.status();
-        if !status.is_success() {
-            tracing::debug!(url = %redact_url(url), %status, "unsuccessful status");
-            return Err(status_error(status));
+        match tokio::time::timeout(head, client.execute(request)).await {
+            Err(_) => Err(CacheError::Timeout(head)),
+            Ok(Err(e)) => Err(self.reqwest_error(e)),
+            Ok(Ok(response)) => Ok(response),
         }
-        Ok(response)
     }
 
     /// Converts a transport error, reporting its root cause as upstream does: the outer
@@ -323,8 +401,14 @@ mod tests {
         assert_eq!(hop(true, "http://127.0.0.1/b"), Hop::Refuse);
         assert_eq!(hop(true, "http://[::ffff:a9fe:a9fe]/latest"), Hop::Refuse);
         assert_eq!(hop(true, "http://169.254.169.254/latest"), Hop::Refuse);
-        assert_eq!(hop(true, "https://cdn.example.net/b"), Hop::Continue);
-        assert_eq!(hop(false, "http://127.0.0.1/b"), Hop::Continue);
+        assert_eq!(hop(true, "https://cdn.example.net/b"), Hop::CrossOrigin);
+        assert_eq!(hop(true, "https://symbols.example.com/b"), Hop::Continue);
+        assert_eq!(hop(true, "http://symbols.example.com/b"), Hop::CrossOrigin);
+        assert_eq!(
+            hop(true, "https://symbols.example.com:444/b"),
+            Hop::CrossOrigin
+        );
+        assert_eq!(hop(false, "http://127.0.0.1/b"), Hop::CrossOrigin);
 
         let azure = [Url::parse("https://dev.azure.com/org/file.cs").unwrap()];
         let login = Url::parse("https://login.example.com/").unwrap();
@@ -334,7 +418,7 @@ mod tests {
         );
         assert_eq!(
             check_hop(true, StatusCode::MOVED_PERMANENTLY, &login, &azure),
-            Hop::Continue
+            Hop::CrossOrigin
         );
     }
 }

@@ -84,7 +84,7 @@ impl Progress {
     }
 
     pub fn advance(&mut self, bytes: u64) {
-        self.state.bytes += bytes;
+        self.state.bytes = self.state.bytes.saturating_add(bytes);
         if let Some(observer) = &self.observer {
             observer.progressed(&self.state);
         }

@@ -6,8 +6,9 @@ use std::time::Instant;
 use tempfile::NamedTempFile;
 use url::Url;
 
+use super::decompress::{DecompressLimits, decompress_bounded};
 use super::transfer::record_download;
-use super::{Downloader, decompress_file};
+use super::{Downloader, shown_url};
 use crate::error::{CacheError, CacheResult};
 use crate::sources::{
     CommonSourceConfig, FileType, HttpSourceConfig, ObjectId, SourceConfig, SourceId,
@@ -23,6 +24,8 @@ pub struct RemoteFile {
     pub path: String,
     /// Computed once: every warm lookup needs it twice (cache key, candidate report).
     uri: Arc<str>,
+    /// What the file's cache entry is named by: see [`Self::cache_identity`].
+    identity: Arc<str>,
     /// Where a Sentry file is downloaded from, when Sentry named the URL itself (its
     /// JavaScript artifact lookup does); otherwise the source's download endpoint.
     download_url: Option<Url>,
@@ -30,20 +33,36 @@ pub struct RemoteFile {
 
 impl RemoteFile {
     pub fn new(source: SourceConfig, path: String) -> Self {
-        let uri = match &source {
-            SourceConfig::Http(http) => match http.join_url(&path) {
-                Some(url) => url.to_string(),
-                None => format!("{}{}", http.url, path),
-            },
-            SourceConfig::Filesystem(fs) => fs.join_path(&path).display().to_string(),
-            SourceConfig::Sentry(_) => sentry_file_uri(&path),
-            SourceConfig::S3(s3) => s3.uri(&path),
-            SourceConfig::Gcs(gcs) => gcs.uri(&path),
+        let (uri, location) = match &source {
+            SourceConfig::Http(http) => {
+                // A whole URL is the file's own address (from an event or a debug
+                // file), not the source's, so only its userinfo is the source's secret.
+                let redact_query = !path.is_empty();
+                match http.join_url(&path) {
+                    Some(url) => (shown_url(&url, redact_query), url.to_string()),
+                    None => (
+                        format!("{}{}", shown_url(&http.url, redact_query), path),
+                        format!("{}{}", http.url, path),
+                    ),
+                }
+            }
+            SourceConfig::Filesystem(fs) => {
+                let path = fs.join_path(&path).display().to_string();
+                (path.clone(), path)
+            }
+            SourceConfig::Sentry(_) => (sentry_file_uri(&path), sentry_file_uri(&path)),
+            SourceConfig::S3(s3) => (s3.uri(&path), s3.uri(&path)),
+            SourceConfig::Gcs(gcs) => (gcs.uri(&path), gcs.uri(&path)),
+        };
+        let identity = match source.access_digest() {
+            Some(digest) => format!("{location}\n{}", hex::encode(digest)),
+            None => location,
         };
         RemoteFile {
             source,
             path,
             uri: uri.into(),
+            identity: identity.into(),
             download_url: None,
         }
     }
@@ -65,6 +84,14 @@ impl RemoteFile {
         &self.uri
     }
 
+    /// What names this file in cache keys (with its source id): its full location, and
+    /// for sources where more decides its bytes (the endpoint, region or URL of a bucket
+    /// or Sentry, credentials, headers) a digest of that too, so that a request naming a
+    /// configured source's id cannot fill or poison that source's cache entries.
+    pub fn cache_identity(&self) -> &str {
+        &self.identity
+    }
+
     /// A file named by an absolute URL rather than by a location on a configured source
     /// (a scraped script, a download URL an API returned, a linked source file). It is
     /// fetched like a file of an HTTP source with `headers`, under the same reserved-IP
@@ -83,6 +110,22 @@ impl RemoteFile {
     /// Whether files of this source may be shared across request scopes.
     pub fn is_public(&self) -> bool {
         self.source.files().is_public
+    }
+
+    /// Which download slots this file waits for: those of its source's whole
+    /// configuration, so a client that names a source with a configured source's id does
+    /// not queue behind it (nor it behind the client). Files named by a whole URL share
+    /// the slots of whatever fetches them (linked sources, scraping) whatever their URL.
+    pub(super) fn slot_key(&self) -> [u8; 32] {
+        match &self.source {
+            SourceConfig::Http(_) if self.is_whole_url() => self.source.fingerprint_without_url(),
+            source => source.fingerprint(),
+        }
+    }
+
+    /// Whether this file is named by a whole URL rather than a location on a source.
+    fn is_whole_url(&self) -> bool {
+        self.path.is_empty()
     }
 }
 
@@ -126,7 +169,7 @@ pub async fn fetch_file(
 ) -> CacheResult<()> {
     let mut out =
         tokio::fs::File::from_std(dest.as_file().try_clone().map_err(CacheError::internal)?);
-    let permit = downloader.source_permit(file.source_id()).await?;
+    let permit = downloader.source_permit(file).await?;
     let started = Instant::now();
     let downloaded = match &file.source {
         SourceConfig::Http(http) => match http.join_url(&file.path) {
@@ -164,10 +207,15 @@ pub async fn fetch_file(
     out.flush().await.map_err(CacheError::internal)?;
     drop(out);
 
-    let max_size = max_size.min(downloader.config().max_download_size);
+    let config = downloader.config();
+    let limits = DecompressLimits {
+        max_size: max_size.min(config.max_download_size),
+        max_ratio: config.max_decompression_ratio,
+        ratio_floor: config.decompression_ratio_floor,
+    };
     let path = dest.path().to_owned();
     let dir = path.parent().unwrap_or(Path::new(".")).to_owned();
-    let unpacked = tokio::task::spawn_blocking(move || decompress_file(&path, &dir, max_size))
+    let unpacked = tokio::task::spawn_blocking(move || decompress_bounded(&path, &dir, &limits))
         .await
         .map_err(CacheError::internal)??;
     if let Some(unpacked) = unpacked {

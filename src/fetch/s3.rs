@@ -30,8 +30,19 @@ use crate::sources::{S3SourceConfig, Secret};
 pub(super) struct S3ClientKey {
     region: String,
     endpoint: Option<Url>,
-    /// `None`: the default credential chain.
-    keys: Option<(String, Secret)>,
+    credentials: S3Credentials,
+}
+
+/// What an S3 client signs its requests with.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum S3Credentials {
+    /// The source's own keys.
+    Static(String, Secret),
+    /// The server's own: the default chain (environment, profile, web identity,
+    /// container, instance metadata).
+    Server,
+    /// None: the requests go unsigned, and only public buckets answer them.
+    Anonymous,
 }
 
 pub(super) type S3Clients = moka::future::Cache<S3ClientKey, Arc<aws_sdk_s3::Client>>;
@@ -58,16 +69,34 @@ pub(crate) async fn build_client(
     http: SharedHttpClient,
     connect_timeout: std::time::Duration,
 ) -> aws_sdk_s3::Client {
+    let credentials = match keys {
+        Some((access, secret)) => S3Credentials::Static(access.to_owned(), secret.clone()),
+        None => S3Credentials::Server,
+    };
+    build_client_with(region, endpoint, &credentials, http, connect_timeout).await
+}
+
+async fn build_client_with(
+    region: &str,
+    endpoint: Option<&Url>,
+    credentials: &S3Credentials,
+    http: SharedHttpClient,
+    connect_timeout: std::time::Duration,
+) -> aws_sdk_s3::Client {
     let mut loader =
         aws_config::defaults(BehaviorVersion::latest()).region(Region::new(region.to_owned()));
-    if let Some((access, secret)) = keys {
-        loader = loader.credentials_provider(Credentials::new(
-            access.to_owned(),
-            secret.expose().to_owned(),
-            None,
-            None,
-            "omnisym-source",
-        ));
+    match credentials {
+        S3Credentials::Static(access, secret) => {
+            loader = loader.credentials_provider(Credentials::new(
+                access.clone(),
+                secret.expose().to_owned(),
+                None,
+                None,
+                "omnisym-source",
+            ));
+        }
+        S3Credentials::Server => {}
+        S3Credentials::Anonymous => loader = loader.no_credentials(),
     }
     // The credential providers keep their own HTTP client: instance and container
     // metadata live at reserved addresses by design, and they are the server's own.
@@ -114,20 +143,24 @@ fn credentials_error<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a Creden
 
 impl Downloader {
     async fn s3_client(&self, source: &S3SourceConfig) -> Arc<aws_sdk_s3::Client> {
+        let credentials = match source.static_keys() {
+            Some((access, secret)) => S3Credentials::Static(access.to_owned(), secret.clone()),
+            None if self.may_use_server_credentials(source.files.from_config_file) => {
+                S3Credentials::Server
+            }
+            None => S3Credentials::Anonymous,
+        };
         let key = S3ClientKey {
             region: source.region.name.clone(),
             endpoint: source.region.endpoint.clone(),
-            keys: source
-                .static_keys()
-                .map(|(access, secret)| (access.to_owned(), secret.clone())),
+            credentials,
         };
         let init = async {
-            let keys = key.keys.as_ref().map(|(a, s)| (a.as_str(), s));
             Arc::new(
-                build_client(
+                build_client_with(
                     &key.region,
                     key.endpoint.as_ref(),
-                    keys,
+                    &key.credentials,
                     self.inner.s3_http.clone(),
                     self.config().connect_timeout,
                 )

@@ -9,25 +9,44 @@ use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, LINK};
 use url::Url;
 
 use super::transfer::{read_capped, retrying, within_download_timeout};
-use super::{Downloader, redact_url};
+use super::{Downloader, lifetime, redact_url};
 use crate::error::{CacheError, CacheResult};
 use crate::sources::{FileType, ObjectId, Secret, SentryFileInfo, SentrySourceConfig, next_page};
 
 /// Sentry pages by 20 files at most; this many pages is more debug files than any one
 /// module has, and stops a server that never ends its `Link` chain.
 const MAX_PAGES: usize = 50;
-/// A search page is a small JSON list; anything much bigger is not an answer to parse.
-const MAX_PAGE_BYTES: usize = 8 * 1024 * 1024;
+/// All pages of one search together: a page of 20 files is a few KiB of JSON, so this is
+/// far more than any answer, and bounds what a hostile server can make one search hold.
+const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
 
 /// Search answers per (search URL, token), so two projects with the same URL but different
 /// tokens never see each other's files.
 pub(super) type SentryIndex = moka::future::Cache<(Url, Secret), Arc<[SentryFileInfo]>>;
 
-pub(super) fn new_index(capacity: u64, ttl: Duration) -> SentryIndex {
+/// At most `capacity` answers, together at most `max_bytes`: each answer weighs its
+/// bytes, and never less than an even share of the budget, which bounds the count.
+pub(super) fn new_index(capacity: u64, ttl: Duration, max_bytes: u64) -> SentryIndex {
+    let share = max_bytes.div_ceil(capacity.max(1)).max(1);
     moka::future::Cache::builder()
-        .max_capacity(capacity)
-        .time_to_live(ttl)
+        .max_capacity(max_bytes)
+        .weigher(move |key: &(Url, Secret), files: &Arc<[SentryFileInfo]>| {
+            let bytes = answer_bytes(key, files).max(share);
+            u32::try_from(bytes).unwrap_or(u32::MAX)
+        })
+        .time_to_live(lifetime(ttl))
         .build()
+}
+
+/// What one cached answer holds in memory, roughly.
+fn answer_bytes((url, token): &(Url, Secret), files: &[SentryFileInfo]) -> u64 {
+    let entry = std::mem::size_of::<SentryFileInfo>();
+    let ids: usize = files
+        .iter()
+        .map(|file| entry.saturating_add(file.id.len()))
+        .sum();
+    let key = url.as_str().len().saturating_add(token.expose().len());
+    u64::try_from(ids.saturating_add(key)).unwrap_or(u64::MAX)
 }
 
 fn bearer(token: &Secret) -> String {
@@ -74,11 +93,15 @@ impl Downloader {
         let mut files = Vec::new();
         let mut next = Some(url);
         let mut pages = 0;
+        let mut left = MAX_ANSWER_BYTES;
         while let Some(page) = next.take() {
             pages += 1;
             let what = redact_url(&page);
-            let fetch_page = async { retrying!(&what, self.sentry_page(&page, &headers).await) };
-            let (mut batch, link) = within_download_timeout(self.config(), fetch_page).await?;
+            let fetch_page =
+                async { retrying!(&what, self.sentry_page(&page, &headers, left).await) };
+            let (mut batch, link, bytes) =
+                within_download_timeout(self.config(), fetch_page).await?;
+            left = left.saturating_sub(bytes);
             files.append(&mut batch);
             next = link
                 .and_then(|link| page.join(&link).ok())
@@ -92,12 +115,14 @@ impl Downloader {
         Ok(files.into())
     }
 
-    /// One page of search results and the link to the next one.
+    /// One page of search results of at most `max_bytes`, the link to the next one, and
+    /// the page's size.
     async fn sentry_page(
         &self,
         url: &Url,
         headers: &HeaderMap,
-    ) -> CacheResult<(Vec<SentryFileInfo>, Option<String>)> {
+        max_bytes: usize,
+    ) -> CacheResult<(Vec<SentryFileInfo>, Option<String>, usize)> {
         let response = self.send_checked(&self.inner.client, url, headers).await?;
         let link = response
             .headers()
@@ -105,11 +130,11 @@ impl Downloader {
             .and_then(|value| value.to_str().ok())
             .and_then(next_page)
             .map(str::to_owned);
-        let body = read_capped(self, response, MAX_PAGE_BYTES).await?;
+        let body = read_capped(self, response, max_bytes).await?;
         let files = serde_json::from_slice(&body).map_err(|err| {
             CacheError::DownloadError(format!("invalid Sentry search answer: {err}"))
         })?;
-        Ok((files, link))
+        Ok((files, link, body.len()))
     }
 
     /// Downloads a file of `source` from `url`. The endpoint usually redirects to
@@ -160,5 +185,96 @@ impl Downloader {
     ) -> CacheResult<Vec<u8>> {
         let response = self.send_checked(&self.inner.client, url, headers).await?;
         read_capped(self, response, max_bytes).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use axum::Router;
+    use axum::extract::Query;
+    use axum::response::IntoResponse;
+    use axum::routing::get;
+
+    use super::*;
+    use crate::fetch::FetchConfig;
+    use crate::sources::SourceConfig;
+
+    fn answer(files: usize) -> Arc<[SentryFileInfo]> {
+        (0..files)
+            .map(|n| SentryFileInfo { id: n.to_string() })
+            .collect()
+    }
+
+    fn key(n: u32) -> (Url, Secret) {
+        let url = Url::parse(&format!("https://sentry.example/search?debug_id={n}")).unwrap();
+        (url, Secret::new("token"))
+    }
+
+    #[tokio::test]
+    async fn kept_answers_are_bounded_in_bytes_and_in_count() {
+        let by_bytes = new_index(1000, Duration::from_secs(60), 16 * 1024);
+        by_bytes.insert(key(1), answer(2)).await;
+        by_bytes.insert(key(2), answer(10_000)).await;
+        by_bytes.run_pending_tasks().await;
+        assert!(by_bytes.contains_key(&key(1)));
+        assert!(
+            !by_bytes.contains_key(&key(2)),
+            "an answer over the budget stays"
+        );
+
+        let by_count = new_index(2, Duration::from_secs(60), 64 * 1024 * 1024);
+        for n in 0..10 {
+            by_count.insert(key(n), answer(1)).await;
+            by_count.run_pending_tasks().await;
+        }
+        assert!(by_count.entry_count() <= 2, "{}", by_count.entry_count());
+    }
+
+    /// Search pages of 1 MiB each, linked nine deep.
+    async fn start_big_search() -> std::net::SocketAddr {
+        let page = |Query(query): Query<BTreeMap<String, String>>| async move {
+            let page: u32 = query.get("page").and_then(|p| p.parse().ok()).unwrap_or(0);
+            let files: Vec<_> = (0..80_000)
+                .map(|n| serde_json::json!({"id": format!("{page}-{n}")}))
+                .collect();
+            let link = format!(
+                r#"</search?page={}>; rel="next"; results="{}""#,
+                page + 1,
+                page < 8
+            );
+            ([("link", link)], serde_json::to_vec(&files).unwrap()).into_response()
+        };
+        let app = Router::new().route("/search", get(page));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_search_answer_is_bounded_in_bytes_across_its_pages() {
+        let addr = start_big_search().await;
+        let downloader = Downloader::new(FetchConfig {
+            connect_to_reserved_ips: true,
+            ..FetchConfig::default()
+        })
+        .unwrap();
+        let json = serde_json::json!({"type": "sentry", "id": "s", "token": "t",
+                                      "url": format!("http://{addr}/search")});
+        let SourceConfig::Sentry(source) = serde_json::from_value(json).unwrap() else {
+            panic!("not a Sentry source")
+        };
+        let id = ObjectId {
+            debug_id: Some("d96fdc6c-1668-6d8a-e479-531b3d99327b".parse().unwrap()),
+            ..ObjectId::default()
+        };
+        let result = downloader.sentry_file_ids(&source, &[], &id).await;
+        assert!(
+            matches!(&result, Err(CacheError::DownloadError(msg)) if msg.contains("exceeds")),
+            "{:?}",
+            result.map(|ids| ids.len())
+        );
     }
 }

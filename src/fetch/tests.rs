@@ -15,11 +15,13 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use bytes::Bytes;
+use serde_json::json;
 use tempfile::NamedTempFile;
 use url::Url;
 
-use super::{Downloader, FetchConfig};
+use super::{Downloader, FetchConfig, RemoteFile, fetch_file};
 use crate::error::CacheError;
+use crate::sources::{SourceConfig, SourceId};
 
 #[derive(Clone, Default)]
 struct Hits(Arc<AtomicUsize>);
@@ -34,6 +36,24 @@ fn chunked(total: usize, chunk: usize) -> Body {
         Ok::<_, Infallible>(Bytes::from(vec![b'x'; len]))
     });
     Body::from_stream(futures::stream::iter(chunks))
+}
+
+/// `body` gzip-encoded, as a web server answers a client that accepts gzip.
+fn gzip_encoded(request: &HeaderMap, body: Vec<u8>) -> Response {
+    let accepts = request
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("gzip"));
+    if !accepts {
+        return body.into_response();
+    }
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    enc.write_all(&body).unwrap();
+    Response::builder()
+        .header(header::CONTENT_ENCODING, "gzip")
+        .body(Body::from(enc.finish().unwrap()))
+        .unwrap()
+        .into_response()
 }
 
 async fn start_server() -> (SocketAddr, Hits) {
@@ -80,6 +100,12 @@ async fn start_server() -> (SocketAddr, Hits) {
                 }),
             )
             .route("/redirect", get(|| async { Redirect::permanent("/hello") }))
+            .route(
+                "/to",
+                get(|Query(p): Query<BTreeMap<String, String>>| async move {
+                    Redirect::temporary(&p["url"])
+                }),
+            )
             .route("/redirect-302", get(|| async { Redirect::to("/hello") }))
             .route(
                 "/redirect-loop",
@@ -105,16 +131,13 @@ async fn start_server() -> (SocketAddr, Hits) {
             )
             .route(
                 "/gzip-encoded",
-                get(|| async {
-                    let mut enc =
-                        flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-                    enc.write_all(b"decoded by the client").unwrap();
-                    Response::builder()
-                        .header(header::CONTENT_ENCODING, "gzip")
-                        .body(Body::from(enc.finish().unwrap()))
-                        .unwrap()
-                        .into_response()
+                get(|headers: HeaderMap| async move {
+                    gzip_encoded(&headers, b"decoded by the client".to_vec())
                 }),
+            )
+            .route(
+                "/gzip-bomb-encoded",
+                get(|headers: HeaderMap| async move { gzip_encoded(&headers, vec![0; 8 << 20]) }),
             )
             .with_state(hits.clone());
 
@@ -336,12 +359,42 @@ async fn url_userinfo_becomes_basic_auth() {
     assert!(body.ends_with("auth=Basic dXNlcjpwYXNz"), "{body}");
 }
 
+async fn fetch_url(config: FetchConfig, url: Url) -> (Result<(), CacheError>, NamedTempFile) {
+    let downloader = Downloader::new(config).unwrap();
+    let file = RemoteFile::from_url(SourceId::new("web"), url, BTreeMap::new());
+    let mut dest = NamedTempFile::new().unwrap();
+    let result = fetch_file(&downloader, &file, &mut dest, u64::MAX).await;
+    (result, dest)
+}
+
 #[tokio::test]
-async fn content_encoding_is_decoded() {
+async fn content_encoding_is_decoded_within_the_limits() {
     let (addr, _) = start_server().await;
+    // The encoded body lands as it came; unpacking it is the bounded step's job.
     let (result, dest) = fetch(test_config(), &url(addr, "/gzip-encoded")).await;
     result.unwrap();
-    assert_eq!(dest.contents(), b"decoded by the client");
+    assert_eq!(&dest.contents()[..2], b"\x1f\x8b");
+
+    let (result, dest) = fetch_url(test_config(), url(addr, "/gzip-encoded")).await;
+    result.unwrap();
+    assert_eq!(
+        std::fs::read(dest.path()).unwrap(),
+        b"decoded by the client"
+    );
+
+    // Some KiB on the wire expanding to 8 MiB: hundreds of times, past the ratio limit.
+    let config = FetchConfig {
+        decompression_ratio_floor: 1 << 20,
+        // Compressing 8 MiB takes a debug build of the test server a while.
+        head_timeout: Duration::from_secs(10),
+        ..test_config()
+    };
+    let (result, _) = fetch_url(config, url(addr, "/gzip-bomb-encoded")).await;
+    let err = result.unwrap_err();
+    assert!(
+        matches!(&err, CacheError::Malformed(msg) if msg.contains("max_decompression_ratio")),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]
@@ -490,4 +543,233 @@ async fn copy_file_over_limit_is_too_large() {
 fn downloader_is_cheap_shared_state() {
     fn assert_send_sync<T: Send + Sync + Clone>() {}
     assert_send_sync::<Downloader>();
+}
+
+fn source(json: serde_json::Value) -> SourceConfig {
+    serde_json::from_value(json).unwrap()
+}
+
+#[test]
+fn download_slots_follow_the_whole_source_configuration() {
+    let microsoft = json!({"type": "http", "id": "sentry:microsoft",
+                           "url": "https://msdl.microsoft.com/download/symbols/"});
+    let key =
+        |json: &serde_json::Value| RemoteFile::new(source(json.clone()), "a/b".into()).slot_key();
+    assert_eq!(key(&microsoft), key(&microsoft));
+    let mut elsewhere = microsoft.clone();
+    elsewhere["url"] = json!("https://attacker.example/slow/");
+    assert_ne!(key(&microsoft), key(&elsewhere));
+    let mut with_headers = microsoft.clone();
+    with_headers["headers"] = json!({"X-Token": "a"});
+    assert_ne!(key(&microsoft), key(&with_headers));
+    let configured = RemoteFile::new(source(microsoft.clone()).from_config_file(), "a/b".into());
+    assert_ne!(key(&microsoft), configured.slot_key());
+
+    // Credentials count although they serialise alike.
+    let sentry = |token: &str| json!({"type": "sentry", "id": "sentry:project", "url": "https://sentry.example/api/", "token": token});
+    assert_ne!(key(&sentry("one")), key(&sentry("two")));
+
+    // Whole-URL files share the slots of what fetches them, whatever the URL.
+    let linked = |id: &str, url: &str| {
+        RemoteFile::from_url(SourceId::new(id), Url::parse(url).unwrap(), BTreeMap::new())
+            .slot_key()
+    };
+    assert_eq!(
+        linked("sourcelink", "https://a.example/x.c"),
+        linked("sourcelink", "https://b.example/y.c")
+    );
+    assert_ne!(
+        linked("sourcelink", "https://a.example/x.c"),
+        linked("web-scraping", "https://a.example/x.c")
+    );
+}
+
+/// Counts requests in flight and the most seen at once; each takes 300 ms.
+async fn start_counting_server() -> (SocketAddr, Arc<AtomicUsize>) {
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let state = (in_flight, most.clone());
+    let app = Router::new()
+        .route(
+            "/{*path}",
+            get(
+                |State((now, most)): State<(Arc<AtomicUsize>, Arc<AtomicUsize>)>| async move {
+                    let running = now.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(running, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    now.fetch_sub(1, Ordering::SeqCst);
+                    "file"
+                },
+            ),
+        )
+        .with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, most)
+}
+
+#[tokio::test]
+async fn a_reused_source_id_does_not_share_download_slots() {
+    let (addr, most) = start_counting_server().await;
+    let downloader = Downloader::new(FetchConfig {
+        max_concurrent_downloads_per_source: 1,
+        head_timeout: Duration::from_secs(5),
+        ..test_config()
+    })
+    .unwrap();
+    let file = |base: &str| {
+        let json =
+            json!({"type": "http", "id": "shared-id", "url": format!("http://{addr}/{base}/")});
+        RemoteFile::new(source(json), "file".into())
+    };
+    let fetch = |file: RemoteFile| {
+        let downloader = downloader.clone();
+        async move {
+            let mut dest = NamedTempFile::new().unwrap();
+            fetch_file(&downloader, &file, &mut dest, u64::MAX).await
+        }
+    };
+
+    // One source: its downloads take turns.
+    let (a, b) = tokio::join!(fetch(file("configured")), fetch(file("configured")));
+    assert_eq!((a, b), (Ok(()), Ok(())));
+    assert_eq!(most.swap(0, Ordering::SeqCst), 1);
+
+    // Another source under the same id waits for nobody.
+    let (a, b) = tokio::join!(fetch(file("configured")), fetch(file("client")));
+    assert_eq!((a, b), (Ok(()), Ok(())));
+    assert_eq!(most.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn candidate_locations_show_no_credentials() {
+    let http = |url: &str| {
+        let json = json!({"type": "http", "id": "internal", "url": url});
+        RemoteFile::new(source(json), "app.pdb/ABC1/app.pdb".into())
+    };
+    let file = http("https://user:hunter2@symbols.example/base/?token=s3cr3t&sig=a%20b&flag");
+    assert_eq!(
+        file.uri(),
+        "https://symbols.example/base/app.pdb/ABC1/app.pdb?token=[redacted]&sig=[redacted]&flag=[redacted]"
+    );
+    // The cache still tells files fetched with other credentials apart.
+    let other = http("https://user:other@symbols.example/base/?token=0ther&sig=a%20b&flag");
+    assert_eq!(other.uri(), file.uri());
+    assert_ne!(other.cache_identity(), file.cache_identity());
+    assert_eq!(
+        http("https://symbols.example/base/").uri(),
+        "https://symbols.example/base/app.pdb/ABC1/app.pdb"
+    );
+
+    // A whole URL is the file's own address; only its userinfo is hidden.
+    let scraped = RemoteFile::from_url(
+        SourceId::new("web-scraping"),
+        Url::parse("https://u:p@cdn.example/app.js?v=3#k").unwrap(),
+        BTreeMap::new(),
+    );
+    assert_eq!(scraped.uri(), "https://cdn.example/app.js?v=3#k");
+}
+
+#[test]
+fn cache_identities_name_endpoint_region_url_and_credentials() {
+    let identity = |json: serde_json::Value| {
+        RemoteFile::new(source(json), "a/b".into())
+            .cache_identity()
+            .to_owned()
+    };
+    let s3 = json!({"type": "s3", "id": "sym", "bucket": "b", "region": "us-east-1",
+                    "access_key": "AK", "secret_key": "SK"});
+    let base = identity(s3.clone());
+    for (key, value) in [
+        ("region", json!("eu-west-1")),
+        (
+            "region",
+            json!(["us-east-1", "https://minio.attacker.example"]),
+        ),
+        ("secret_key", json!("other")),
+    ] {
+        let mut changed = s3.clone();
+        changed[key] = value;
+        assert_ne!(identity(changed), base, "{key}");
+    }
+    // Without keys, whether the server's own credentials may be used counts.
+    let mut keyless = s3.clone();
+    keyless.as_object_mut().unwrap().remove("access_key");
+    keyless.as_object_mut().unwrap().remove("secret_key");
+    let configured = RemoteFile::new(source(keyless.clone()).from_config_file(), "a/b".into());
+    assert_ne!(identity(keyless), configured.cache_identity());
+    // Layout and filters only choose what is asked for.
+    let mut filtered = s3.clone();
+    filtered["filters"] = json!({"filetypes": ["pdb"]});
+    assert_eq!(identity(filtered), base);
+
+    let gcs = json!({"type": "gcs", "id": "g", "bucket": "b"});
+    let mut emulated = gcs.clone();
+    emulated["endpoint"] = json!("https://gcs.attacker.example");
+    assert_ne!(identity(gcs), identity(emulated));
+
+    let sentry = json!({"type": "sentry", "id": "sentry:project", "token": "t",
+                        "url": "https://sentry.example/api/0/projects/o/p/files/dsyms/"});
+    let mut elsewhere = sentry.clone();
+    elsewhere["url"] = json!("https://attacker.example/api/0/projects/o/p/files/dsyms/");
+    assert_ne!(identity(sentry), identity(elsewhere));
+
+    // Plain HTTP sources and directories keep the keys they always had.
+    let plain = json!({"type": "http", "id": "h", "url": "https://symbols.example/"});
+    assert_eq!(identity(plain), "https://symbols.example/a/b");
+}
+
+#[tokio::test]
+async fn source_headers_do_not_follow_a_redirect_to_another_origin() {
+    let (a, _) = start_server().await;
+    let (b, _) = start_server().await;
+    let headers = BTreeMap::from([
+        ("X-Custom".to_owned(), "s3cr3t".to_owned()),
+        ("Authorization".to_owned(), "Bearer t0ken".to_owned()),
+    ]);
+    let via = |target: Url| {
+        let mut url = url(a, "/to");
+        url.query_pairs_mut().append_pair("url", target.as_str());
+        url
+    };
+
+    let (result, dest) = fetch_with_headers(test_config(), &via(url(a, "/echo")), &headers).await;
+    result.unwrap();
+    let same_origin = String::from_utf8(dest.contents()).unwrap();
+    assert!(
+        same_origin.ends_with("custom=s3cr3t auth=Bearer t0ken"),
+        "{same_origin}"
+    );
+
+    let (result, dest) = fetch_with_headers(test_config(), &via(url(b, "/echo")), &headers).await;
+    result.unwrap();
+    let elsewhere = String::from_utf8(dest.contents()).unwrap();
+    assert!(elsewhere.ends_with("custom=- auth=-"), "{elsewhere}");
+    assert!(elsewhere.starts_with("ua=omnisym/"), "{elsewhere}");
+
+    // Back and forth between origins still ends.
+    let mut pingpong = url(b, "/redirect-loop");
+    for _ in 0..3 {
+        pingpong = via(pingpong);
+    }
+    let (result, _) = fetch_with_headers(test_config(), &pingpong, &headers).await;
+    assert!(result.is_err());
+}
+
+#[tokio::test]
+async fn absurd_limits_and_lifetimes_from_a_config_panic_nowhere() {
+    let (addr, _) = start_server().await;
+    let config = FetchConfig {
+        max_concurrent_downloads_per_source: usize::MAX,
+        sentry_index_ttl: Duration::MAX,
+        deny_list: super::DenyListConfig {
+            block_time: Duration::MAX,
+            time_window: Duration::MAX,
+            ..Default::default()
+        },
+        ..test_config()
+    };
+    let (result, _) = fetch_url(config, url(addr, "/hello")).await;
+    assert_eq!(result, Ok(()));
 }

@@ -47,11 +47,12 @@ impl<'a> Retry<'a> {
 
     /// Whether `result` calls for another attempt; if so, after the backoff delay.
     pub async fn again<T>(&mut self, result: &CacheResult<T>) -> bool {
-        self.tries += 1;
+        self.tries = self.tries.saturating_add(1);
         match result {
             Err(err) if self.tries < MAX_TRIES && is_retryable(err) => {
                 tracing::debug!(what = self.what, error = %err, tries = self.tries, "retrying");
-                tokio::time::sleep(RETRY_BASE_DELAY * 2u32.pow(self.tries - 1)).await;
+                let factor = 2u32.saturating_pow(self.tries.saturating_sub(1));
+                tokio::time::sleep(RETRY_BASE_DELAY.saturating_mul(factor)).await;
                 true
             }
             _ => false,
@@ -144,7 +145,8 @@ pub(super) async fn write_body(
         let mut written: u64 = 0;
         while let Some(chunk) = body.next().await {
             let chunk = chunk?;
-            written += chunk.len() as u64;
+            // A body's length is the server's to choose: count without overflowing.
+            written = written.saturating_add(chunk.len() as u64);
             if written > max_size {
                 return Err(too_large(format!(
                     "body exceeds the limit of {max_size} bytes"
@@ -180,7 +182,7 @@ pub(super) async fn read_capped(
         let mut stream = response.bytes_stream();
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| downloader.reqwest_error(e))?;
-            if body.len() + chunk.len() > cap {
+            if body.len().saturating_add(chunk.len()) > cap {
                 return Err(CacheError::DownloadError(format!(
                     "answer exceeds {cap} bytes"
                 )));

@@ -42,7 +42,7 @@ pub fn file_key(file: &RemoteFile, scope: &Scope) -> CacheKey {
     } else {
         scope.clone()
     };
-    CacheKey::new(scope, &[file.source_id().as_str(), file.uri()])
+    CacheKey::new(scope, &[file.source_id().as_str(), file.cache_identity()])
 }
 
 pub struct DownloadRequest<F: FileFormat> {

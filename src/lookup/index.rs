@@ -80,12 +80,24 @@ impl LoadIndex {
         let lastid = parse_lastid(&lastid)
             .ok_or_else(|| CacheError::Malformed("lastid.txt holds no number".to_owned()))?;
         let mut index = SymstoreIndex::default();
+        // An index cut short would hide files it lists further on, so one past the limit
+        // is not used at all.
+        let max_bytes = self.downloader.config().max_symstore_index_size;
+        let mut read: u64 = 0;
         let mut segments = stream::iter(1..=lastid.min(MAX_SEGMENTS))
             .map(|id| self.fetch_text(segment_path(id), dir))
             .buffer_unordered(CONCURRENT_SEGMENTS);
         while let Some(segment) = segments.next().await {
             match segment {
-                Ok(text) => index.add_segment(&text),
+                Ok(text) => {
+                    read = read.saturating_add(text.len() as u64);
+                    if read > max_bytes {
+                        return Err(CacheError::TooLarge(format!(
+                            "the symstore index exceeds {max_bytes} bytes (max_symstore_index_size)"
+                        )));
+                    }
+                    index.add_segment(&text);
+                }
                 // Deleted transactions leave gaps in the numbering.
                 Err(CacheError::NotFound) => {}
                 Err(err) => return Err(err),
@@ -133,5 +145,52 @@ impl SymstoreIndexes {
                 None
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::cache::CachesConfig;
+    use crate::fetch::FetchConfig;
+
+    /// A symstore with two index segments of about 6 KiB each.
+    fn store(dir: &Path) -> SourceConfig {
+        std::fs::create_dir_all(dir.join("000Admin")).unwrap();
+        std::fs::write(dir.join(LASTID_PATH), "0000000002\r\n").unwrap();
+        for id in 1..=2u32 {
+            let text: String = (0..100)
+                .map(|n| format!("\"app{id}.pdb\\{n:032X}1\",\"D:\\build\\app{id}.pdb\"\r\n"))
+                .collect();
+            std::fs::write(dir.join(segment_path(id)), text).unwrap();
+        }
+        let json = serde_json::json!({"type": "filesystem", "id": "store", "path": dir,
+            "layout": {"type": "symstore"}, "has_index": true});
+        serde_json::from_value(json).unwrap()
+    }
+
+    async fn index_within(max_bytes: u64) -> Option<Arc<SymstoreIndex>> {
+        let (cache, files) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let downloader = Downloader::new(FetchConfig {
+            max_symstore_index_size: max_bytes,
+            ..FetchConfig::default()
+        })
+        .unwrap();
+        let caches =
+            Caches::new(cache.path(), &CachesConfig::default(), None, &downloader).unwrap();
+        let indexes = SymstoreIndexes::new(&caches, downloader);
+        indexes.get(&store(files.path()), &Scope::Global).await
+    }
+
+    #[tokio::test]
+    async fn an_index_past_its_byte_limit_is_not_used() {
+        let listed = format!("app2.pdb/{:032X}1/app2.pdb", 99);
+        let index = index_within(u64::MAX).await.expect("the index loads");
+        assert_eq!(index.len(), 200);
+        assert!(index.contains(&listed));
+        // Room for one segment but not both: rather no index than one that hides files.
+        assert!(index_within(8 * 1024).await.is_none());
     }
 }

@@ -51,6 +51,10 @@ pub struct CommonSourceConfig {
     /// Whether the source publishes a Symstore index (`000Admin`) that is authoritative for
     /// which files exist.
     pub has_index: bool,
+    /// Whether the server's config file names this source (rather than a request). Never
+    /// read from JSON or YAML: only loading the config file sets it, so no client can.
+    #[serde(skip)]
+    pub from_config_file: bool,
 }
 
 /// How files are named on a source.

@@ -4,12 +4,14 @@
 use std::sync::{Arc, LazyLock};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use sha2::{Digest, Sha256};
 
 use super::common::{CommonSourceConfig, SourceId};
 use super::filesystem::FilesystemSourceConfig;
 use super::gcs::GcsSourceConfig;
 use super::http::HttpSourceConfig;
 use super::s3::S3SourceConfig;
+use super::secret::Secret;
 use super::sentry::SentrySourceConfig;
 
 /// A configured place to fetch debug files from.
@@ -117,6 +119,90 @@ impl SourceConfig {
     /// Upstream's convention: built-in sources configured by Sentry have ids prefixed `sentry:`.
     pub fn is_builtin(&self) -> bool {
         self.id().as_str().starts_with("sentry:")
+    }
+
+    /// This source as the server's config file names it: trusted with the server's own
+    /// cloud credentials. A Sentry source always brings its own token, so it has no mark.
+    pub fn from_config_file(self) -> Self {
+        fn mark<T: Clone>(
+            config: Arc<T>,
+            files: impl FnOnce(&mut T) -> &mut CommonSourceConfig,
+        ) -> Arc<T> {
+            let mut config = Arc::unwrap_or_clone(config);
+            files(&mut config).from_config_file = true;
+            Arc::new(config)
+        }
+        match self {
+            SourceConfig::Filesystem(c) => SourceConfig::Filesystem(mark(c, |c| &mut c.files)),
+            SourceConfig::Http(c) => SourceConfig::Http(mark(c, |c| &mut c.files)),
+            SourceConfig::S3(c) => SourceConfig::S3(mark(c, |c| &mut c.files)),
+            SourceConfig::Gcs(c) => SourceConfig::Gcs(mark(c, |c| &mut c.files)),
+            sentry @ SourceConfig::Sentry(_) => sentry,
+        }
+    }
+
+    /// Whether the server's config file names this source.
+    pub fn is_from_config_file(&self) -> bool {
+        self.files().from_config_file
+    }
+
+    /// A digest of everything this source is: every setting, its credentials, and whether
+    /// the config file names it. Two sources share it only if they fetch the same files the
+    /// same way, so it names a source where a client-chosen id cannot.
+    pub fn fingerprint(&self) -> [u8; 32] {
+        self.digest(&[])
+    }
+
+    /// [`Self::fingerprint`] without the base URL: for files named by a whole URL (linked
+    /// sources, scraped scripts), whose URL names the file, not how it is fetched.
+    pub fn fingerprint_without_url(&self) -> [u8; 32] {
+        self.digest(&["url"])
+    }
+
+    /// What decides the bytes of a file besides its location: the endpoint, region or
+    /// URL it is read from, the credentials (and headers) it is read with, and, without
+    /// credentials, whether the server's own may be used. Files whose source differs in
+    /// these must never share a cache entry, whatever their ids. `None` where nothing
+    /// but the location counts (directories, HTTP without headers), so their keys stay.
+    /// Filters and layout only choose which files are asked for, so they do not count.
+    pub fn access_digest(&self) -> Option<[u8; 32]> {
+        const CHOOSING: &[&str] = &["filters", "layout", "is_public", "has_index"];
+        match self {
+            SourceConfig::Filesystem(_) => None,
+            SourceConfig::Http(c) if c.headers.is_empty() && !c.accept_invalid_certs => None,
+            _ => Some(self.digest(CHOOSING)),
+        }
+    }
+
+    fn digest(&self, leave_out: &[&str]) -> [u8; 32] {
+        // Serialising cannot fail (every map key is a string). Object keys come out
+        // sorted, so equal configs hash equally.
+        let mut settings = serde_json::to_value(self).unwrap_or_default();
+        if let Some(settings) = settings.as_object_mut() {
+            settings.retain(|key, _| !leave_out.contains(&key.as_str()));
+        }
+        let mut hasher = Sha256::new();
+        let mut part = |bytes: &[u8]| {
+            hasher.update((bytes.len() as u64).to_le_bytes());
+            hasher.update(bytes);
+        };
+        part(settings.to_string().as_bytes());
+        // Serialised, credentials read `[redacted]`; two tokens must not look alike.
+        for secret in self.secrets() {
+            part(secret.expose().as_bytes());
+        }
+        part(&[u8::from(self.is_from_config_file())]);
+        hasher.finalize().into()
+    }
+
+    /// The credentials of this source, in a fixed order.
+    pub fn secrets(&self) -> Vec<&Secret> {
+        match self {
+            SourceConfig::Filesystem(_) | SourceConfig::Http(_) => Vec::new(),
+            SourceConfig::Sentry(c) => vec![&c.token],
+            SourceConfig::S3(c) => vec![&c.secret_key],
+            SourceConfig::Gcs(c) => c.private_key.iter().chain(&c.bearer_token).collect(),
+        }
     }
 }
 

@@ -48,6 +48,9 @@ pub enum GcsAuth {
     /// Nothing given: the server's application-default credentials, or no authorisation
     /// at all when talking to an emulator.
     Default,
+    /// No authorisation: nothing given, and the server's own credentials are not for
+    /// this source (one a request names).
+    Anonymous,
 }
 
 impl GcsSourceConfig {

@@ -114,8 +114,21 @@ impl Server {
         server
     }
 
+    /// [`Server::start`] with these variables added to the server's environment.
+    pub fn start_with_env(extra_yaml: &str, env: &[(&str, &str)]) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let cache_dir = dir.path().join("cache");
+        let mut server = Server::spawn(dir.path(), &cache_dir, extra_yaml, env);
+        server._dir = Some(dir);
+        server
+    }
+
     /// Starts on a given cache dir (to restart a server on the same cache).
     pub fn start_in(work: &Path, cache_dir: &Path, extra_yaml: &str) -> Server {
+        Server::spawn(work, cache_dir, extra_yaml, &[])
+    }
+
+    fn spawn(work: &Path, cache_dir: &Path, extra_yaml: &str, env: &[(&str, &str)]) -> Server {
         let config = work.join(format!("config-{}.yml", rand_suffix()));
         // Every test server is on loopback, so reserved addresses are allowed unless a test
         // says otherwise.
@@ -136,6 +149,7 @@ impl Server {
             .args(["run", "--config"])
             .arg(&config)
             .env("RUST_LOG", "omnisym=debug,info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
