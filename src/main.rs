@@ -126,6 +126,20 @@ fn init_logging(config: &Config) {
     }
 }
 
+/// Panics go to the log like every other error (a JSON line under `format: json`):
+/// parsers of untrusted files are isolated, so a panic is an event to count and read,
+/// not the end of the process. The standard report (with its backtrace) follows when
+/// backtraces are on.
+fn log_panics() {
+    let standard = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        tracing::error!(panic = %info, "panicked");
+        if std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0") {
+            standard(info);
+        }
+    }));
+}
+
 /// Loads the config and sets up logging. Only the server warns about ignored keys: the
 /// healthcheck runs every few seconds and would repeat them into the container's log.
 fn load_config(path: Option<&PathBuf>, warn_ignored: bool) -> anyhow::Result<Config> {
@@ -143,6 +157,7 @@ fn load_config(path: Option<&PathBuf>, warn_ignored: bool) -> anyhow::Result<Con
         }
     }
     init_logging(&config);
+    log_panics();
     for key in ignored.into_iter().filter(|_| warn_ignored) {
         tracing::warn!(key = %key, "config key is not used by omnisym; ignoring it");
     }
