@@ -579,6 +579,31 @@ max_download_size: 16106127360
 "#;
 
     #[test]
+    fn durations_past_a_century_are_forever() {
+        let huge = u64::MAX;
+        let yaml = format!(
+            "connect_timeout: {huge}\nmax_download_timeout: {huge}\ncaches:\n  downloaded:\n    max_unused_for: {huge}\n    retry_misses_after: {{days: {huge}}}\n"
+        );
+        let (config, _) = Config::from_yaml(&yaml).unwrap();
+        assert_eq!(config.connect_timeout, crate::units::FOREVER);
+        assert_eq!(config.max_download_timeout, crate::units::FOREVER);
+        assert_eq!(
+            config.caches.downloaded.max_unused_for,
+            crate::units::FOREVER
+        );
+        assert_eq!(
+            config.caches.downloaded.retry_misses_after,
+            crate::units::FOREVER
+        );
+        // Clocks take them without overflowing.
+        assert!(
+            std::time::Instant::now()
+                .checked_add(config.connect_timeout)
+                .is_some()
+        );
+    }
+
+    #[test]
     fn every_upstream_key_is_honoured_or_listed_in_the_readme() {
         let (config, ignored) = Config::from_yaml(EVERY_UPSTREAM_KEY).unwrap();
         assert_eq!(

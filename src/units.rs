@@ -13,8 +13,13 @@ pub const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Accepts `1h`, `7d`, `1w`, `250ms` (humantime syntax), a number of seconds, or the
 /// map form of older upstream configs (`{days: 7}`, `{hours: 1, minutes: 30}`).
-/// `null` is [`FOREVER`]: no expiry, no time limit.
+/// `null` is [`FOREVER`]: no expiry, no time limit. Longer values are [`FOREVER`] too,
+/// so that no lifetime from a config overflows a clock or panics a cache builder.
 pub fn deserialize_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    parse_duration(d).map(|duration| duration.min(FOREVER))
+}
+
+fn parse_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Raw {
