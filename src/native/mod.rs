@@ -30,7 +30,7 @@ use cfi::CfiCacheActor;
 use demangle::DemangleCache;
 use ppdb::PpdbCacheActor;
 use source_context::apply_source_context;
-use stackwalk::{Minidump, Stackwalk};
+use stackwalk::{Stackwalk, read_minidump};
 use symbolicate::{ModuleLookup, symbolicate_stacktrace};
 use symcache::SymCacheActor;
 
@@ -132,7 +132,7 @@ impl NativeService {
         request: CrashReportRequest,
     ) -> anyhow::Result<CompletedSymbolicationResponse> {
         let view = symbolic::common::ByteView::open(path)?;
-        let minidump = Minidump::read(view).context("invalid minidump")?;
+        let minidump = read_minidump(view).context("invalid minidump")?;
         let walked = Stackwalk {
             cfi: &self.cficaches,
             symcaches: &self.symcaches,
