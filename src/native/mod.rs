@@ -5,9 +5,9 @@
 //! the files is `lookup`'s.
 
 mod apple;
-mod cfi;
+pub mod cfi;
 pub mod demangle;
-mod ppdb;
+pub mod ppdb;
 mod source_context;
 mod stackwalk;
 pub mod symbolicate;

@@ -34,7 +34,8 @@ use crate::service::RequestService;
 use crate::sources::SourceConfig;
 use crate::telemetry;
 
-pub use error::ApiError;
+pub use crash::{CrashFiles, CrashForm, read_form};
+pub use error::{ApiError, parse_json};
 
 /// What every handler can reach.
 #[derive(Clone)]
