@@ -11,7 +11,9 @@ use url::Url;
 use super::transfer::{read_capped, retrying, within_download_timeout};
 use super::{Downloader, lifetime, redact_url};
 use crate::error::{CacheError, CacheResult};
-use crate::sources::{FileType, ObjectId, Secret, SentryFileInfo, SentrySourceConfig, next_page};
+use crate::sources::{
+    FileType, ObjectId, Secret, SentryFileInfo, SentrySourceConfig, next_page, parse_search_answer,
+};
 
 /// Sentry pages by 20 files at most; this many pages is more debug files than any one
 /// module has, and stops a server that never ends its `Link` chain.
@@ -131,7 +133,7 @@ impl Downloader {
             .and_then(next_page)
             .map(str::to_owned);
         let body = read_capped(self, response, max_bytes).await?;
-        let files = serde_json::from_slice(&body).map_err(|err| {
+        let files = parse_search_answer(&body).map_err(|err| {
             CacheError::DownloadError(format!("invalid Sentry search answer: {err}"))
         })?;
         Ok((files, link, body.len()))

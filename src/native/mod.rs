@@ -5,9 +5,9 @@
 //! the files is `lookup`'s.
 
 mod apple;
-mod cfi;
+pub mod cfi;
 pub mod demangle;
-mod ppdb;
+pub mod ppdb;
 mod source_context;
 mod stackwalk;
 pub mod symbolicate;
@@ -33,7 +33,7 @@ use cfi::CfiCacheActor;
 use demangle::DemangleCache;
 use ppdb::PpdbCacheActor;
 use source_context::apply_source_context;
-use stackwalk::{Minidump, Stackwalk};
+use stackwalk::{Stackwalk, read_minidump};
 use symbolicate::{ModuleLookup, symbolicate_stacktrace};
 use symcache::SymCacheActor;
 
@@ -141,7 +141,7 @@ impl NativeService {
         let walked = AssertUnwindSafe(async {
             #[cfg(test)]
             crate::error::panic_if_marked("minidump", &view);
-            let minidump = Minidump::read(view).context("invalid minidump")?;
+            let minidump = read_minidump(view).context("invalid minidump")?;
             Stackwalk {
                 cfi: &self.cficaches,
                 symcaches: &self.symcaches,

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::UNIX_EPOCH;
 
 use async_trait::async_trait;
+use minidump::format::{MINIDUMP_HANDLE_DESCRIPTOR, MINIDUMP_STREAM_TYPE};
 use minidump::system_info::{Cpu, Os};
 use minidump::{MinidumpContext, MinidumpModule, MinidumpModuleList, MinidumpSystemInfo, Module};
 use minidump_unwind::{
@@ -30,6 +31,58 @@ use crate::types::{
 };
 
 pub type Minidump = minidump::Minidump<'static, ByteView<'static>>;
+
+/// Reads a minidump for the stack walker, without a handle data stream that would make
+/// rust-minidump (0.27) allocate without bound.
+///
+/// That stream states its descriptors' size and count, and the crate checks the count
+/// against the stream's length by the stated size, which may be 0, before it reserves
+/// room for that many descriptors: four bytes of a hostile dump ask for 500 GiB, and the
+/// allocator's failure aborts the process, which `isolate` cannot catch. Real
+/// descriptors are 32 or 40 bytes (`MINIDUMP_HANDLE_DESCRIPTOR(_2)`). A stream with
+/// smaller ones is hidden, the dump is read again from a copy whose directory lists it
+/// as unused, which is what the processor makes of a handle stream it cannot read.
+pub fn read_minidump(view: ByteView<'static>) -> Result<Minidump, minidump::Error> {
+    let minidump = Minidump::read(view.clone())?;
+    let handles = MINIDUMP_STREAM_TYPE::HandleDataStream as u32;
+    let endian = minidump.endian;
+    let read_u32 = |bytes: &[u8], at: usize| -> Option<u32> {
+        let word: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
+        Some(match endian {
+            minidump::Endian::Little => u32::from_le_bytes(word),
+            minidump::Endian::Big => u32::from_be_bytes(word),
+        })
+    };
+    let min_descriptor = std::mem::size_of::<MINIDUMP_HANDLE_DESCRIPTOR>() as u32;
+    let sane = match minidump.get_raw_stream(handles) {
+        // The crate gives up on a stream too short for its header, before allocating.
+        Ok(stream) => read_u32(stream, 4).is_none_or(|size| size >= min_descriptor),
+        Err(_) => true,
+    };
+    if sane {
+        return Ok(minidump);
+    }
+    tracing::debug!("hiding a minidump's handle data stream with descriptors of impossible size");
+    let mut entry = minidump.header.stream_directory_rva as usize;
+    let mut data = view.to_vec();
+    for _ in 0..minidump.header.stream_count {
+        match read_u32(&data, entry) {
+            Some(ty) if ty == handles => {
+                let unused = MINIDUMP_STREAM_TYPE::UnusedStream as u32;
+                let word = match endian {
+                    minidump::Endian::Little => unused.to_le_bytes(),
+                    minidump::Endian::Big => unused.to_be_bytes(),
+                };
+                data[entry..entry + 4].copy_from_slice(&word);
+            }
+            Some(_) => {}
+            None => break,
+        }
+        // A directory entry: the stream type, then its size and offset.
+        entry += 12;
+    }
+    Minidump::read(ByteView::from_vec(data))
+}
 
 /// Upstream (and Sentry's ingestion) cut stack traces to this many frames.
 const MAX_FRAMES: usize = 256;
@@ -416,5 +469,55 @@ impl Stackwalk<'_> {
             stacktraces,
             state,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use minidump::{MinidumpHandleDataStream, MinidumpThreadList};
+
+    use super::*;
+
+    fn fixture_dump() -> Vec<u8> {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/minidump/nofp/crash.dmp"
+        );
+        std::fs::read(path).unwrap()
+    }
+
+    /// Where the (little-endian) fixture's handle data stream starts.
+    fn handle_stream(data: &[u8]) -> usize {
+        let u32_at = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().unwrap());
+        let (count, directory) = (u32_at(8), u32_at(12) as usize);
+        (0..count as usize)
+            .map(|i| directory + 12 * i)
+            .find(|&entry| u32_at(entry) == MINIDUMP_STREAM_TYPE::HandleDataStream as u32)
+            .map(|entry| u32_at(entry + 8) as usize)
+            .expect("the fixture has a handle data stream")
+    }
+
+    #[test]
+    fn a_handle_stream_of_zero_sized_descriptors_is_hidden() {
+        // Found by fuzzing (fuzz/fuzz_targets/minidump.rs): descriptors of size 0 and a
+        // count of 2^32 - 1 made rust-minidump reserve about 500 GiB.
+        let mut data = fixture_dump();
+        let stream = handle_stream(&data);
+        data[stream + 4..stream + 12].copy_from_slice(&[0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]);
+        let minidump = read_minidump(ByteView::from_vec(data)).unwrap();
+        assert_eq!(
+            minidump
+                .get_raw_stream(MINIDUMP_STREAM_TYPE::HandleDataStream as u32)
+                .err(),
+            Some(minidump::Error::StreamNotFound)
+        );
+        assert!(minidump.get_stream::<MinidumpThreadList>().is_ok());
+    }
+
+    #[test]
+    fn a_sound_handle_stream_is_kept() {
+        let minidump = read_minidump(ByteView::from_vec(fixture_dump())).unwrap();
+        let handles = minidump.get_stream::<MinidumpHandleDataStream>().unwrap();
+        assert_eq!(handles.handles.len(), 5);
     }
 }

@@ -130,14 +130,15 @@ async fn save_field(mut field: Field<'_>, files: &CrashFiles) -> Result<NamedTem
 }
 
 /// The fields of an upload form; unknown fields are skipped, as upstream does.
-struct CrashForm {
-    file: Option<NamedTempFile>,
-    sources: Option<Vec<SourceConfig>>,
-    options: RequestOptions,
-    rewrite_first_module: RewriteRules,
+pub struct CrashForm {
+    pub file: Option<NamedTempFile>,
+    pub sources: Option<Vec<SourceConfig>>,
+    pub options: RequestOptions,
+    pub rewrite_first_module: RewriteRules,
 }
 
-async fn read_form(
+/// Reads the multipart form of an upload of `kind`, spooling its file under `files`.
+pub async fn read_form(
     mut multipart: Multipart,
     kind: CrashKind,
     files: &CrashFiles,

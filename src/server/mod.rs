@@ -38,7 +38,8 @@ use crate::sources::SourceConfig;
 use crate::telemetry;
 use crate::types::{Counted, RequestLimits};
 
-pub use error::ApiError;
+pub use crash::{CrashFiles, CrashForm, read_form};
+pub use error::{ApiError, parse_json};
 pub use listen::{ConnectionLimits, serve};
 
 /// What every handler can reach.

@@ -55,11 +55,13 @@ impl SymstoreIndex {
         out
     }
 
-    /// Reads what [`Self::to_lines`] wrote.
+    /// Reads what [`Self::to_lines`] wrote. Split on `\n` alone: `lines()` would also
+    /// strip a `\r` that ends a path, and the index read back would differ from the one
+    /// that was written.
     pub fn from_lines(text: &str) -> Self {
         SymstoreIndex {
             paths: text
-                .lines()
+                .split('\n')
                 .filter(|l| !l.is_empty())
                 .map(Into::into)
                 .collect(),
@@ -92,6 +94,16 @@ mod tests {
         assert!(index.contains("app.pdb/3249D99D0C4049318610F4E4FB0B69361/app.pdb"));
         assert!(!index.contains("app.pdb/3249D99D0C4049318610F4E4FB0B69361/app.pd_"));
         assert!(!index.contains("app.pdb/3249D99D0C4049318610F4E4FB0B69361/app.src.zip"));
+        assert_eq!(SymstoreIndex::from_lines(&index.to_lines()), index);
+    }
+
+    #[test]
+    fn an_index_reads_back_as_it_was_written() {
+        // Found by fuzzing (fuzz/fuzz_targets/symstore_index.rs): a name that ends in
+        // `\r` lost it when the cached index was read back.
+        let mut index = SymstoreIndex::default();
+        index.add_segment("\"x\r\\AB\",\"\"\n");
+        assert!(index.contains("x\r/AB/x\r"));
         assert_eq!(SymstoreIndex::from_lines(&index.to_lines()), index);
     }
 

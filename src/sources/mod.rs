@@ -54,5 +54,7 @@ pub use http::HttpSourceConfig;
 pub use paths::{get_directory_paths, js_artifact_path, parse_symstore_path, source_locations};
 pub use s3::{AwsCredentialsProvider, S3Region, S3SourceConfig};
 pub use secret::Secret;
-pub use sentry::{SentryFileInfo, SentrySourceConfig, next_page, sentry_file_uri};
+pub use sentry::{
+    SentryFileInfo, SentrySourceConfig, next_page, parse_search_answer, sentry_file_uri,
+};
 pub use types::{ObjectId, ObjectType};

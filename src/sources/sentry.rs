@@ -80,6 +80,11 @@ fn string_or_number<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error>
     })
 }
 
+/// The files one page of a search answer lists: a JSON list of file objects.
+pub fn parse_search_answer(body: &[u8]) -> Result<Vec<SentryFileInfo>, serde_json::Error> {
+    serde_json::from_slice(body)
+}
+
 /// The next page of a paginated Sentry answer, from its `Link` header:
 /// `<url>; rel="next"; results="true"; cursor="..."`. Sentry always sends a `next` link and
 /// marks with `results="false"` that it is empty.
@@ -188,7 +193,7 @@ mod tests {
         let answer = r#"[{"id": "42", "uuid": "u", "debugId": "d", "codeId": null, "symbolType": "elf",
             "headers": {"Content-Type": "x"}, "size": 10, "sha1": "s", "dateCreated": "t", "data": {}},
             {"id": 7}]"#;
-        let files: Vec<SentryFileInfo> = serde_json::from_str(answer).unwrap();
+        let files = parse_search_answer(answer.as_bytes()).unwrap();
         assert_eq!(
             files,
             vec![
