@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use common::{Server, client, fixtures};
+use common::{Server, fixtures};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -179,18 +179,7 @@ async fn post_minidump(
     options: &Value,
 ) -> (StatusCode, Value) {
     let (content_type, body) = minidump_form(dump, sources, options);
-    let resp = client()
-        .post(format!("{}/minidump", server.url))
-        .header("content-type", content_type)
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let status = StatusCode::from_u16(resp.status().as_u16()).unwrap();
-    let bytes = resp.bytes().await.unwrap();
-    let value = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    (status, value)
+    server.post_typed("/minidump", &content_type, body).await
 }
 
 /// A completed answer for the minidump, or a panic showing what came back.

@@ -7,7 +7,7 @@ mod common;
 use std::io::Write;
 
 use axum::http::StatusCode;
-use common::{Server, SymbolServer, client, elf_module, fixtures};
+use common::{Server, SymbolServer, elf_module, fixtures};
 use serde_json::{Value, json};
 
 const LIMITS: &str = "request_limits:\n  max_modules: 2\n  max_stacktraces: 2\n  \
@@ -143,15 +143,7 @@ fn form(fields: &[(&str, &[u8])]) -> (String, Vec<u8>) {
 
 async fn post_form(server: &Server, path: &str, fields: &[(&str, &[u8])]) -> (StatusCode, Value) {
     let (content_type, body) = form(fields);
-    let resp = client()
-        .post(format!("{}{path}", server.url))
-        .header("content-type", content_type)
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let status = StatusCode::from_u16(resp.status().as_u16()).unwrap();
-    (status, resp.json().await.unwrap())
+    server.post_typed(path, &content_type, body).await
 }
 
 #[tokio::test]

@@ -207,9 +207,19 @@ impl Server {
     }
 
     pub async fn post_raw(&self, path: &str, body: Vec<u8>) -> (StatusCode, Value) {
+        self.post_typed(path, "application/json", body).await
+    }
+
+    /// POSTs `body` as `content_type` (a multipart form, say).
+    pub async fn post_typed(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> (StatusCode, Value) {
         let request = client()
             .post(format!("{}{path}", self.url))
-            .header("content-type", "application/json")
+            .header("content-type", content_type)
             .body(body);
         send(request).await
     }
