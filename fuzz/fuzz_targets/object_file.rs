@@ -57,7 +57,9 @@ fn run(data: &[u8]) {
         Ok(None) => data.to_vec(),
         Err(_) => return,
     };
-    let Ok(handle) = isolate("objects", || ObjectFile::load(ByteView::from_vec(bytes), &hint)) else {
+    let Ok(handle) = isolate("objects", || {
+        ObjectFile::load(ByteView::from_vec(bytes), &hint)
+    }) else {
         return;
     };
     let Ok(meta) = isolate("object_meta", || Ok(ObjectMeta::of(handle.object()))) else {
