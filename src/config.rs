@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use crate::cache::{CachesConfig, SharedCacheConfig};
 use crate::fetch::{DenyListConfig, FetchConfig};
-use crate::lookup::ObjectLimits;
+use crate::lookup::{ObjectLimits, SymbfileConfig};
 use crate::sources::SourceConfig;
 use crate::telemetry::MetricsConfig;
 use crate::types::RequestLimits;
@@ -152,6 +152,8 @@ pub struct Config {
     /// index is not used (omnisym only).
     #[serde(deserialize_with = "deserialize_size")]
     pub max_symstore_index_size: u64,
+    /// Symbfile uploads (`POST /api/symbols-ranges`, `/api/symbols-returnpads`).
+    pub symbfile: SymbfileConfig,
 }
 
 impl Default for Config {
@@ -207,6 +209,7 @@ impl Default for Config {
                 .unwrap_or(usize::MAX),
             decompression_ratio_floor: fetch.decompression_ratio_floor,
             max_symstore_index_size: fetch.max_symstore_index_size,
+            symbfile: SymbfileConfig::default(),
         }
     }
 }
@@ -348,6 +351,17 @@ impl Config {
                 "max_decompression_ratio must be at least 1".into(),
             ));
         }
+        for (key, value) in [
+            ("symbfile.max_parts", self.symbfile.max_parts),
+            (
+                "symbfile.max_pending_uploads",
+                self.symbfile.max_pending_uploads,
+            ),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Semantic(format!("{key} must be at least 1")));
+            }
+        }
         let mut ids = std::collections::HashSet::new();
         for source in &self.sources {
             if !ids.insert(source.id().to_string()) {
@@ -358,6 +372,11 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// Where uploaded symbfiles are stored.
+    pub fn symbfile_dir(&self) -> PathBuf {
+        (self.symbfile.dir.clone()).unwrap_or_else(|| self.cache_dir.join("symbfiles"))
     }
 
     /// What reading one debug file may cost (symbolic's parser options).
