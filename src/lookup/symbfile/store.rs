@@ -385,8 +385,16 @@ impl Disk {
         if received < parts {
             return Ok(Upload::Partial { received, parts });
         }
-        // Whatever happens now, this upload is over.
-        let result = self.publish(id, kind, &paths, total);
+        // Whatever happens now, this upload is over; a panic while converting hostile
+        // records refuses it like any malformed file instead of leaving it to retry.
+        let result =
+            std::panic::catch_unwind(AssertUnwindSafe(|| self.publish(id, kind, &paths, total)))
+                .unwrap_or_else(|payload| {
+                    Err(UploadError::Invalid(FormatError::Malformed {
+                        offset: 0,
+                        message: panicked("symbfile conversion", payload).to_string(),
+                    }))
+                });
         remove_dir_all(&pending).map_err(UploadError::internal)?;
         result.map(|()| Upload::Complete)
     }
