@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use crate::cache::{CachesConfig, SharedCacheConfig};
 use crate::fetch::{DenyListConfig, FetchConfig};
-use crate::lookup::ObjectLimits;
+use crate::lookup::{ObjectLimits, SymbfileConfig};
 use crate::sources::SourceConfig;
 use crate::telemetry::MetricsConfig;
 use crate::types::RequestLimits;
@@ -152,6 +152,8 @@ pub struct Config {
     /// index is not used (omnisym only).
     #[serde(deserialize_with = "deserialize_size")]
     pub max_symstore_index_size: u64,
+    /// Symbfile uploads (`POST /api/symbols-ranges`, `/api/symbols-returnpads`).
+    pub symbfile: SymbfileConfig,
 }
 
 impl Default for Config {
@@ -207,6 +209,7 @@ impl Default for Config {
                 .unwrap_or(usize::MAX),
             decompression_ratio_floor: fetch.decompression_ratio_floor,
             max_symstore_index_size: fetch.max_symstore_index_size,
+            symbfile: SymbfileConfig::default(),
         }
     }
 }
@@ -348,6 +351,17 @@ impl Config {
                 "max_decompression_ratio must be at least 1".into(),
             ));
         }
+        for (key, value) in [
+            ("symbfile.max_parts", self.symbfile.max_parts),
+            (
+                "symbfile.max_pending_uploads",
+                self.symbfile.max_pending_uploads,
+            ),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Semantic(format!("{key} must be at least 1")));
+            }
+        }
         let mut ids = std::collections::HashSet::new();
         for source in &self.sources {
             if !ids.insert(source.id().to_string()) {
@@ -358,6 +372,11 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// Where uploaded symbfiles are stored.
+    pub fn symbfile_dir(&self) -> PathBuf {
+        (self.symbfile.dir.clone()).unwrap_or_else(|| self.cache_dir.join("symbfiles"))
     }
 
     /// What reading one debug file may cost (symbolic's parser options).
@@ -752,5 +771,41 @@ max_download_size: 16106127360
             .unwrap_err()
             .to_string();
         assert!(err.contains("max_concurrent_requests"), "{err}");
+    }
+
+    #[test]
+    fn symbfile_keys_as_the_example_documents_them() {
+        let (example, ignored) = Config::from_yaml(include_str!("../config.example.yml")).unwrap();
+        assert!(
+            !ignored.iter().any(|k| k.starts_with("symbfile")),
+            "{ignored:?}"
+        );
+        let defaults = SymbfileConfig::default();
+        let documented = &example.symbfile;
+        assert_eq!(documented.max_file_size, defaults.max_file_size);
+        assert_eq!(documented.max_parts, defaults.max_parts);
+        assert_eq!(documented.max_pending_uploads, defaults.max_pending_uploads);
+        assert_eq!(
+            documented.pending_upload_timeout,
+            defaults.pending_upload_timeout
+        );
+        assert_eq!(documented.max_stored_files, defaults.max_stored_files);
+        assert_eq!(documented.max_open_indexes, defaults.max_open_indexes);
+        assert!(documented.api_keys.is_empty());
+        assert_eq!(example.symbfile_dir(), example.cache_dir.join("symbfiles"));
+
+        let yaml = "symbfile:\n  api_keys: [a]\n  dir: /srv/symbfiles\n  max_file_size: 1MiB\n  max_parts: null\n  pending_upload_timeout: 5m\n";
+        let (config, ignored) = Config::from_yaml(yaml).unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert_eq!(config.symbfile.api_keys[0].expose(), "a");
+        assert_eq!(config.symbfile_dir(), PathBuf::from("/srv/symbfiles"));
+        assert_eq!(config.symbfile.max_file_size, 1024 * 1024);
+        assert_eq!(config.symbfile.max_parts, usize::MAX);
+        assert_eq!(
+            config.symbfile.pending_upload_timeout,
+            Duration::from_secs(300)
+        );
+        let err = Config::from_yaml("symbfile:\n  max_parts: 0\n").unwrap_err();
+        assert!(err.to_string().contains("symbfile.max_parts"), "{err}");
     }
 }

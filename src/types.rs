@@ -244,6 +244,10 @@ pub struct RawObjectInfo {
     pub image_addr: HexValue,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_size: Option<u64>,
+    /// The FileID of Elastic's profiler (base64 or hex): symbols uploaded as symbfiles
+    /// for it are used before any source (omnisym only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_id: Option<String>,
 }
 
 /// Status of fetching the file that serves one purpose (debug info, unwind info).

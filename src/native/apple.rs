@@ -60,6 +60,7 @@ pub fn parse(reader: impl Read) -> anyhow::Result<ParsedReport> {
                 debug_checksum: None,
                 image_addr: HexValue(image.addr.0),
                 image_size: (image.size != 0).then_some(image.size),
+                file_id: None,
             })
         })
         .collect();

@@ -23,7 +23,7 @@ use serde::Deserialize;
 
 use crate::cache::{Caches, Scope};
 use crate::error::panicked;
-use crate::lookup::{Lookup, ObjectsActor, SourceFiles};
+use crate::lookup::{Lookup, ObjectsActor, SourceFiles, SymbfileStore};
 use crate::sources::SourceConfig;
 use crate::types::{
     CompleteObjectInfo, CompletedSymbolicationResponse, RawObjectInfo, RawStacktrace,
@@ -58,6 +58,7 @@ pub struct SymbolicateRequest {
 /// Everything native symbolication needs, shared by all requests.
 pub struct NativeService {
     objects: Arc<ObjectsActor>,
+    symbfiles: Arc<SymbfileStore>,
     symcaches: SymCacheActor,
     cficaches: CfiCacheActor,
     ppdb_caches: PpdbCacheActor,
@@ -88,6 +89,7 @@ impl NativeService {
             source_files: lookup.source_files.clone(),
             ppdb_caches: PpdbCacheActor::new(caches, objects.clone()),
             objects,
+            symbfiles: lookup.symbfiles.clone(),
             demangle: DemangleCache::new(10 * 1024 * 1024),
         }
     }
@@ -218,6 +220,7 @@ impl NativeService {
         let mut lookup = ModuleLookup::new(job.modules, job.rewrite_first_module);
         lookup
             .fetch_caches(
+                &self.symbfiles,
                 &self.symcaches,
                 &self.ppdb_caches,
                 job.sources,

@@ -360,6 +360,7 @@ fn module_info(ty: ObjectType, module: &MinidumpModule) -> RawObjectInfo {
             0 => None,
             size => Some(size),
         },
+        file_id: None,
     }
 }
 

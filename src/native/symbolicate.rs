@@ -12,12 +12,12 @@ use symbolic::symcache::SymCache;
 
 use super::demangle::DemangleCache;
 use super::ppdb::{OwnedPpdbCache, PpdbCacheActor, symbolicate_dotnet_frame};
-use crate::lookup::{FoundObject, ObjectHandle};
+use crate::lookup::{FoundObject, ObjectHandle, SymbfileStore};
 
 use super::symcache::{OwnedSymCache, SymCacheActor};
 use crate::cache::Scope;
 use crate::error::{CacheError, CacheResult, panicked};
-use crate::sources::{ObjectId, ObjectType, SourceConfig};
+use crate::sources::{FileId, ObjectId, ObjectType, SourceConfig};
 use crate::types::{
     AddrMode, CompleteObjectInfo, CompleteStacktrace, FrameStatus, FrameTrust, HexValue,
     ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, Registers, RewriteRules, Signal,
@@ -27,11 +27,18 @@ use crate::types::{
 /// An id the client sent that does not parse makes the module unusable; upstream
 /// silently drops such ids, we report the module as malformed instead.
 enum Ids {
-    Valid(ObjectId),
+    Valid(ObjectId, Option<FileId>),
     Invalid(String),
 }
 
 fn parse_ids(raw: &RawObjectInfo) -> Ids {
+    let file_id = match raw.file_id.as_deref() {
+        None | Some("") => None,
+        Some(s) => match s.parse() {
+            Ok(id) => Some(id),
+            Err(err) => return Ids::Invalid(format!("{err}")),
+        },
+    };
     let debug_id = match raw.debug_id.as_deref() {
         None | Some("") => None,
         Some(s) => match s.parse() {
@@ -46,14 +53,17 @@ fn parse_ids(raw: &RawObjectInfo) -> Ids {
             Err(_) => return Ids::Invalid(format!("invalid code_id {s:?}")),
         },
     };
-    Ids::Valid(ObjectId {
-        debug_id,
-        code_id,
-        debug_file: raw.debug_file.clone(),
-        code_file: raw.code_file.clone(),
-        debug_checksum: raw.debug_checksum.clone(),
-        object_type: raw.ty,
-    })
+    Ids::Valid(
+        ObjectId {
+            debug_id,
+            code_id,
+            debug_file: raw.debug_file.clone(),
+            code_file: raw.code_file.clone(),
+            debug_checksum: raw.debug_checksum.clone(),
+            object_type: raw.ty,
+        },
+        file_id,
+    )
 }
 
 /// The lookup table of a module: native modules have a SymCache, .NET modules a
@@ -68,6 +78,8 @@ pub(super) struct ModuleEntry {
     pub(super) index: usize,
     pub(super) info: CompleteObjectInfo,
     pub(super) ids: Result<ObjectId, String>,
+    /// Elastic's id of the executable, for symbols uploaded as symbfiles.
+    file_id: Option<FileId>,
     cache: CacheResult<ModuleCache>,
     /// A file with sources (source bundle, embedded sources), if one was found.
     pub(super) sources: Option<Arc<ObjectHandle>>,
@@ -112,19 +124,20 @@ impl ModuleLookup {
             .into_iter()
             .enumerate()
             .map(|(index, mut info)| {
-                let ids = match parse_ids(&info.raw) {
-                    Ids::Valid(id) => {
+                let (ids, file_id) = match parse_ids(&info.raw) {
+                    Ids::Valid(id, file_id) => {
                         // Normalise ids to their canonical spelling, as upstream echoes them.
                         info.raw.debug_id = id.debug_id.map(|d| d.to_string());
                         info.raw.code_id = id.code_id.as_ref().map(|c| c.to_string());
-                        Ok(id)
+                        (Ok(id), file_id)
                     }
-                    Ids::Invalid(msg) => Err(msg),
+                    Ids::Invalid(msg) => (Err(msg), None),
                 };
                 ModuleEntry {
                     index,
                     info,
                     ids,
+                    file_id,
                     cache: Err(CacheError::NotFound),
                     sources: None,
                     debug_file_with_sources: None,
@@ -201,9 +214,11 @@ impl ModuleLookup {
     }
 
     /// Fetches SymCaches for the modules that frames point into; the others stay
-    /// `unused`.
+    /// `unused`. A module with a `file_id` whose symbols were uploaded uses those;
+    /// the configured sources are asked only when there are none.
     pub async fn fetch_caches(
         &mut self,
+        symbfiles: &SymbfileStore,
         symcaches: &SymCacheActor,
         ppdb_caches: &PpdbCacheActor,
         sources: &[SourceConfig],
@@ -225,7 +240,14 @@ impl ModuleLookup {
                         m.cache = result.cache.map(ModuleCache::Ppdb);
                     }
                     Ok(id) => {
-                        let result = symcaches.fetch(sources, id, scope).await;
+                        let uploaded = match m.file_id {
+                            Some(file_id) => symbfiles.find(file_id).await,
+                            None => None,
+                        };
+                        let result = match uploaded {
+                            Some(result) => result,
+                            None => symcaches.fetch(sources, id, scope).await,
+                        };
                         m.debug_file_with_sources = result.with_sources;
                         m.info.features.merge(&result.features);
                         m.info.candidates.merge(result.candidates);

@@ -3,6 +3,7 @@
 //! the RequestService; they never symbolicate themselves.
 
 mod access_log;
+mod compat;
 mod crash;
 mod error;
 #[cfg(test)]
@@ -16,6 +17,8 @@ mod symbolicate;
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use anyhow::Context;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -31,7 +34,7 @@ use crate::config::Config;
 use crate::fetch::Downloader;
 use crate::js::JsService;
 use crate::jvm::JvmService;
-use crate::lookup::Lookup;
+use crate::lookup::{Lookup, SymbfileStore};
 use crate::native::NativeService;
 use crate::service::{RequestService, Reservation};
 use crate::sources::SourceConfig;
@@ -62,6 +65,8 @@ pub struct AppState {
     pub request_limits: RequestLimits,
     /// The longest a poll waits for its answer.
     pub max_poll_timeout: Duration,
+    /// Uploaded symbfiles (the native pipeline reads them through `lookup`).
+    pub symbfiles: Arc<SymbfileStore>,
 }
 
 impl AppState {
@@ -81,7 +86,15 @@ impl AppState {
             config.shared_cache.as_ref(),
             &downloader,
         )?);
-        let lookup = Lookup::new(&caches, downloader.clone(), config.object_limits());
+        let symbfiles = SymbfileStore::open(config.symbfile_dir(), &config.symbfile)
+            .with_context(|| format!("symbfile store {}", config.symbfile_dir().display()))?;
+        let symbfiles = Arc::new(symbfiles);
+        let lookup = Lookup::new(
+            &caches,
+            downloader.clone(),
+            config.object_limits(),
+            symbfiles.clone(),
+        );
         let native = NativeService::new(&caches, &lookup);
         let jvm = JvmService::new(&caches, &lookup);
         let js = JsService::new(&caches, downloader.clone());
@@ -101,6 +114,7 @@ impl AppState {
             metrics,
             request_limits: config.request_limits,
             max_poll_timeout: config.max_poll_timeout,
+            symbfiles,
         })
     }
 }
@@ -125,6 +139,15 @@ pub fn router(state: AppState, config: &Config) -> Router {
         .route(
             "/applecrashreport",
             post(crash::apple_crash_report).layer(DefaultBodyLimit::disable()),
+        )
+        // Parts count their own bytes against `symbfile.max_file_size`.
+        .route(
+            "/api/symbols-ranges",
+            post(compat::symbfile::upload_ranges).layer(DefaultBodyLimit::disable()),
+        )
+        .route(
+            "/api/symbols-returnpads",
+            post(compat::symbfile::upload_return_pads).layer(DefaultBodyLimit::disable()),
         )
         .layer(axum::middleware::from_fn(request_metrics::record))
         // Outermost, like the metrics: every request, rejected ones and 404s included,

@@ -1,0 +1,420 @@
+//! End-to-end tests of symbfile uploads (`POST /api/symbols-ranges`,
+//! `/api/symbols-returnpads`) and of `/symbolicate` with a module's `file_id`: the real
+//! server on loopback, symbfiles written by Python's protobuf package from the ELF of
+//! fixtures/native (fixtures/symbfile/make.py), answers checked against the
+//! llvm-symbolizer oracle of fixtures/native/manifest.json.
+
+mod common;
+
+use axum::http::StatusCode;
+use common::{ELF_BASE, Server, client, fixtures, object};
+use serde_json::{Value, json};
+
+const KEY: &str = "test-upload-key";
+
+fn config(extra: &str) -> String {
+    format!("symbfile:\n  api_keys: [\"{KEY}\", \"another-key\"]\n{extra}")
+}
+
+fn symbfile(name: &str) -> Vec<u8> {
+    std::fs::read(fixtures().join("symbfile").join(name)).unwrap()
+}
+
+fn manifest() -> Value {
+    let text = std::fs::read_to_string(fixtures().join("symbfile/manifest.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn file_id() -> String {
+    manifest()["file_id"].as_str().unwrap().to_owned()
+}
+
+fn hex(s: &Value) -> u64 {
+    u64::from_str_radix(s.as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+}
+
+/// One part, as `symbtool push-symbols` sends it.
+struct Part<'a> {
+    endpoint: &'a str,
+    key: Option<&'a str>,
+    file_id: &'a str,
+    part: u32,
+    parts: u32,
+    body: Vec<u8>,
+}
+
+impl<'a> Part<'a> {
+    fn ranges(file_id: &'a str, part: u32, parts: u32, body: &[u8]) -> Self {
+        Part {
+            endpoint: "/api/symbols-ranges",
+            key: Some(KEY),
+            file_id,
+            part,
+            parts,
+            body: body.to_vec(),
+        }
+    }
+
+    fn return_pads(file_id: &'a str, part: u32, parts: u32, body: &[u8]) -> Self {
+        Part {
+            endpoint: "/api/symbols-returnpads",
+            ..Part::ranges(file_id, part, parts, body)
+        }
+    }
+
+    async fn send(self, server: &Server) -> (StatusCode, Value) {
+        let mut request = client()
+            .post(format!("{}{}", server.url, self.endpoint))
+            .header("FileID", self.file_id)
+            .header("FilePart", self.part.to_string())
+            .header("FileParts", self.parts.to_string())
+            .body(self.body);
+        if let Some(key) = self.key {
+            request = request.header("Authorization", format!("APIKey {key}"));
+        }
+        let response = request.send().await.unwrap();
+        let status = StatusCode::from_u16(response.status().as_u16()).unwrap();
+        let body = response.json().await.unwrap();
+        (status, body)
+    }
+
+    async fn accepted(self, server: &Server) {
+        let (status, body) = self.send(server).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body, json!({"success": true, "status": 200}));
+    }
+}
+
+/// Asserts Elastic's error shape; returns the error's code.
+fn refused(answer: (StatusCode, Value), status: StatusCode) -> String {
+    let (got, body) = answer;
+    assert_eq!(got, status, "{body}");
+    assert_eq!(body["success"], false, "{body}");
+    assert_eq!(body["status"], status.as_u16(), "{body}");
+    let uuid = body["uuid"].as_str().unwrap();
+    assert!(uuid.parse::<uuid::Uuid>().is_ok(), "{body}");
+    assert!(
+        !body["error"]["Text"].as_str().unwrap().is_empty(),
+        "{body}"
+    );
+    body["error"]["Code"].as_str().unwrap().to_owned()
+}
+
+/// Splits `data` into `n` byte ranges of near-equal size.
+fn split(data: &[u8], n: usize) -> Vec<&[u8]> {
+    let size = data.len().div_ceil(n);
+    data.chunks(size).collect()
+}
+
+fn module(file_id: &str) -> Value {
+    json!({
+        "type": "elf",
+        "file_id": file_id,
+        "code_file": "/usr/bin/crash",
+        "image_addr": format!("{ELF_BASE:#x}"),
+        "image_size": object("elf")["image_size"],
+    })
+}
+
+/// A frame per probe of the native manifest, looked up at exactly its address.
+fn probe_request(file_id: &str) -> Value {
+    let frames: Vec<Value> = object("elf")["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            json!({
+                "instruction_addr": format!("{:#x}", ELF_BASE + hex(&p["rel_addr"])),
+                "adjust_instruction_addr": false,
+            })
+        })
+        .collect();
+    json!({
+        "modules": [module(file_id)],
+        "stacktraces": [{"frames": frames}],
+        "options": {"dif_candidates": true},
+    })
+}
+
+/// The manifest's crash stack: the crashing instruction, then return addresses.
+fn crash_stack_request(file_id: &str) -> Value {
+    let frames: Vec<Value> = object("elf")["crash_stack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| json!({"instruction_addr": format!("{:#x}", ELF_BASE + hex(&f["rel_addr"]))}))
+        .collect();
+    json!({"modules": [module(file_id)], "stacktraces": [{"frames": frames}]})
+}
+
+/// `(function, abs_path, lineno)` of the answer's frames, grouped by the request frame
+/// each came from (inlinees first, as the oracle lists them).
+fn chains(response: &Value) -> Vec<Vec<(String, String, u64)>> {
+    assert_eq!(response["status"], "completed", "{response:#}");
+    let mut out: Vec<Vec<_>> = Vec::new();
+    for frame in response["stacktraces"][0]["frames"].as_array().unwrap() {
+        assert_eq!(frame["status"], "symbolicated", "{frame}");
+        let index = frame["original_index"].as_u64().unwrap() as usize;
+        if out.len() <= index {
+            out.resize(index + 1, Vec::new());
+        }
+        out[index].push((
+            frame["function"].as_str().unwrap().to_owned(),
+            frame["abs_path"].as_str().unwrap().to_owned(),
+            frame["lineno"].as_u64().unwrap(),
+        ));
+    }
+    out
+}
+
+fn oracle(frames: &Value) -> Vec<(String, String, u64)> {
+    frames
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["function"].as_str().unwrap().to_owned(),
+                f["file"].as_str().unwrap().to_owned(),
+                f["line"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The oracle's chain for each entry of the native manifest's `list` (`probes`,
+/// `crash_stack`).
+fn oracle_chains(list: &str) -> Vec<Vec<(String, String, u64)>> {
+    object("elf")[list]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| oracle(&entry["frames"]))
+        .collect()
+}
+
+fn assert_probes(response: &Value) {
+    assert_eq!(chains(response), oracle_chains("probes"));
+}
+
+async fn upload_all(server: &Server, file_id: &str) {
+    let ranges = symbfile("ranges.symbfile");
+    let parts = split(&ranges, 3);
+    // Parts may arrive in any order; the upload completes with the last one missing.
+    for part in [2, 0, 1] {
+        Part::ranges(file_id, part, 3, parts[part as usize])
+            .accepted(server)
+            .await;
+    }
+    let pads = symbfile("returnpads.symbfile");
+    let at = manifest()["returnpads_second_file_at"].as_u64().unwrap() as usize;
+    for (part, body) in [&pads[..at], &pads[at..]].into_iter().enumerate() {
+        Part::return_pads(file_id, part as u32, 2, body)
+            .accepted(server)
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn uploaded_in_parts_then_symbolicated_with_inlines() {
+    let server = Server::start(&config(""));
+    let id = file_id();
+
+    // Nothing uploaded yet: no configured source has the file either.
+    let (_, before) = server.post("/symbolicate", &probe_request(&id)).await;
+    assert_eq!(
+        before["modules"][0]["debug_status"], "missing",
+        "{before:#}"
+    );
+
+    // Two of three parts: not served yet.
+    let ranges = symbfile("ranges.symbfile");
+    let parts = split(&ranges, 3);
+    Part::ranges(&id, 0, 3, parts[0]).accepted(&server).await;
+    Part::ranges(&id, 2, 3, parts[2]).accepted(&server).await;
+    let (_, partial) = server.post("/symbolicate", &probe_request(&id)).await;
+    assert_eq!(
+        partial["modules"][0]["debug_status"], "missing",
+        "{partial:#}"
+    );
+
+    upload_all(&server, &id).await;
+    let (status, response) = server.post("/symbolicate", &probe_request(&id)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        response["modules"][0]["debug_status"], "found",
+        "{response:#}"
+    );
+    assert_eq!(
+        response["modules"][0]["candidates"][0]["source"], "symbfile:uploads",
+        "{response:#}"
+    );
+    assert_eq!(response["modules"][0]["file_id"], id.as_str());
+    assert_probes(&response);
+
+    // Return addresses step back into their call, as for any native module.
+    let (_, stack) = server.post("/symbolicate", &crash_stack_request(&id)).await;
+    assert_eq!(chains(&stack), oracle_chains("crash_stack"));
+
+    // The FileID in hex names the same executable.
+    let hex_id = manifest()["file_id_hex"].as_str().unwrap().to_owned();
+    let (_, by_hex) = server.post("/symbolicate", &probe_request(&hex_id)).await;
+    assert_probes(&by_hex);
+
+    // An id that is neither base64 nor hex makes the module malformed.
+    let (_, bad) = server
+        .post("/symbolicate", &probe_request("not a file id"))
+        .await;
+    assert_eq!(bad["modules"][0]["debug_status"], "malformed", "{bad:#}");
+}
+
+#[tokio::test]
+async fn return_pads_alone_answer_call_sites() {
+    let server = Server::start(&config(""));
+    let id = file_id();
+    let pads = symbfile("returnpads.symbfile");
+    // One part that is two whole symbfiles one after the other.
+    Part::return_pads(&id, 0, 1, &pads).accepted(&server).await;
+    let (_, response) = server.post("/symbolicate", &crash_stack_request(&id)).await;
+    let frames = response["stacktraces"][0]["frames"].as_array().unwrap();
+    // The crashing instruction is no call site; every return address is.
+    assert_eq!(frames[0]["status"], "missing_symbol", "{response:#}");
+    assert_eq!(chains_from(&response, 1), oracle_chains("crash_stack")[1..]);
+}
+
+/// Like [`chains`], for the request frames from `first` on.
+fn chains_from(response: &Value, first: usize) -> Vec<Vec<(String, String, u64)>> {
+    let mut trimmed = response.clone();
+    let frames = trimmed["stacktraces"][0]["frames"].as_array_mut().unwrap();
+    frames.retain(|f| f["original_index"].as_u64().unwrap() as usize >= first);
+    chains(&trimmed).split_off(first)
+}
+
+#[tokio::test]
+async fn refusals_have_elastic_error_shape() {
+    let disabled = Server::start("");
+    let id = file_id();
+    let answer = Part::ranges(&id, 0, 1, &symbfile("ranges.symbfile"))
+        .send(&disabled)
+        .await;
+    assert_eq!(refused(answer, StatusCode::FORBIDDEN), "1002");
+    drop(disabled);
+
+    let server = Server::start(&config("  max_file_size: 2000\n  max_parts: 8\n"));
+    let ranges = symbfile("ranges.symbfile");
+    let no_key = Part {
+        key: None,
+        ..Part::ranges(&id, 0, 1, &ranges)
+    };
+    assert_eq!(
+        refused(no_key.send(&server).await, StatusCode::UNAUTHORIZED),
+        "1001"
+    );
+    let wrong_key = Part {
+        key: Some("guessed"),
+        ..Part::ranges(&id, 0, 1, &ranges)
+    };
+    assert_eq!(
+        refused(wrong_key.send(&server).await, StatusCode::UNAUTHORIZED),
+        "1001"
+    );
+
+    let bad_magic = Part::ranges(&id, 0, 1, b"symbfilX\x00\x01");
+    assert_eq!(
+        refused(bad_magic.send(&server).await, StatusCode::BAD_REQUEST),
+        "1004"
+    );
+    // Part 0 of many is checked for the magic as it arrives.
+    let elf = std::fs::read(fixtures().join("native/elf/crash")).unwrap();
+    let not_symbfile = Part::ranges(&id, 0, 4, &elf[..1024]);
+    assert_eq!(
+        refused(not_symbfile.send(&server).await, StatusCode::BAD_REQUEST),
+        "1004"
+    );
+
+    for (part, parts) in [(3, 3), (0, 0), (0, 9)] {
+        let out_of_range = Part::ranges(&id, part, parts, &ranges);
+        assert_eq!(
+            refused(out_of_range.send(&server).await, StatusCode::BAD_REQUEST),
+            "1003"
+        );
+    }
+    for bad_id in ["", "AAAA", "../../etc/passwd"] {
+        let answer = Part::ranges(bad_id, 0, 1, &ranges).send(&server).await;
+        assert_eq!(refused(answer, StatusCode::BAD_REQUEST), "1003");
+    }
+
+    // Past max_file_size, counted over all parts.
+    let big = [ranges.clone(), ranges.clone(), ranges.clone()].concat();
+    let halves = split(&big, 2);
+    Part::ranges(&id, 0, 2, halves[0]).accepted(&server).await;
+    let too_large = Part::ranges(&id, 1, 2, halves[1]);
+    assert_eq!(
+        refused(too_large.send(&server).await, StatusCode::PAYLOAD_TOO_LARGE),
+        "1005"
+    );
+
+    // Cut off in the middle of a record: refused when the last part arrives, and
+    // nothing is stored.
+    let truncated = Part::ranges(&id, 0, 1, &ranges[..ranges.len() - 3]);
+    let answer = truncated.send(&server).await;
+    assert!(
+        answer.1["error"]["Text"]
+            .as_str()
+            .unwrap()
+            .contains("malformed symbfile at byte")
+    );
+    assert_eq!(refused(answer, StatusCode::BAD_REQUEST), "1004");
+    let (_, response) = server.post("/symbolicate", &probe_request(&id)).await;
+    assert_eq!(
+        response["modules"][0]["debug_status"], "missing",
+        "{response:#}"
+    );
+
+    // The other key works too.
+    let other = Part {
+        key: Some("another-key"),
+        ..Part::ranges(&id, 0, 1, &ranges)
+    };
+    other.accepted(&server).await;
+}
+
+#[tokio::test]
+async fn uploads_and_unfinished_parts_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache_dir = dir.path().join("cache");
+    let id = file_id();
+    let ranges = symbfile("ranges.symbfile");
+    let parts = split(&ranges, 2);
+
+    let mut server = Server::start_in(dir.path(), &cache_dir, &config(""));
+    upload_all(&server, &id).await;
+    // A second executable's upload is cut short by the restart.
+    let second = "AAAAAAAAAAAAAAAAAAAAAA";
+    Part::ranges(second, 0, 2, parts[0]).accepted(&server).await;
+    server.kill();
+
+    // The index is derived: gone, it is rebuilt from the stored symbfiles.
+    let stored = cache_dir.join("symbfiles/files");
+    let mut removed = 0;
+    for fanout in std::fs::read_dir(&stored).unwrap() {
+        for file_dir in std::fs::read_dir(fanout.unwrap().path()).unwrap() {
+            for entry in std::fs::read_dir(file_dir.unwrap().path()).unwrap() {
+                let path = entry.unwrap().path();
+                if path.extension().is_some_and(|e| e == "symcache") {
+                    std::fs::remove_file(path).unwrap();
+                    removed += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(removed, 1);
+
+    let server = Server::start_in(dir.path(), &cache_dir, &config(""));
+    let (_, response) = server.post("/symbolicate", &probe_request(&id)).await;
+    assert_probes(&response);
+
+    Part::ranges(second, 1, 2, parts[1]).accepted(&server).await;
+    let (_, response) = server.post("/symbolicate", &probe_request(second)).await;
+    assert_probes(&response);
+}
