@@ -13,7 +13,7 @@ use serde::Deserialize;
 use crate::cache::{CachesConfig, SharedCacheConfig};
 use crate::fetch::{DenyListConfig, FetchConfig};
 use crate::lookup::{ObjectLimits, SymbfileConfig};
-use crate::sources::SourceConfig;
+use crate::sources::{Secret, SourceConfig};
 use crate::telemetry::MetricsConfig;
 use crate::types::RequestLimits;
 use crate::units::{deserialize_duration, deserialize_limit, deserialize_size};
@@ -154,6 +154,41 @@ pub struct Config {
     pub max_symstore_index_size: u64,
     /// Symbfile uploads (`POST /api/symbols-ranges`, `/api/symbols-returnpads`).
     pub symbfile: SymbfileConfig,
+    /// Upstream's switch for the symbol-server proxy: `GET`/`HEAD /proxy/<symstore path>`
+    /// serve debug files from `sources`.
+    pub symstore_proxy: bool,
+    /// SymCache over HTTP: `GET /symcache/v<version>/<debug_file>/<debug_id>`.
+    pub symcache_http: SymCacheHttpConfig,
+}
+
+/// The SymCache HTTP front (omnisym only).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default)]
+pub struct SymCacheHttpConfig {
+    pub enabled: bool,
+    /// When set, every request must carry `Authorization: Bearer <token>` (else 401).
+    pub token: Option<Secret>,
+    /// What a `404` with `Retry-After` asks the client to wait before asking again.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub retry_after: Duration,
+    /// How long a client that accepts `Retry-After` waits for its SymCache before it is
+    /// told to come back: long enough for one that is already built to be looked up.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub answer_within: Duration,
+}
+
+impl Default for SymCacheHttpConfig {
+    fn default() -> Self {
+        SymCacheHttpConfig {
+            enabled: true,
+            token: None,
+            // The protocol's sample server asks for one second.
+            retry_after: Duration::from_secs(1),
+            // A built SymCache is found in milliseconds (memory or disk); a first build
+            // downloads a debug file and takes seconds to minutes.
+            answer_within: Duration::from_millis(250),
+        }
+    }
 }
 
 impl Default for Config {
@@ -210,6 +245,9 @@ impl Default for Config {
             decompression_ratio_floor: fetch.decompression_ratio_floor,
             max_symstore_index_size: fetch.max_symstore_index_size,
             symbfile: SymbfileConfig::default(),
+            // Upstream's default.
+            symstore_proxy: true,
+            symcache_http: SymCacheHttpConfig::default(),
         }
     }
 }
@@ -344,6 +382,11 @@ impl Config {
         if self.max_concurrent_downloads_per_source == 0 {
             return Err(ConfigError::Semantic(
                 "max_concurrent_downloads_per_source must be at least 1".into(),
+            ));
+        }
+        if self.symcache_http.retry_after.is_zero() {
+            return Err(ConfigError::Semantic(
+                "symcache_http.retry_after must be longer than 0".into(),
             ));
         }
         if self.max_decompression_ratio == 0 {
@@ -648,12 +691,34 @@ max_download_size: 16106127360
             );
         }
         // What the README lists as ignored really is: a key honoured later must leave it.
-        for listed in ["sentry_dsn", "symstore_proxy", "caches.index"] {
+        assert!(config.symstore_proxy);
+        for listed in ["sentry_dsn", "caches.index"] {
             assert!(
                 ignored.iter().any(|k| k.starts_with(listed)),
                 "{listed} is honoured now; remove it from the README's ignored list"
             );
         }
+    }
+
+    #[test]
+    fn compatibility_fronts_are_configured() {
+        let config = Config::default();
+        assert!(config.symstore_proxy);
+        assert!(config.symcache_http.enabled);
+        assert!(config.symcache_http.token.is_none());
+        let yaml = "symstore_proxy: false\nsymcache_http:\n  enabled: false\n  token: s3cret\n  retry_after: 5s\n  answer_within: 1s\n";
+        let (config, ignored) = Config::from_yaml(yaml).unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert!(!config.symstore_proxy);
+        let http = &config.symcache_http;
+        assert!(!http.enabled);
+        assert_eq!(http.token.as_ref().map(Secret::expose), Some("s3cret"));
+        assert_eq!(http.retry_after, Duration::from_secs(5));
+        assert_eq!(http.answer_within, Duration::from_secs(1));
+        // The token never shows in a printed config.
+        assert!(!format!("{config:?}").contains("s3cret"));
+        let err = Config::from_yaml("symcache_http: {retry_after: 0}\n").unwrap_err();
+        assert!(err.to_string().contains("retry_after"), "{err}");
     }
 
     #[test]

@@ -59,6 +59,9 @@ pub enum ObjectPurpose {
     Debug,
     Unwind,
     Source,
+    /// Any file that is the object, whatever it holds: the symbol-server proxy hands
+    /// on whole files (a PE image without symbols is still what a debugger asked for).
+    Whole,
 }
 
 /// A candidate that was chosen, with its metadata (or the error that is the best we
@@ -147,6 +150,7 @@ fn quality(meta: &CacheResult<Arc<ObjectMeta>>, purpose: ObjectPurpose) -> u8 {
             ObjectPurpose::Debug if meta.features.has_symbols => 1,
             ObjectPurpose::Unwind if meta.features.has_unwind_info => 0,
             ObjectPurpose::Source if meta.features.has_sources => 0,
+            ObjectPurpose::Whole => 0,
             _ => 2,
         },
         Err(_) => 3,
@@ -158,6 +162,7 @@ fn is_useful(meta: &ObjectMeta, purpose: ObjectPurpose) -> bool {
         ObjectPurpose::Debug => meta.features.has_debug_info || meta.features.has_symbols,
         ObjectPurpose::Unwind => meta.features.has_unwind_info,
         ObjectPurpose::Source => meta.features.has_sources,
+        ObjectPurpose::Whole => true,
     }
 }
 

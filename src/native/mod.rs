@@ -94,6 +94,11 @@ impl NativeService {
         }
     }
 
+    /// The SymCaches `/symbolicate` reads, for fronts that serve them whole.
+    pub fn symcaches(&self) -> &SymCacheActor {
+        &self.symcaches
+    }
+
     pub async fn symbolicate(
         &self,
         scope: Scope,

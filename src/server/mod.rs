@@ -3,7 +3,7 @@
 //! the RequestService; they never symbolicate themselves.
 
 mod access_log;
-mod compat;
+pub mod compat;
 mod crash;
 mod error;
 #[cfg(test)]
@@ -67,6 +67,10 @@ pub struct AppState {
     pub max_poll_timeout: Duration,
     /// Uploaded symbfiles (the native pipeline reads them through `lookup`).
     pub symbfiles: Arc<SymbfileStore>,
+    /// `None` when `symstore_proxy` is off.
+    pub symstore_proxy: Option<Arc<compat::SymstoreProxy>>,
+    /// `None` when `symcache_http.enabled` is off.
+    pub symcache_http: Option<Arc<compat::SymCacheHttp>>,
 }
 
 impl AppState {
@@ -98,13 +102,30 @@ impl AppState {
         let native = NativeService::new(&caches, &lookup);
         let jvm = JvmService::new(&caches, &lookup);
         let js = JsService::new(&caches, downloader.clone());
+        // Results waiting to be polled may hold at most 64 MiB.
+        let service = RequestService::new(config.max_concurrent_requests, 64 * 1024 * 1024);
+        let native = Arc::new(native);
+        let default_sources: Arc<[SourceConfig]> = config.sources.clone().into();
+        let symstore_proxy = config.symstore_proxy.then(|| {
+            Arc::new(compat::SymstoreProxy::new(
+                lookup.objects.clone(),
+                default_sources.clone(),
+            ))
+        });
+        let symcache_http = config.symcache_http.enabled.then(|| {
+            Arc::new(compat::SymCacheHttp::new(
+                native.clone(),
+                default_sources.clone(),
+                service.clone(),
+                config.symcache_http.clone(),
+            ))
+        });
         Ok(AppState {
-            // Results waiting to be polled may hold at most 64 MiB.
-            service: RequestService::new(config.max_concurrent_requests, 64 * 1024 * 1024),
-            native: Arc::new(native),
+            service,
+            native,
             jvm: Arc::new(jvm),
             js: Arc::new(js),
-            default_sources: config.sources.clone().into(),
+            default_sources,
             downloader,
             crash_files: crash::CrashFiles {
                 dir: config.cache_dir.join("tmp"),
@@ -115,6 +136,8 @@ impl AppState {
             request_limits: config.request_limits,
             max_poll_timeout: config.max_poll_timeout,
             symbfiles,
+            symstore_proxy,
+            symcache_http,
         })
     }
 }
@@ -128,6 +151,11 @@ pub fn router(state: AppState, config: &Config) -> Router {
         .route("/symbolicate-jvm", post(jvm::symbolicate_jvm))
         .route("/symbolicate-js", post(js::symbolicate_js))
         .route("/requests/{id}", get(requests::poll))
+        .route(
+            "/proxy/{*path}",
+            get(compat::proxy::proxy).head(compat::proxy::proxy),
+        )
+        .route("/symcache/{*path}", get(compat::symcache_http::symcache))
         .layer(DefaultBodyLimit::max(
             usize::try_from(config.max_request_body_size).unwrap_or(usize::MAX),
         ))

@@ -1,8 +1,17 @@
-//! Compatibility fronts: thin adapters that speak other symbol services' protocols
-//! over the same lookup, fetch and caches as the native endpoints. Each front owns one
-//! file and only translates requests and answers; none looks files up itself.
+//! Compatibility fronts: the protocols clients of other symbol services already speak,
+//! each a thin adapter in its own file over the same lookup, fetch and caches as the
+//! native endpoints. None of them looks files up or builds caches itself.
 //!
+//! - `proxy`: the symbol-server proxy (`GET`/`HEAD /proxy/<symstore path>`), upstream
+//!   Symbolicator's `symstore_proxy` mode.
+//! - `symcache_http`: SymCache over HTTP (`GET /symcache/v<version>/<debug_file>/<id>`),
+//!   the protocol of Microsoft's SymCache HTTP server for this engine's SymCaches.
 //! - `symbfile`: Elastic's profiler symbol uploads (`/api/symbols-ranges`,
 //!   `/api/symbols-returnpads`).
 
+pub mod proxy;
 pub mod symbfile;
+pub mod symcache_http;
+
+pub use proxy::SymstoreProxy;
+pub use symcache_http::SymCacheHttp;

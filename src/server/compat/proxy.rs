@@ -1,0 +1,314 @@
+//! The symbol-server proxy, upstream Symbolicator's `symstore_proxy` mode: `GET` and
+//! `HEAD /proxy/<name>/<key>/<name>` answer a debugger's (or another symbol server's)
+//! symstore request from the configured sources. The path names an object (a PDB by
+//! GUID and age, a PE by timestamp and size, ELF and Mach-O by SSQP keys); it is found
+//! by the same object lookup `/symbolicate` uses and served from the download cache.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+
+use crate::cache::Scope;
+use crate::error::{CacheError, CacheResult};
+use crate::lookup::{ObjectHandle, ObjectPurpose, ObjectsActor};
+use crate::server::{ApiError, AppState};
+use crate::sources::{FileType, ObjectId, SourceConfig, parse_symstore_path};
+
+/// The proxy's view of the server: the shared object lookup and the configured sources.
+pub struct SymstoreProxy {
+    objects: Arc<ObjectsActor>,
+    sources: Arc<[SourceConfig]>,
+}
+
+impl SymstoreProxy {
+    pub fn new(objects: Arc<ObjectsActor>, sources: Arc<[SourceConfig]>) -> Self {
+        SymstoreProxy { objects, sources }
+    }
+
+    /// The best file for the request on the configured sources, from the download cache.
+    async fn find(&self, request: &SymstoreRequest) -> CacheResult<Arc<ObjectHandle>> {
+        // Files of any scope's request may be proxied, so they are looked up (and
+        // cached) as the global scope's, as upstream does.
+        let scope = Scope::Global;
+        let found = self
+            .objects
+            .find(
+                &self.sources,
+                request.filetypes,
+                &request.id,
+                &scope,
+                ObjectPurpose::Whole,
+            )
+            .await
+            .found
+            .ok_or(CacheError::NotFound)?;
+        found.meta.as_ref().map_err(Clone::clone)?;
+        self.objects.fetch(&found, &request.id).await
+    }
+}
+
+/// `GET` and `HEAD /proxy/{*path}`.
+pub async fn proxy(
+    State(state): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    Path(path): Path<String>,
+) -> Response {
+    // Upstream answers a disabled proxy as if the route did not exist.
+    let Some(proxy) = state.symstore_proxy.clone() else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let request = match SymstoreRequest::parse(&path) {
+        Ok(request) => request,
+        Err(PathError::Refused) => {
+            return ApiError::bad_request("path segments must be plain file names").into_response();
+        }
+        Err(PathError::NotSymstore) => return StatusCode::NOT_FOUND.into_response(),
+    };
+    // A lookup downloads: it counts against `max_concurrent_requests` like any request.
+    let Ok(_slot) = state.service.reserve() else {
+        return ApiError::overloaded().into_response();
+    };
+    let handle = match proxy.find(&request).await {
+        Ok(handle) => handle,
+        Err(err) => return lookup_failure(&err),
+    };
+    let (content_type, body) = match request.answer {
+        Answer::File => (
+            "application/octet-stream",
+            Bytes::from_owner(ObjectBytes(handle)),
+        ),
+        Answer::Pointer => match pointer(&uri, &headers) {
+            Some(text) => ("text/plain", Bytes::from(text)),
+            None => return ApiError::bad_request("file.ptr needs a Host header").into_response(),
+        },
+    };
+    let length = body.len();
+    let body = if method == Method::HEAD {
+        Body::empty()
+    } else {
+        Body::from(body)
+    };
+    (
+        [
+            (header::CONTENT_TYPE, content_type.to_owned()),
+            (header::CONTENT_LENGTH, length.to_string()),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// How a front answers a lookup that found nothing usable: a file that is not there, or
+/// is not a readable debug file, is absent (404); a source that failed may answer
+/// later (503); anything else is ours (500). Details stay in the log: they name
+/// sources and paths.
+pub(super) fn lookup_failure(err: &CacheError) -> Response {
+    match err {
+        CacheError::NotFound
+        | CacheError::Malformed(_)
+        | CacheError::Unsupported(_)
+        | CacheError::TooLarge(_) => StatusCode::NOT_FOUND.into_response(),
+        CacheError::PermissionDenied(_) | CacheError::Timeout(_) | CacheError::DownloadError(_) => {
+            tracing::info!(error = %err, "symbol source failed");
+            ApiError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                message: format!("a symbol source failed ({}); try again later", err.name()),
+            }
+            .into_response()
+        }
+        CacheError::InternalError => ApiError::internal().into_response(),
+    }
+}
+
+/// The cached file's bytes, memory-mapped, as a response body: nothing is copied, and
+/// the mapping lives as long as the body is being sent.
+struct ObjectBytes(Arc<ObjectHandle>);
+
+impl AsRef<[u8]> for ObjectBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.0.object().data()
+    }
+}
+
+/// A symstore `file.ptr`: `PATH:` and where the file itself is, which is this proxy at
+/// the file's own name. The address is the one the client reached us at (`Host`, and
+/// `X-Forwarded-Proto` from a TLS-terminating proxy in front).
+fn pointer(uri: &Uri, headers: &HeaderMap) -> Option<String> {
+    let host = headers.get(header::HOST)?.to_str().ok()?;
+    let scheme = match headers.get("x-forwarded-proto").map(|v| v.as_bytes()) {
+        Some(b"https") => "https",
+        _ => "http",
+    };
+    // The path as the client wrote it (still percent-encoded), with the directory's
+    // name in place of `file.ptr`.
+    let mut parts = uri.path().rsplitn(4, '/');
+    let (_file, key, name, prefix) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    Some(format!(
+        "PATH:{scheme}://{host}{prefix}/{name}/{key}/{name}"
+    ))
+}
+
+/// What a symstore path asks for.
+#[derive(Debug)]
+struct SymstoreRequest {
+    filetypes: &'static [FileType],
+    id: ObjectId,
+    answer: Answer,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Answer {
+    /// The file itself (under its own or its compressed name).
+    File,
+    /// A `file.ptr` that points to it.
+    Pointer,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum PathError {
+    /// A segment that is no file name (`..`, `.`, empty, a backslash or NUL): never
+    /// handed on, even though source layouts could not escape their root either.
+    Refused,
+    /// Not `name/key/name`, or a key that fits no object.
+    NotSymstore,
+}
+
+impl SymstoreRequest {
+    /// `name/key/name`, `name/key/compressed-name` (the last character `_`, Microsoft's
+    /// name for a CAB-compressed PE or PDB) or `name/key/file.ptr`; names compare
+    /// without case, and the key's hex digits may be of either case.
+    fn parse(path: &str) -> Result<Self, PathError> {
+        let segments: Vec<&str> = path.split('/').collect();
+        if segments
+            .iter()
+            .any(|s| s.is_empty() || *s == "." || *s == ".." || s.contains(['\\', '\0']))
+        {
+            return Err(PathError::Refused);
+        }
+        let [name, key, file] = segments[..] else {
+            return Err(PathError::NotSymstore);
+        };
+        let (answer, compressed) = if file.eq_ignore_ascii_case("file.ptr") {
+            (Answer::Pointer, false)
+        } else {
+            (Answer::File, is_compressed_name(name, file))
+        };
+        // Whatever name the file was asked under, the lookup is for the object itself.
+        let (filetypes, id) =
+            parse_symstore_path(&format!("{name}/{key}/{name}")).ok_or(PathError::NotSymstore)?;
+        if answer == Answer::File && !compressed && name.to_lowercase() != file.to_lowercase() {
+            return Err(PathError::NotSymstore);
+        }
+        // Only PE and PDB files are stored compressed.
+        if compressed && !matches!(filetypes, [FileType::Pe] | [FileType::Pdb]) {
+            return Err(PathError::NotSymstore);
+        }
+        Ok(SymstoreRequest {
+            filetypes,
+            id,
+            answer,
+        })
+    }
+}
+
+/// Whether `file` is `name` with its last character replaced by `_` (`crash.pdb` and
+/// `crash.pd_`), ignoring case.
+fn is_compressed_name(name: &str, file: &str) -> bool {
+    let Some(file_stem) = file.strip_suffix('_') else {
+        return false;
+    };
+    let Some(stem) = name.len().checked_sub(1).and_then(|end| name.get(..end)) else {
+        return false;
+    };
+    !name.ends_with('_') && stem.to_lowercase() == file_stem.to_lowercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PDB_KEY: &str = "8E0A63CEE693FDC74C4C44205044422E1";
+
+    #[test]
+    fn names_and_keys_compare_without_case() {
+        let lower =
+            SymstoreRequest::parse(&format!("crash.pdb/{}/CRASH.PDB", PDB_KEY.to_lowercase()))
+                .unwrap();
+        let upper = SymstoreRequest::parse(&format!("crash.pdb/{PDB_KEY}/crash.pdb")).unwrap();
+        assert_eq!(lower.id.debug_id, upper.id.debug_id);
+        assert_eq!(lower.filetypes, [FileType::Pdb]);
+        assert_eq!(lower.answer, Answer::File);
+        let elf = SymstoreRequest::parse("crash/ELF-BUILDID-6CDC6FD9/crash").unwrap();
+        assert_eq!(elf.filetypes, [FileType::ElfCode]);
+        assert_eq!(elf.id.code_id.unwrap().as_str(), "6cdc6fd9");
+    }
+
+    #[test]
+    fn compressed_names_and_pointers_ask_for_the_same_object() {
+        let plain = SymstoreRequest::parse(&format!("crash.pdb/{PDB_KEY}/crash.pdb")).unwrap();
+        for file in ["crash.pd_", "CRASH.PD_", "file.ptr", "FILE.PTR"] {
+            let request = SymstoreRequest::parse(&format!("crash.pdb/{PDB_KEY}/{file}")).unwrap();
+            assert_eq!(request.id.debug_id, plain.id.debug_id, "{file}");
+            assert_eq!(request.filetypes, plain.filetypes, "{file}");
+            let want = if file.ends_with('_') {
+                Answer::File
+            } else {
+                Answer::Pointer
+            };
+            assert_eq!(request.answer, want, "{file}");
+        }
+        let exe = SymstoreRequest::parse("crash.exe/BCBA5D045000/crash.ex_").unwrap();
+        assert_eq!(exe.filetypes, [FileType::Pe]);
+        // Only PE and PDB files are stored compressed; a name that is not the compressed
+        // form of the directory's is no symstore path.
+        for path in [
+            "crash/elf-buildid-6cdc6fd9/cras_",
+            "crash.exe/BCBA5D045000/crash.pd_",
+            "crash.exe/BCBA5D045000/crash.e_",
+            "crash.ex_/BCBA5D045000/crash.ex_x",
+        ] {
+            assert_eq!(
+                SymstoreRequest::parse(path).unwrap_err(),
+                PathError::NotSymstore,
+                "{path}"
+            );
+        }
+    }
+
+    #[test]
+    fn traversal_is_refused_before_any_lookup() {
+        for path in [
+            "../crash.pdb/KEY/crash.pdb",
+            "crash.pdb/../crash.pdb",
+            "crash.pdb/./x/crash.pdb",
+            "crash.pdb//crash.pdb",
+            "..\\..\\etc/KEY/..\\..\\etc",
+            "crash.pdb/KEY/crash.pdb/",
+            "a\0/KEY/a\0",
+        ] {
+            assert_eq!(
+                SymstoreRequest::parse(path).unwrap_err(),
+                PathError::Refused,
+                "{path:?}"
+            );
+        }
+        for path in [
+            "crash.pdb",
+            "crash.pdb/KEY",
+            "a/b/c/d",
+            "crash.pdb/nothex/crash.pdb",
+        ] {
+            assert_eq!(
+                SymstoreRequest::parse(path).unwrap_err(),
+                PathError::NotSymstore,
+                "{path}"
+            );
+        }
+    }
+}
