@@ -152,6 +152,24 @@ pub struct Config {
     /// index is not used (omnisym only).
     #[serde(deserialize_with = "deserialize_size")]
     pub max_symstore_index_size: u64,
+    /// Mozilla's symbolication API (`/symbolicate/v5`, `/symbolicate/v4`).
+    pub mozilla: MozillaConfig,
+}
+
+/// The `mozilla` section: limits of Mozilla's symbolication API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct MozillaConfig {
+    /// Jobs one `/symbolicate/v5` request may carry (more: 400).
+    #[serde(deserialize_with = "deserialize_limit")]
+    pub max_jobs: usize,
+}
+
+impl Default for MozillaConfig {
+    /// Mozilla's own service allows 10.
+    fn default() -> Self {
+        MozillaConfig { max_jobs: 10 }
+    }
 }
 
 impl Default for Config {
@@ -207,6 +225,7 @@ impl Default for Config {
                 .unwrap_or(usize::MAX),
             decompression_ratio_floor: fetch.decompression_ratio_floor,
             max_symstore_index_size: fetch.max_symstore_index_size,
+            mozilla: MozillaConfig::default(),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! the RequestService; they never symbolicate themselves.
 
 mod access_log;
+mod compat;
 mod crash;
 mod error;
 #[cfg(test)]
@@ -114,6 +115,7 @@ pub fn router(state: AppState, config: &Config) -> Router {
         .route("/symbolicate-jvm", post(jvm::symbolicate_jvm))
         .route("/symbolicate-js", post(js::symbolicate_js))
         .route("/requests/{id}", get(requests::poll))
+        .merge(compat::mozilla::routes(config.mozilla))
         .layer(DefaultBodyLimit::max(
             usize::try_from(config.max_request_body_size).unwrap_or(usize::MAX),
         ))
