@@ -159,6 +159,8 @@ pub struct Config {
     pub symstore_proxy: bool,
     /// SymCache over HTTP: `GET /symcache/v<version>/<debug_file>/<debug_id>`.
     pub symcache_http: SymCacheHttpConfig,
+    /// Mozilla's symbolication API (`/symbolicate/v5`, `/symbolicate/v4`).
+    pub mozilla: MozillaConfig,
 }
 
 /// The SymCache HTTP front (omnisym only).
@@ -188,6 +190,22 @@ impl Default for SymCacheHttpConfig {
             // downloads a debug file and takes seconds to minutes.
             answer_within: Duration::from_millis(250),
         }
+    }
+}
+
+/// The `mozilla` section: limits of Mozilla's symbolication API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct MozillaConfig {
+    /// Jobs one `/symbolicate/v5` request may carry (more: 400).
+    #[serde(deserialize_with = "deserialize_limit")]
+    pub max_jobs: usize,
+}
+
+impl Default for MozillaConfig {
+    /// Mozilla's own service allows 10.
+    fn default() -> Self {
+        MozillaConfig { max_jobs: 10 }
     }
 }
 
@@ -248,6 +266,7 @@ impl Default for Config {
             // Upstream's default.
             symstore_proxy: true,
             symcache_http: SymCacheHttpConfig::default(),
+            mozilla: MozillaConfig::default(),
         }
     }
 }

@@ -281,30 +281,13 @@ impl Reservation {
         };
         tokio::spawn(async move {
             let _guard = guard;
-            // The work runs in its own task so a panic in it becomes an answer.
-            let handle = tokio::spawn(tokio::time::timeout(MAX_REQUEST_DURATION, work));
-            let metrics = &inner.metrics;
-            let body = match handle.await {
-                Ok(Ok(Ok(value))) => {
-                    metrics.completed.increment(1);
-                    completed_body(&value)
-                }
-                Ok(Ok(Err(err))) => {
-                    tracing::warn!(error = %format!("{err:#}"), "request failed");
-                    metrics.failed.increment(1);
-                    plain_body(&SymbolicationResponse::Failed {
-                        message: format!("{err:#}"),
-                    })
-                }
-                Ok(Err(_elapsed)) => {
-                    metrics.timeout.increment(1);
-                    plain_body(&SymbolicationResponse::Timeout)
-                }
-                Err(join_err) => {
-                    tracing::error!(error = %join_err, "request task panicked");
-                    metrics.internal_error.increment(1);
-                    plain_body(&SymbolicationResponse::InternalError)
-                }
+            let body = match execute(&inner, work).await {
+                Outcome::Done(value) => completed_body(&value),
+                Outcome::Failed(err) => plain_body(&SymbolicationResponse::Failed {
+                    message: format!("{err:#}"),
+                }),
+                Outcome::Timeout => plain_body(&SymbolicationResponse::Timeout),
+                Outcome::Panicked => plain_body(&SymbolicationResponse::InternalError),
             };
             let len = body.len() as u64;
             let keep = {
@@ -320,6 +303,65 @@ impl Reservation {
             slot.done.notify_waiters();
         });
         handle
+    }
+
+    /// Runs `work` in this slot and hands its value to the caller, for fronts whose
+    /// protocol has no `pending` answer: nothing is kept for polling.
+    pub async fn run<F, T>(self, work: F) -> Outcome<T>
+    where
+        F: Future<Output = anyhow::Result<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let guard = self.guard;
+        let inner = guard.inner.clone();
+        // The slot goes with the work, not with the caller: a client that hangs up does
+        // not end the work, so it must not free the slot either.
+        execute(&inner, async move {
+            let _guard = guard;
+            work.await
+        })
+        .await
+    }
+}
+
+/// How a request's work ended.
+pub enum Outcome<T> {
+    Done(T),
+    Failed(anyhow::Error),
+    /// It ran past [`MAX_REQUEST_DURATION`].
+    Timeout,
+    /// It panicked (logged here).
+    Panicked,
+}
+
+/// Runs `work` as its own task, so that a panic in it becomes an answer, under the
+/// request time limit, and counts how it ended.
+async fn execute<F, T>(inner: &Inner, work: F) -> Outcome<T>
+where
+    F: Future<Output = anyhow::Result<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    let handle = tokio::spawn(tokio::time::timeout(MAX_REQUEST_DURATION, work));
+    let metrics = &inner.metrics;
+    match handle.await {
+        Ok(Ok(Ok(value))) => {
+            metrics.completed.increment(1);
+            Outcome::Done(value)
+        }
+        Ok(Ok(Err(err))) => {
+            tracing::warn!(error = %format!("{err:#}"), "request failed");
+            metrics.failed.increment(1);
+            Outcome::Failed(err)
+        }
+        Ok(Err(_elapsed)) => {
+            metrics.timeout.increment(1);
+            Outcome::Timeout
+        }
+        Err(join_err) => {
+            tracing::error!(error = %join_err, "request task panicked");
+            metrics.internal_error.increment(1);
+            Outcome::Panicked
+        }
     }
 }
 
@@ -389,6 +431,34 @@ mod tests {
 
     fn json(b: &Bytes) -> serde_json::Value {
         serde_json::from_slice(b).unwrap()
+    }
+
+    #[tokio::test]
+    async fn run_hands_the_value_back_and_holds_the_slot_while_it_works() {
+        let svc = RequestService::new(1, 1 << 20);
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let slot = svc.reserve().unwrap();
+        let running = tokio::spawn(slot.run(async move {
+            rx.await.ok();
+            Ok(Answer { value: 3 })
+        }));
+        tokio::task::yield_now().await;
+        assert!(
+            svc.reserve().is_err(),
+            "the running work holds the only slot"
+        );
+        tx.send(()).unwrap();
+        match running.await.unwrap() {
+            Outcome::Done(answer) => assert_eq!(answer.value, 3),
+            _ => panic!("the work completed"),
+        }
+        assert!(svc.reserve().is_ok());
+        let panicked = svc
+            .reserve()
+            .unwrap()
+            .run(async { panic!("boom") as anyhow::Result<()> })
+            .await;
+        assert!(matches!(panicked, Outcome::Panicked));
     }
 
     #[tokio::test]

@@ -6,7 +6,7 @@
 //! counters with a `_total` suffix.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
@@ -311,6 +311,87 @@ fn describe() {
     );
 }
 
+/// What one request caused in the caches and on the network, for fronts that report it
+/// to the client (Mozilla's `Debug: true`). Metrics add up over the whole process; this
+/// adds up what ran inside [`RequestStats::scope`]: the recording functions below reach
+/// it through a task-local, so work on other tasks (background refreshes, uploads to the
+/// shared cache) is not counted, and outside a scope they cost one failed look-up.
+#[derive(Default)]
+pub struct RequestStats(Mutex<RequestStatsData>);
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RequestStatsData {
+    /// By cache kind (`symcaches`, `objects`, ...).
+    pub cache: BTreeMap<&'static str, CacheLookupStats>,
+    pub downloads: DownloadStats,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CacheLookupStats {
+    pub lookups: u64,
+    /// Lookups that had to compute the item (download it, build it); the others were
+    /// answered by the memory, disk or shared cache.
+    pub computed: u64,
+    /// Time spent in lookups of this kind; a computing lookup includes the lookups of
+    /// other kinds it made.
+    pub time: Duration,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DownloadStats {
+    pub count: u64,
+    pub failed: u64,
+    /// Bytes of the downloads that succeeded, as they came (before decompression).
+    pub bytes: u64,
+    pub time: Duration,
+}
+
+tokio::task_local! {
+    static REQUEST_STATS: Arc<RequestStats>;
+}
+
+impl RequestStats {
+    /// Runs `work`, recording what it causes into `self`.
+    pub async fn scope<F: Future>(self: &Arc<Self>, work: F) -> F::Output {
+        REQUEST_STATS.scope(self.clone(), work).await
+    }
+
+    pub fn snapshot(&self) -> RequestStatsData {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+fn in_request(record: impl FnOnce(&mut RequestStatsData)) {
+    let _ = REQUEST_STATS.try_with(|stats| record(&mut stats.0.lock().unwrap()));
+}
+
+/// A lookup in the cache `kind` that took `elapsed`.
+pub fn note_cache_lookup(kind: &'static str, elapsed: Duration) {
+    in_request(|stats| {
+        let kind = stats.cache.entry(kind).or_default();
+        kind.lookups += 1;
+        kind.time += elapsed;
+    });
+}
+
+/// A lookup in the cache `kind` that computes its item.
+pub fn note_cache_compute(kind: &'static str) {
+    in_request(|stats| stats.cache.entry(kind).or_default().computed += 1);
+}
+
+/// A download that took `elapsed`: its bytes, or `None` when it failed.
+pub fn note_download(bytes: Option<u64>, elapsed: Duration) {
+    in_request(|stats| {
+        let downloads = &mut stats.downloads;
+        downloads.count += 1;
+        downloads.time += elapsed;
+        match bytes {
+            Some(bytes) => downloads.bytes += bytes,
+            None => downloads.failed += 1,
+        }
+    });
+}
+
 /// Lets a unit test read what the metric handles made inside `build` record, through a
 /// recorder of its own: the process-wide one is never touched.
 #[cfg(test)]
@@ -377,6 +458,44 @@ mod tests {
             environment: Some("prod".into()),
             platform: None,
         }
+    }
+
+    #[tokio::test]
+    async fn request_stats_count_only_inside_their_scope() {
+        let stats = Arc::new(RequestStats::default());
+        note_download(Some(100), Duration::from_millis(5));
+        stats
+            .scope(async {
+                note_cache_lookup("symcaches", Duration::from_millis(2));
+                note_cache_compute("symcaches");
+                note_cache_lookup("symcaches", Duration::from_millis(1));
+                note_download(Some(40), Duration::from_millis(3));
+                note_download(None, Duration::from_millis(1));
+                // Another task is another request (or background work).
+                tokio::spawn(async { note_download(Some(7), Duration::ZERO) })
+                    .await
+                    .unwrap();
+            })
+            .await;
+        note_cache_lookup("symcaches", Duration::from_millis(9));
+        let data = stats.snapshot();
+        assert_eq!(
+            data.cache["symcaches"],
+            CacheLookupStats {
+                lookups: 2,
+                computed: 1,
+                time: Duration::from_millis(3),
+            }
+        );
+        assert_eq!(
+            data.downloads,
+            DownloadStats {
+                count: 2,
+                failed: 1,
+                bytes: 40,
+                time: Duration::from_millis(4),
+            }
+        );
     }
 
     #[test]

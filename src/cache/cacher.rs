@@ -17,7 +17,7 @@ use super::CacheKey;
 use super::key::Scope;
 use super::shared::SharedCache;
 use crate::error::{CacheError, CacheResult, isolate, panicked};
-use crate::telemetry::{CACHE_COMPUTE_ERRORS, CACHE_LOOKUPS};
+use crate::telemetry::{self, CACHE_COMPUTE_ERRORS, CACHE_LOOKUPS};
 
 /// A family of cache files and the version of their format. Files of `version` live in
 /// `cache_dir/<name>/<version>`; files of a `compatible` older version are still served
@@ -306,6 +306,7 @@ impl<R: CacheItemRequest> Cacher<R> {
     /// Returns the item for `key`, computing it with `request` at most once however many
     /// callers ask concurrently.
     pub async fn get(&self, key: CacheKey, request: R) -> CacheResult<R::Item> {
+        let started = Instant::now();
         let mut computed_here = false;
         // Boxed: callers nest `get` futures deeply (stackwalk → CFI → objects), and an
         // unboxed chain of this size overflows the compiler's layout depth limit.
@@ -321,6 +322,7 @@ impl<R: CacheItemRequest> Cacher<R> {
         if !computed_here {
             self.inner.metrics.memory.increment(1);
         }
+        telemetry::note_cache_lookup(self.inner.kind.name, started.elapsed());
         entry.value
     }
 
@@ -472,6 +474,7 @@ impl<R: CacheItemRequest> Cacher<R> {
 
     async fn compute(&self, key: &CacheKey, path: &Path, request: &R) -> Entry<R::Item> {
         self.inner.metrics.computed.increment(1);
+        telemetry::note_cache_compute(self.inner.kind.name);
         let outcome = match self.temp_file(path) {
             // A panic while computing (a parser of downloaded bytes, on this task) costs
             // this one item, like any malformed input, and is remembered the same way.

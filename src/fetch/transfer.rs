@@ -12,7 +12,7 @@ use super::progress::Progress;
 use super::reserved_ip::RESERVED_ADDRESS_MSG;
 use super::{Downloader, FetchConfig, too_large};
 use crate::error::{CacheError, CacheResult};
-use crate::telemetry::{DOWNLOAD_DURATION, DOWNLOADED_BYTES, DOWNLOADS};
+use crate::telemetry::{self, DOWNLOAD_DURATION, DOWNLOADED_BYTES, DOWNLOADS};
 
 pub(super) const MAX_TRIES: u32 = 3;
 /// First retry delay; doubled for each further try, so a struggling server gets room.
@@ -86,7 +86,9 @@ pub fn record_download(source_type: &'static str, started: Instant, result: &Cac
     if let Ok(bytes) = result {
         metrics::counter!(DOWNLOADED_BYTES, "source_type" => source_type).increment(*bytes);
     }
-    metrics::histogram!(DOWNLOAD_DURATION, "source_type" => source_type).record(started.elapsed());
+    let elapsed = started.elapsed();
+    metrics::histogram!(DOWNLOAD_DURATION, "source_type" => source_type).record(elapsed);
+    telemetry::note_download(result.as_ref().ok().copied(), elapsed);
 }
 
 /// The innermost error's text: the outer layers of SDK and client errors only say that

@@ -156,6 +156,7 @@ pub fn router(state: AppState, config: &Config) -> Router {
             get(compat::proxy::proxy).head(compat::proxy::proxy),
         )
         .route("/symcache/{*path}", get(compat::symcache_http::symcache))
+        .merge(compat::mozilla::routes(config.mozilla))
         .layer(DefaultBodyLimit::max(
             usize::try_from(config.max_request_body_size).unwrap_or(usize::MAX),
         ))

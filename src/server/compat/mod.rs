@@ -1,7 +1,10 @@
 //! Compatibility fronts: the protocols clients of other symbol services already speak,
 //! each a thin adapter in its own file over the same lookup, fetch and caches as the
-//! native endpoints. None of them looks files up or builds caches itself.
+//! native endpoints (`native/`, `lookup/`, `cache/`). None of them looks files up or
+//! builds caches itself.
 //!
+//! - `mozilla`: Mozilla's symbolication API (`POST /symbolicate/v5` and `/v4`), as
+//!   Firefox's profiler and crash tools speak it.
 //! - `proxy`: the symbol-server proxy (`GET`/`HEAD /proxy/<symstore path>`), upstream
 //!   Symbolicator's `symstore_proxy` mode.
 //! - `symcache_http`: SymCache over HTTP (`GET /symcache/v<version>/<debug_file>/<id>`),
@@ -9,6 +12,7 @@
 //! - `symbfile`: Elastic's profiler symbol uploads (`/api/symbols-ranges`,
 //!   `/api/symbols-returnpads`).
 
+pub mod mozilla;
 pub mod proxy;
 pub mod symbfile;
 pub mod symcache_http;

@@ -1,0 +1,536 @@
+//! Mozilla's symbolication API (`/symbolicate/v5`, `/symbolicate/v4`) over HTTP against
+//! the real server, with symbols from the configured sources. The oracle for frames is
+//! `fixtures/mozilla/manifest.json`: llvm-addr2line's answer at every instruction of a
+//! library clang inlined three deep (`fixtures/mozilla/build.sh`).
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::Router;
+use axum::http::StatusCode;
+use common::{Server, SymbolServer, client, fixtures};
+use serde_json::{Value, json};
+
+fn manifest() -> Value {
+    let text = std::fs::read_to_string(fixtures().join("mozilla/manifest.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn fixture(name: &str) -> std::path::PathBuf {
+    fixtures().join("mozilla").join(name)
+}
+
+/// `[debug_file, debug_id]` of the fixture library.
+fn library() -> (String, String) {
+    let m = manifest();
+    (
+        m["debug_file"].as_str().unwrap().to_owned(),
+        m["breakpad_id"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// Where the native layout (and Mozilla's symbol server) keeps the library's `.sym`.
+fn sym_path() -> String {
+    let (file, id) = library();
+    format!("{file}/{id}/{file}.sym")
+}
+
+/// A module the sources do not have (the one in Mozilla's documented example).
+const WNTDLL: (&str, &str) = ("wntdll.pdb", "D74F79EB1F8D4A45ABCD2F476CCABACC2");
+
+fn config_with_source(url: &str) -> String {
+    format!("sources:\n  - {{id: symbols, type: http, url: \"{url}\", layout: {{type: native}}}}\n")
+}
+
+/// A symbol server with the library's Breakpad file, and a server using it.
+async fn serving_library(extra_yaml: &str) -> (SymbolServer, Server) {
+    let symsrv = SymbolServer::start().await;
+    symsrv.put(&sym_path(), &fixture("libinline.so.sym"));
+    let server = Server::start(&format!("{}{extra_yaml}", config_with_source(&symsrv.url)));
+    (symsrv, server)
+}
+
+/// The instruction of the manifest with the longest inline chain.
+fn deepest_instruction() -> Value {
+    let m = manifest();
+    let deepest = m["deepest_inline_chain"].as_u64().unwrap() as usize;
+    m["instructions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["frames"].as_array().unwrap().len() == deepest)
+        .unwrap()
+        .clone()
+}
+
+/// What v5 must answer for frame `index` at this manifest instruction: the function the
+/// instruction lies in, with the calls inlined there innermost first, all as
+/// addr2line says.
+fn expected_frame(index: usize, instruction: &Value) -> Value {
+    let (file, _) = library();
+    let offset = instruction["offset"].as_u64().unwrap();
+    let start = instruction["function_start"].as_u64().unwrap();
+    let frames = instruction["frames"].as_array().unwrap();
+    let (outer, inlined) = frames.split_last().unwrap();
+    let mut frame = json!({
+        "frame": index,
+        "module": file,
+        "module_offset": format!("{offset:#x}"),
+        "function": outer["function"],
+        "function_offset": format!("{:#x}", offset - start),
+        "file": outer["file"],
+        "line": outer["line"],
+    });
+    if !inlined.is_empty() {
+        frame["inlines"] = json!(inlined);
+    }
+    frame
+}
+
+async fn post_v5(server: &Server, body: &Value) -> (StatusCode, Value) {
+    server.post("/symbolicate/v5", body).await
+}
+
+/// Mozilla's documented v5 example (two modules, two frames: one symbolicated, one in a
+/// module without symbols), on the inlined library.
+#[tokio::test]
+async fn v5_documented_example_with_inlines_as_addr2line_has_them() {
+    let (symsrv, server) = serving_library("").await;
+    let (file, id) = library();
+    let deepest = deepest_instruction();
+    assert!(
+        deepest["frames"].as_array().unwrap().len() >= 3,
+        "{deepest}"
+    );
+    let body = json!({"jobs": [{
+        "memoryMap": [[file, id], [WNTDLL.0, WNTDLL.1]],
+        "stacks": [[[0, deepest["offset"]], [1, 65802]]],
+    }]});
+    let (status, r) = post_v5(&server, &body).await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    let want = json!({"results": [{
+        "stacks": [[
+            expected_frame(0, &deepest),
+            {"frame": 1, "module": "wntdll.pdb", "module_offset": "0x1010a"},
+        ]],
+        "found_modules": {
+            format!("{file}/{id}"): true,
+            format!("{}/{}", WNTDLL.0, WNTDLL.1): false,
+        },
+    }]});
+    assert_eq!(r, want);
+    assert!(symsrv.hits().contains(&sym_path()), "{:?}", symsrv.hits());
+}
+
+/// Every instruction of the library, in one stack sent with the single-job shortcut,
+/// answers exactly what llvm-addr2line says there.
+#[tokio::test]
+async fn every_instruction_matches_addr2line_through_the_single_job_shortcut() {
+    let (_symsrv, server) = serving_library("").await;
+    let (file, id) = library();
+    let instructions = manifest()["instructions"].as_array().unwrap().clone();
+    let stack: Vec<Value> = instructions
+        .iter()
+        .map(|i| json!([0, i["offset"]]))
+        .collect();
+    let body = json!({"memoryMap": [[file, id]], "stacks": [stack]});
+    let (status, r) = post_v5(&server, &body).await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    let frames = r["results"][0]["stacks"][0].as_array().unwrap();
+    assert_eq!(frames.len(), instructions.len());
+    for (i, (got, instruction)) in frames.iter().zip(&instructions).enumerate() {
+        assert_eq!(
+            *got,
+            expected_frame(i, instruction),
+            "instruction {instruction}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn v4_answers_strings_and_known_modules() {
+    let (_symsrv, server) = serving_library("").await;
+    let (file, id) = library();
+    let deepest = deepest_instruction();
+    let outer = deepest["frames"].as_array().unwrap().last().unwrap()["function"].clone();
+    let body = json!({
+        "memoryMap": [[file, id], [WNTDLL.0, WNTDLL.1], ["unused.pdb", "0123456789ABCDEF0123456789ABCDEF1"]],
+        "stacks": [[[0, deepest["offset"]], [1, 65802]], [[-1, 4660]]],
+        "version": 4,
+    });
+    let (status, r) = server.post("/symbolicate/v4", &body).await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    assert_eq!(
+        r,
+        json!({
+            "symbolicatedStacks": [
+                [format!("{} (in {file})", outer.as_str().unwrap()), "0x1010a (in wntdll.pdb)"],
+                ["0x1234 (in <unknown>)"],
+            ],
+            "knownModules": [true, false, null],
+        })
+    );
+}
+
+/// Index -1 is a frame in no module; offset -1 is passed through unsymbolicated, but
+/// its module is still looked up, as Mozilla's service does.
+#[tokio::test]
+async fn index_and_offset_minus_one_pass_through() {
+    let (_symsrv, server) = serving_library("").await;
+    let (file, id) = library();
+    let body = json!({"jobs": [{
+        "memoryMap": [[file, id], [WNTDLL.0, WNTDLL.1], ["empty-id.so", ""]],
+        "stacks": [[[-1, 4660], [0, -1], [1, -1], [2, 16]]],
+    }]});
+    let (status, r) = post_v5(&server, &body).await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    assert_eq!(
+        r["results"][0],
+        json!({
+            "stacks": [[
+                {"frame": 0, "module": "<unknown>", "module_offset": "0x1234"},
+                {"frame": 1, "module": file, "module_offset": "-0x1"},
+                {"frame": 2, "module": "wntdll.pdb", "module_offset": "-0x1"},
+                {"frame": 3, "module": "empty-id.so", "module_offset": "0x10"},
+            ]],
+            // Looked up although no offset was given; a module without an id never is.
+            "found_modules": {
+                format!("{file}/{id}"): true,
+                format!("{}/{}", WNTDLL.0, WNTDLL.1): false,
+                "empty-id.so/": null,
+            },
+        })
+    );
+}
+
+async fn assert_bad_request(server: &Server, path: &str, body: Value, names: &str) {
+    let (status, r) = server.post(path, &body).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body} -> {r}");
+    let message = r["error"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(names),
+        "{body}: {message:?} should name {names:?}"
+    );
+}
+
+#[tokio::test]
+async fn malformed_bodies_get_400_naming_the_field() {
+    let server = Server::start("");
+    let (file, id) = library();
+    let map = json!([[file, id]]);
+    let cases = [
+        (
+            json!({"jobs": [{"memoryMap": map, "stacks": [[[5, 16]]]}]}),
+            "jobs[0].stacks[0][0]",
+        ),
+        (
+            json!({"jobs": [{"memoryMap": map, "stacks": [[[-2, 16]]]}]}),
+            "jobs[0].stacks[0][0]",
+        ),
+        (
+            json!({"jobs": [{"memoryMap": map, "stacks": [[[0, 1.5]]]}]}),
+            "jobs[0].stacks[0][0][1]",
+        ),
+        (
+            json!({"jobs": [{"memoryMap": map, "stacks": [[[0, "0x10"]]]}]}),
+            "jobs[0].stacks[0][0][1]",
+        ),
+        (
+            json!({"jobs": [{"memoryMap": map, "stacks": [[[0, -2]]]}]}),
+            "jobs[0].stacks[0][0][1]",
+        ),
+        (
+            json!({"jobs": [{"memoryMap": map, "stacks": [[[0.5, 16]]]}]}),
+            "jobs[0].stacks[0][0][0]",
+        ),
+        (
+            json!({"jobs": [{"memoryMap": map, "stacks": [[[0]]]}]}),
+            "jobs[0].stacks[0][0]",
+        ),
+        (
+            json!({"jobs": [{"memoryMap": map, "stacks": []}]}),
+            "jobs[0].stacks",
+        ),
+        (json!({"jobs": [{"memoryMap": map}]}), "stacks"),
+        (
+            json!({"jobs": [{"memoryMap": [["a.pdb"]], "stacks": [[]]}]}),
+            "jobs[0].memoryMap[0]",
+        ),
+        (
+            json!({"jobs": [{"memoryMap": [["../etc/passwd", "AB"]], "stacks": [[]]}]}),
+            "jobs[0].memoryMap[0]",
+        ),
+        (
+            json!({"jobs": [{"memoryMap": [["a.pdb", "not-hex"]], "stacks": [[]]}]}),
+            "jobs[0].memoryMap[0]",
+        ),
+        (json!({"jobs": {"memoryMap": map}}), "jobs"),
+        (json!({"stacks": [[[0, 16]]]}), "memoryMap"),
+        (
+            json!({"memoryMap": map, "stacks": [[[3, 16]]]}),
+            "stacks[0][0]",
+        ),
+    ];
+    for (body, names) in cases {
+        assert_bad_request(&server, "/symbolicate/v5", body, names).await;
+    }
+    assert_bad_request(
+        &server,
+        "/symbolicate/v4",
+        json!({"memoryMap": map}),
+        "stacks",
+    )
+    .await;
+    let (status, r) = server
+        .post_raw("/symbolicate/v5", b"{\"jobs\": [".to_vec())
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{r}");
+}
+
+/// `mozilla.max_jobs` bounds the jobs of a request (10 by default, as Mozilla's
+/// service); the results come in job order.
+#[tokio::test]
+async fn jobs_are_answered_in_order_up_to_max_jobs() {
+    let (_symsrv, server) = serving_library("mozilla:\n  max_jobs: 2\n").await;
+    let (file, id) = library();
+    let instructions = manifest()["instructions"].as_array().unwrap().clone();
+    let job = |i: &Value| json!({"memoryMap": [[file, id]], "stacks": [[[0, i["offset"]]]]});
+    let (first, last) = (&instructions[0], instructions.last().unwrap());
+    let (status, r) = post_v5(&server, &json!({"jobs": [job(first), job(last)]})).await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    assert_eq!(r["results"][0]["stacks"][0][0], expected_frame(0, first));
+    assert_eq!(r["results"][1]["stacks"][0][0], expected_frame(0, last));
+
+    let three = json!({"jobs": [job(first), job(first), job(first)]});
+    assert_bad_request(&server, "/symbolicate/v5", three, "mozilla.max_jobs").await;
+
+    let default = Server::start("");
+    let eleven: Vec<Value> = (0..11).map(|_| job(first)).collect();
+    assert_bad_request(
+        &default,
+        "/symbolicate/v5",
+        json!({"jobs": eleven}),
+        "<= 10",
+    )
+    .await;
+}
+
+/// `Debug: true` adds what the request cost: a cold request downloads the `.sym` and
+/// builds its SymCache; the same request again is answered from the cache.
+#[tokio::test]
+async fn debug_header_reports_cache_lookups_downloads_and_modules() {
+    let (_symsrv, server) = serving_library("").await;
+    let (file, id) = library();
+    let body = json!({"jobs": [{
+        "memoryMap": [[file, id], [WNTDLL.0, WNTDLL.1], ["unused.so", "00"]],
+        "stacks": [[[0, 4096], [1, 16]], [[0, 4144]]],
+    }]});
+    let send = || async {
+        let resp = client()
+            .post(format!("{}/symbolicate/v5", server.url))
+            .header("Debug", "true")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        resp.json::<Value>().await.unwrap()
+    };
+    let cold = send().await;
+    let debug = &cold["debug"];
+    let sym_size = std::fs::metadata(fixture("libinline.so.sym"))
+        .unwrap()
+        .len();
+    // One SymCache, built: the other module has no file to build one from.
+    assert_eq!(debug["cache_lookups"]["count"], 1, "{debug:#}");
+    assert_eq!(debug["cache_lookups"]["hits"], 0, "{debug:#}");
+    assert_eq!(
+        debug["cache_lookups"]["by_kind"]["symcaches"]["computed"],
+        1
+    );
+    // The library's .sym, and the candidate files of both modules that are not there.
+    let downloads = &debug["downloads"];
+    assert!(downloads["count"].as_u64().unwrap() >= 2, "{debug:#}");
+    assert_eq!(
+        downloads["count"].as_u64().unwrap() - downloads["failed"].as_u64().unwrap(),
+        1,
+        "{debug:#}"
+    );
+    assert_eq!(downloads["size"], sym_size, "{debug:#}");
+    assert!(downloads["time"].as_f64().unwrap() > 0.0, "{debug:#}");
+    assert!(debug["time"].as_f64().unwrap() > 0.0, "{debug:#}");
+    assert_eq!(debug["modules"]["count"], 2, "{debug:#}");
+    assert_eq!(
+        debug["modules"]["stacks_per_module"],
+        json!({format!("{file}/{id}"): 2, format!("{}/{}", WNTDLL.0, WNTDLL.1): 1}),
+    );
+    assert_eq!(debug["stacks"], json!({"count": 2, "frames": 3}));
+
+    let warm = send().await;
+    assert_eq!(warm["results"], cold["results"]);
+    let debug = &warm["debug"];
+    assert_eq!(debug["cache_lookups"]["count"], 1, "{debug:#}");
+    assert_eq!(debug["cache_lookups"]["hits"], 1, "{debug:#}");
+    // Misses are remembered too: nothing is downloaded again.
+    assert_eq!(debug["downloads"]["count"], 0, "{debug:#}");
+    for (kind, lookups) in debug["cache_lookups"]["by_kind"].as_object().unwrap() {
+        assert_eq!(lookups["computed"], 0, "{kind}: {debug:#}");
+    }
+
+    let (_, plain) = post_v5(&server, &body).await;
+    assert!(plain.get("debug").is_none(), "{plain}");
+}
+
+/// A Breakpad file that is cut off is a module without symbols, not a failed request.
+#[tokio::test]
+async fn a_corrupt_symbol_file_is_a_module_not_found() {
+    let symsrv = SymbolServer::start().await;
+    symsrv.put(&sym_path(), &fixture("corrupt.sym"));
+    let server = Server::start(&config_with_source(&symsrv.url));
+    let (file, id) = library();
+    let body = json!({"memoryMap": [[file, id]], "stacks": [[[0, 4096]]]});
+    let (status, r) = post_v5(&server, &body).await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    assert_eq!(
+        r["results"][0],
+        json!({
+            "stacks": [[{"frame": 0, "module": file, "module_offset": "0x1000"}]],
+            "found_modules": {format!("{file}/{id}"): false},
+        })
+    );
+    assert!(symsrv.hits().contains(&sym_path()), "{:?}", symsrv.hits());
+}
+
+/// A source that answers 503 (or is not listening) makes the request 503, so that
+/// Mozilla's clients wait and try again; a source that answers 404 does not.
+#[tokio::test]
+async fn failing_sources_answer_503() {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let app = Router::new().fallback(move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+        async { (StatusCode::SERVICE_UNAVAILABLE, "overloaded") }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let overloaded = format!("http://{}/", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    // A port that was just free: nothing listens there.
+    let refused = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/", listener.local_addr().unwrap())
+    };
+    let (file, id) = library();
+    let body = json!({"memoryMap": [[file, id]], "stacks": [[[0, 4096]]]});
+    for url in [&overloaded, &refused] {
+        let server = Server::start(&config_with_source(url));
+        let (status, r) = post_v5(&server, &body).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{url}: {r}");
+        let message = r["error"].as_str().unwrap();
+        assert!(message.contains(&format!("{file}/{id}")), "{message}");
+    }
+    assert!(hits.load(Ordering::SeqCst) >= 1);
+
+    let empty = SymbolServer::start().await;
+    let server = Server::start(&config_with_source(&empty.url));
+    let (status, r) = post_v5(&server, &body).await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    assert_eq!(
+        r["results"][0]["found_modules"][format!("{file}/{id}")],
+        false
+    );
+}
+
+/// Any format the native lookup reads works, not only Breakpad: here a PDB in the
+/// symstore place of the native layout (`crash.pdb/<id>/crash.pdb`).
+#[tokio::test]
+async fn a_pdb_in_the_native_layout_serves_a_windows_module() {
+    let native = common::object("pe");
+    let pdb_id = native["breakpad_id"].as_str().unwrap();
+    let symsrv = SymbolServer::start().await;
+    symsrv.put(
+        &format!("crash.pdb/{pdb_id}/crash.pdb"),
+        &fixtures().join("native/pe/crash.pdb"),
+    );
+    let server = Server::start(&config_with_source(&symsrv.url));
+    // An address inside inlined code: the whole chain must come out of the PDB.
+    let probe = native["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["kind"] == "inlined")
+        .unwrap();
+    let rel_addr = probe["rel_addr"].as_str().unwrap().trim_start_matches("0x");
+    let rel = u64::from_str_radix(rel_addr, 16).unwrap();
+    let body = json!({"memoryMap": [["crash.pdb", pdb_id]], "stacks": [[[0, rel]]]});
+    let (status, r) = post_v5(&server, &body).await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    let frame = &r["results"][0]["stacks"][0][0];
+    let mut got: Vec<Value> = frame["inlines"].as_array().cloned().unwrap_or_default();
+    got.push(frame.clone());
+    // PDB names carry their parameters; llvm-symbolizer's do not.
+    let name = |f: &Value| {
+        f["function"]
+            .as_str()
+            .unwrap()
+            .split('(')
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let summary = |frames: &[Value]| -> Vec<(String, Value, Value)> {
+        frames
+            .iter()
+            .map(|f| (name(f), f["file"].clone(), f["line"].clone()))
+            .collect()
+    };
+    let want = probe["frames"].as_array().unwrap();
+    assert!(want.len() >= 2, "{probe}");
+    assert_eq!(summary(&got), summary(want), "{frame}");
+    assert_eq!(
+        r["results"][0]["found_modules"][format!("crash.pdb/{pdb_id}")],
+        true
+    );
+}
+
+/// Browsers may call the API from any origin: the preflight is answered, and answers
+/// carry `Access-Control-Allow-Origin`.
+#[tokio::test]
+async fn cors_preflight_and_answers_allow_any_origin() {
+    let server = Server::start("");
+    const ORIGIN: &str = "https://profiler.firefox.com";
+    let preflight = |path: &str| {
+        client()
+            .request(reqwest::Method::OPTIONS, format!("{}{path}", server.url))
+            .header("Origin", ORIGIN)
+            .header("Access-Control-Request-Method", "POST")
+            .header("Access-Control-Request-Headers", "content-type, debug")
+            .send()
+    };
+    for path in ["/symbolicate/v5", "/symbolicate/v4"] {
+        let resp = preflight(path).await.unwrap();
+        assert!(resp.status().is_success(), "{path}: {resp:?}");
+        let headers = resp.headers();
+        assert_eq!(headers["access-control-allow-origin"], "*", "{headers:?}");
+        let methods = headers["access-control-allow-methods"].to_str().unwrap();
+        assert!(methods.contains("POST"), "{methods}");
+        assert!(
+            headers.contains_key("access-control-allow-headers"),
+            "{headers:?}"
+        );
+    }
+    let (file, id) = library();
+    let resp = client()
+        .post(format!("{}/symbolicate/v5", server.url))
+        .header("Origin", ORIGIN)
+        .json(&json!({"memoryMap": [[file, id]], "stacks": [[[0, 4096]]]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["access-control-allow-origin"], "*");
+    // The other endpoints are not opened to browsers.
+    let resp = preflight("/symbolicate").await.unwrap();
+    assert!(!resp.headers().contains_key("access-control-allow-origin"));
+}
