@@ -144,38 +144,38 @@ def symbolicate_json():
 # ------------------------------------------------------------------- crash files
 
 APPLE_X86 = """\
-Incident Identifier: 5C32DF84-31A0-43E7-87D0-239F7F594940
-CrashReporter Key:   TODO
-Hardware Model:      MacBookPro14,3
-Process:         example [64745]
-Path:            /Users/user/example
-Identifier:      example
-Version:         1.0
+Incident Identifier: 9A4B7C21-6E0D-4F38-B2C5-7D1E3F905A68
+CrashReporter Key:   7f3c2a91d0e84b56c1a9e2f4b8d06c7e13a5f920
+Hardware Model:      Macmini8,1
+Process:         birdfeeder [31337]
+Path:            /Users/dev/birdfeeder
+Identifier:      birdfeeder
+Version:         2.3
 Code Type:       X86-64 (Native)
-Parent Process:  zsh [1]
-Date/Time:       2019-01-09 17:44:22.000 +0100
-OS Version:      Mac OS X 10.14.0 (18A391)
+Parent Process:  launchd [1]
+Date/Time:       2025-06-14 09:12:45.000 +0200
+OS Version:      Mac OS X 10.15.5 (19F101)
 Report Version:  12
 
-Exception Type:  EXC_BAD_ACCESS (SIGSEGV)
-Exception Codes: KERN_INVALID_ADDRESS at 0x0000000000000000
+Exception Type:  EXC_BAD_ACCESS (SIGBUS)
+Exception Codes: KERN_PROTECTION_FAILURE at 0x0000000000000010
 
 Application Specific Information:
 abort() called
 
 Thread 0 Crashed:
-0   example                       0x000000010bbd0f21 main + 17
+0   birdfeeder                    0x0000000104a21f6c feed + 44
 1   libdyld.dylib                 0x00007fff5c4a2ed9 start + 1
 
 Thread 1:
 0   libsystem_kernel.dylib        0x00007ff8000a1b2c 0x7ff80009a000 + 31532
 
 Thread 0 crashed with X86 Thread State:
-  rax: 0x0000000000000000  rbx: 0x0000000000000000  rcx: 0x00007ffee4030ed8  rdx: 0x00007ffee4030e30
-  rip: 0x000000010bbd0f21
+  rax: 0x0000000000000010  rbx: 0x0000000000000000  rcx: 0x00007ffee9b21a40  rdx: 0x00007ffee9b219c8
+  rip: 0x0000000104a21f6c
 
 Binary Images:
-       0x10bbd0000 -        0x10bbd0fff +example x86_64  <6c6f9b8d0d693b1eb6f87ed8e3e5f5bc> /Users/user/example
+       0x104a20000 -        0x104a23fff +birdfeeder x86_64  <3e9d1b7a55c24f0e9a61b8c4d2f07e15> /Users/dev/birdfeeder
     0x7fff5c48a000 -     0x7fff5c4a6fff  libdyld.dylib (551.4) <8e7a39b5-7c3e-3c4a-9e8b-4f0e3a4b6a1c> /usr/lib/system/libdyld.dylib
     0x7ff80009a000 -     0x7ff8000d3fff  libsystem_kernel.dylib x86_64  <0d7a5c3e1f9b4e8db2a6c4e6f8a0b257> /usr/lib/system/libsystem_kernel.dylib
 """

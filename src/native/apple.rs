@@ -146,31 +146,31 @@ impl ReportMetadata {
 mod tests {
     use super::*;
 
-    const REPORT: &str = "Incident Identifier: 5C32DF84-31A0-43E7-87D0-239F7F594940
-CrashReporter Key:   TODO
-Hardware Model:      MacBookPro14,3
-Process:         example [64745]
-Path:            /Users/user/example
-Identifier:      example
-Version:         1.0
+    const REPORT: &str = "Incident Identifier: 9A4B7C21-6E0D-4F38-B2C5-7D1E3F905A68
+CrashReporter Key:   7f3c2a91d0e84b56c1a9e2f4b8d06c7e13a5f920
+Hardware Model:      Macmini8,1
+Process:         birdfeeder [31337]
+Path:            /Users/dev/birdfeeder
+Identifier:      birdfeeder
+Version:         2.3
 Code Type:       X86-64 (Native)
-Parent Process:  zsh [1]
-Date/Time:       2019-01-09 17:44:22.000 +0100
-OS Version:      Mac OS X 10.14.0 (18A391)
+Parent Process:  launchd [1]
+Date/Time:       2025-06-14 09:12:45.000 +0200
+OS Version:      Mac OS X 10.15.5 (19F101)
 Report Version:  12
 
-Exception Type:  EXC_BAD_ACCESS (SIGSEGV)
-Exception Codes: KERN_INVALID_ADDRESS at 0x0000000000000000
+Exception Type:  EXC_BAD_ACCESS (SIGBUS)
+Exception Codes: KERN_PROTECTION_FAILURE at 0x0000000000000010
 
 Thread 0 Crashed:
-0   example                       0x000000010bbd0f21 main + 17
+0   birdfeeder                    0x0000000104a21f6c feed + 44
 
 Thread 0 crashed with X86 Thread State:
-  rax: 0x0000000000000000  rbx: 0x0000000000000000  rcx: 0x00007ffee4030ed8  rdx: 0x00007ffee4030e30
-  rip: 0x000000010bbd0f21
+  rax: 0x0000000000000010  rbx: 0x0000000000000000  rcx: 0x00007ffee9b21a40  rdx: 0x00007ffee9b219c8
+  rip: 0x0000000104a21f6c
 
 Binary Images:
-       0x10bbd0000 -        0x10bbd0fff +example x86_64  <6c6f9b8d0d693b1eb6f87ed8e3e5f5bc> /Users/user/example
+       0x104a20000 -        0x104a23fff +birdfeeder x86_64  <3e9d1b7a55c24f0e9a61b8c4d2f07e15> /Users/dev/birdfeeder
 ";
 
     #[test]
@@ -185,36 +185,36 @@ Binary Images:
         assert_eq!(raw.ty, ObjectType::Macho);
         assert_eq!(
             raw.debug_id.as_deref(),
-            Some("6c6f9b8d-0d69-3b1e-b6f8-7ed8e3e5f5bc")
+            Some("3e9d1b7a-55c2-4f0e-9a61-b8c4d2f07e15")
         );
         assert_eq!(
             raw.code_id.as_deref(),
-            Some("6c6f9b8d0d693b1eb6f87ed8e3e5f5bc")
+            Some("3e9d1b7a55c24f0e9a61b8c4d2f07e15")
         );
-        assert_eq!(raw.image_addr, HexValue(0x10bbd0000));
+        assert_eq!(raw.image_addr, HexValue(0x104a20000));
         assert_eq!(stacktraces.len(), 1);
         assert_eq!(stacktraces[0].is_requesting, Some(true));
         assert_eq!(
             stacktraces[0].frames[0].instruction_addr,
-            HexValue(0x10bbd0f21)
+            HexValue(0x104a21f6c)
         );
-        assert_eq!(stacktraces[0].registers["rip"], HexValue(0x10bbd0f21));
+        assert_eq!(stacktraces[0].registers["rip"], HexValue(0x104a21f6c));
 
         let mut response = CompletedSymbolicationResponse::default();
         metadata.merge_into(&mut response);
         let info = response.system_info.unwrap();
         assert_eq!(info.os_name, "macOS");
-        assert_eq!(info.os_version, "10.14.0");
-        assert_eq!(info.os_build, "18A391");
-        assert_eq!(info.device_model, "MacBookPro14,3");
+        assert_eq!(info.os_version, "10.15.5");
+        assert_eq!(info.os_build, "19F101");
+        assert_eq!(info.device_model, "Macmini8,1");
         assert_eq!(info.cpu_arch, Arch::Amd64);
         assert_eq!(
             response.crash_reason.as_deref(),
-            Some("EXC_BAD_ACCESS (SIGSEGV)")
+            Some("EXC_BAD_ACCESS (SIGBUS)")
         );
         assert_eq!(
             response.crash_details.as_deref(),
-            Some("KERN_INVALID_ADDRESS at 0x0000000000000000")
+            Some("KERN_PROTECTION_FAILURE at 0x0000000000000010")
         );
         assert_eq!(response.crashed, Some(true));
         assert!(response.timestamp.is_some());
