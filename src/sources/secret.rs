@@ -25,6 +25,20 @@ impl Secret {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// Whether a credential a client presented is this one. Both are hashed first and the
+    /// digests compared without stopping at the first difference, so the time taken
+    /// tells neither how much of a guess was right nor how long the secret is.
+    pub fn matches(&self, given: &str) -> bool {
+        use sha2::{Digest, Sha256};
+        let given = Sha256::digest(given.as_bytes());
+        let expected = Sha256::digest(self.0.as_bytes());
+        given
+            .iter()
+            .zip(expected.iter())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+    }
 }
 
 impl fmt::Debug for Secret {
@@ -62,5 +76,14 @@ mod tests {
         assert!(!format!("{secret:?} {secret} {secret:#?}").contains("hunter2"));
         assert_eq!(serde_json::to_string(&secret).unwrap(), "\"[redacted]\"");
         assert!(Secret::default().is_empty());
+    }
+
+    #[test]
+    fn presented_credentials_compare_whole() {
+        let secret = |s: &str| Secret::new(s);
+        assert!(secret("s3cret").matches("s3cret"));
+        assert!(!secret("s3cres").matches("s3cret"));
+        assert!(!secret("s3cret").matches("s3cre"));
+        assert!(!secret("s3cret").matches(""));
     }
 }

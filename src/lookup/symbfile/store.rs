@@ -154,17 +154,12 @@ impl SymbfileStore {
         !self.api_keys.is_empty()
     }
 
-    /// Whether `key` is one of the configured keys, compared in constant time.
+    /// Whether `key` is one of the configured keys; every key is compared, each in
+    /// constant time.
     pub fn accepts_key(&self, key: &str) -> bool {
-        let digest = Sha256::digest(key.as_bytes());
-        self.api_keys.iter().fold(false, |found, k| {
-            let expected = Sha256::digest(k.expose().as_bytes());
-            let diff = digest
-                .iter()
-                .zip(expected.iter())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-            found | (diff == 0)
-        })
+        self.api_keys
+            .iter()
+            .fold(false, |found, k| found | k.matches(key))
     }
 
     fn lock(&self, id: FileId) -> &tokio::sync::Mutex<()> {
