@@ -53,6 +53,9 @@ pub const SYMSTORE_INDEX_UNAVAILABLE: &str = "symstore_index.unavailable";
 pub const SYMSTORE_INDEX_SKIPPED_PATHS: &str = "symstore_index.skipped_paths";
 /// Parses of untrusted input that panicked and were answered `malformed`, by `what`.
 pub const PARSER_PANICS: &str = "parser.panics";
+/// Native modules answered from their debug file by a lazy reader while the SymCache
+/// was still being built (cold requests).
+pub const LAZY_ANSWERS: &str = "symbolication.lazy_answers";
 
 /// Buckets of the latency histograms, in seconds: from a warm request (milliseconds) to
 /// the 15 minute request limit.
@@ -275,6 +278,10 @@ fn describe() {
             PARSER_PANICS,
             "parses of untrusted input that panicked (answered malformed), by parser",
         ),
+        (
+            LAZY_ANSWERS,
+            "native modules answered by a lazy reader while their SymCache was built",
+        ),
     ];
     for (name, help) in counters {
         describe_counter!(name, Unit::Count, help);
@@ -358,6 +365,18 @@ impl RequestStats {
 
     pub fn snapshot(&self) -> RequestStatsData {
         self.0.lock().unwrap().clone()
+    }
+
+    /// `work` recording into the current request's stats, for work a request starts on
+    /// a task of its own (a cache build it would otherwise have run itself).
+    pub fn carried<F: Future>(work: F) -> impl Future<Output = F::Output> {
+        let current = REQUEST_STATS.try_with(Arc::clone).ok();
+        async move {
+            match current {
+                Some(stats) => REQUEST_STATS.scope(stats, work).await,
+                None => work.await,
+            }
+        }
     }
 }
 

@@ -326,6 +326,29 @@ impl<R: CacheItemRequest> Cacher<R> {
         entry.value
     }
 
+    /// The item for `key` if it exists in memory, as a current file on disk or in the
+    /// shared cache, without computing anything: lets a caller answer some other way
+    /// while it is computed. (Files of compatible old versions count as absent: serving
+    /// one recomputes it, which is `get`'s to start.)
+    pub async fn get_cached(&self, key: &CacheKey, request: &R) -> Option<CacheResult<R::Item>> {
+        let started = Instant::now();
+        if let Some(entry) = self.inner.memory.get(key).await {
+            self.inner.metrics.memory.increment(1);
+            telemetry::note_cache_lookup(self.inner.kind.name, started.elapsed());
+            return Some(entry.value);
+        }
+        let path = self.path_for(key);
+        let entry = match self.read_disk(&path, key, request, true) {
+            Some(entry) => entry,
+            None => self.read_shared(key, &path, request).await?,
+        };
+        let value = entry.value.clone();
+        self.inner.memory.insert(key.clone(), entry).await;
+        // A miss is counted by the `get` that computes it.
+        telemetry::note_cache_lookup(self.inner.kind.name, started.elapsed());
+        Some(value)
+    }
+
     async fn load_or_compute(&self, key: &CacheKey, request: R) -> Entry<R::Item> {
         let path = self.path_for(key);
         if let Some(entry) = self.read_disk(&path, key, &request, true) {
@@ -670,6 +693,28 @@ mod tests {
             .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(".tmp"))
             .collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[tokio::test]
+    async fn get_cached_never_computes() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cacher(dir.path(), CacheConfig::default());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let key = CacheKey::new(Scope::Global, &["peek"]);
+        let req = |result| Req {
+            calls: calls.clone(),
+            result,
+        };
+        assert!(c.get_cached(&key, &req(Ok(b"x"))).await.is_none());
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+        c.get(key.clone(), req(Ok(b"built"))).await.unwrap();
+        let hit = c.get_cached(&key, &req(Ok(b"x"))).await.unwrap();
+        assert_eq!(hit.unwrap().as_slice(), b"built");
+        // A new process finds the file on disk.
+        let c2 = cacher(dir.path(), CacheConfig::default());
+        let hit = c2.get_cached(&key, &req(Ok(b"x"))).await.unwrap();
+        assert_eq!(hit.unwrap().as_slice(), b"built");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 
     /// `err` is remembered, across a restart too, while its placeholder is fresh; after

@@ -3,7 +3,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use super::budget::memory_share;
+use super::budget::{ConversionBudget, memory_share};
 use super::shared::SharedCache;
 use super::{CacheConfig, CachesConfig, SharedCacheConfig};
 use super::{CacheItemRequest, CacheKind, Cacher};
@@ -38,6 +38,7 @@ pub struct Caches {
     boot_id: Arc<str>,
     shared: Option<Arc<SharedCache>>,
     kinds: Mutex<Vec<RegisteredKind>>,
+    conversions: Arc<ConversionBudget>,
 }
 
 impl Caches {
@@ -60,6 +61,7 @@ impl Caches {
             boot_id: uuid::Uuid::new_v4().to_string().into(),
             shared,
             kinds: Mutex::new(Vec::new()),
+            conversions: Arc::new(ConversionBudget::new(config.conversion_budget)),
         })
     }
 
@@ -95,6 +97,11 @@ impl Caches {
             .unwrap()
             .push(RegisteredKind { kind, family });
         cacher
+    }
+
+    /// The one budget every conversion and lazy read takes its memory from.
+    pub fn conversions(&self) -> Arc<ConversionBudget> {
+        self.conversions.clone()
     }
 
     /// Every kind built so far.

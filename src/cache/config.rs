@@ -108,6 +108,10 @@ pub struct CachesConfig {
     /// run `omnisym cleanup` from cron, as upstream requires).
     #[serde(deserialize_with = "deserialize_opt_duration")]
     pub cleanup_interval: Option<Duration>,
+    /// Bytes of input files being converted into caches, or read lazily, at once
+    /// (omnisym only); see `budget::ConversionBudget`.
+    #[serde(deserialize_with = "deserialize_size")]
+    pub conversion_budget: u64,
 }
 
 impl Default for CachesConfig {
@@ -120,6 +124,8 @@ impl Default for CachesConfig {
             max_disk_size: None,
             // Upstream's `cache_cleanup_interval`.
             cleanup_interval: Some(Duration::from_secs(900)),
+            // Four conversions of a 256 MiB debug file at once, each peaking near 1.3 GiB.
+            conversion_budget: 1024 * 1024 * 1024,
         }
     }
 }

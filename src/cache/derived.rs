@@ -6,12 +6,15 @@
 
 use std::fs::File;
 use std::io::BufWriter;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use symbolic::common::ByteView;
 use tempfile::NamedTempFile;
 
+use super::budget::ConversionBudget;
 use super::{CacheItemRequest, CacheKey, CacheKind, Cacher, Caches};
 use crate::error::{CacheError, CacheResult, isolate_blocking};
 
@@ -23,6 +26,10 @@ pub trait DerivedFormat: Send + Sync + 'static {
     const KIND: CacheKind;
     /// See [`CacheItemRequest::MEMORY_FACTOR`].
     const MEMORY_FACTOR: u32 = 1;
+
+    /// Bytes of the parent files in `input`: what the conversion takes from the
+    /// conversion budget.
+    fn input_size(input: &Self::Input) -> u64;
 
     /// Writes the cache for `input`. Runs on a blocking thread: conversions are CPU-bound.
     fn convert(input: Self::Input, out: &mut BufWriter<File>) -> CacheResult<()>;
@@ -37,6 +44,7 @@ pub type InputFuture<F> = BoxFuture<'static, CacheResult<<F as DerivedFormat>::I
 pub struct DerivedRequest<F: DerivedFormat> {
     /// Taken by the one computation that runs for this request.
     input: Mutex<Option<InputFuture<F>>>,
+    budget: Arc<ConversionBudget>,
 }
 
 impl<F: DerivedFormat> CacheItemRequest for DerivedRequest<F> {
@@ -56,15 +64,34 @@ impl<F: DerivedFormat> CacheItemRequest for DerivedRequest<F> {
                 .as_file()
                 .try_clone()
                 .map_err(CacheError::internal)?;
+            let input_size = F::input_size(&input);
+            let permit = self.budget.acquire(input_size).await;
+            let started = Instant::now();
+            let rss = tracing::enabled!(tracing::Level::DEBUG).then(RssSampler::start);
             // Converters walk hostile files (DWARF, PDB, source maps, mappings) in
             // dependencies that can panic: that costs this one cache, as `malformed`.
-            isolate_blocking(F::KIND.name, move || {
+            let result = isolate_blocking(F::KIND.name, move || {
                 let mut writer = BufWriter::new(file);
                 F::convert(input, &mut writer)?;
                 writer.into_inner().map_err(CacheError::internal)?;
                 Ok(())
             })
-            .await
+            .await;
+            if let Some(rss) = rss {
+                let (before, peak) = rss.finish();
+                tracing::debug!(
+                    kind = F::KIND.name,
+                    input_bytes = input_size,
+                    budget_kib = permit.kib,
+                    waited_ms = permit.waited.as_millis() as u64,
+                    took_ms = started.elapsed().as_millis() as u64,
+                    rss_before_kib = before,
+                    rss_peak_kib = peak,
+                    "conversion finished"
+                );
+            }
+            drop(permit);
+            result
         })
     }
 
@@ -73,15 +100,71 @@ impl<F: DerivedFormat> CacheItemRequest for DerivedRequest<F> {
     }
 }
 
+/// The process's resident set while a conversion runs, sampled, since the kernel keeps
+/// only one high-water mark for the whole process's lifetime.
+struct RssSampler {
+    before: u64,
+    peak: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+const RSS_SAMPLE_EVERY: Duration = Duration::from_millis(20);
+
+impl RssSampler {
+    fn start() -> Self {
+        let before = rss_kib().unwrap_or(0);
+        let peak = Arc::new(AtomicU64::new(before));
+        let task = tokio::spawn({
+            let peak = peak.clone();
+            async move {
+                loop {
+                    tokio::time::sleep(RSS_SAMPLE_EVERY).await;
+                    if let Some(now) = rss_kib() {
+                        peak.fetch_max(now, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+        RssSampler { before, peak, task }
+    }
+
+    /// KiB resident before, and the highest sample since (the end included).
+    fn finish(self) -> (u64, u64) {
+        self.task.abort();
+        if let Some(now) = rss_kib() {
+            self.peak.fetch_max(now, Ordering::Relaxed);
+        }
+        (self.before, self.peak.load(Ordering::Relaxed))
+    }
+}
+
+/// `VmRSS` of this process in KiB; `None` off Linux.
+fn rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// The caches of format `F`.
 pub struct DerivedCache<F: DerivedFormat> {
     cacher: Cacher<DerivedRequest<F>>,
+    budget: Arc<ConversionBudget>,
+}
+
+impl<F: DerivedFormat> Clone for DerivedCache<F> {
+    fn clone(&self) -> Self {
+        DerivedCache {
+            cacher: self.cacher.clone(),
+            budget: self.budget.clone(),
+        }
+    }
 }
 
 impl<F: DerivedFormat> DerivedCache<F> {
     pub fn new(caches: &Caches) -> Self {
         DerivedCache {
             cacher: caches.derived(F::KIND),
+            budget: caches.conversions(),
         }
     }
 
@@ -99,7 +182,92 @@ impl<F: DerivedFormat> DerivedCache<F> {
     pub async fn get(&self, parents: &[&CacheKey], input: InputFuture<F>) -> CacheResult<F::Item> {
         let request = DerivedRequest {
             input: Mutex::new(Some(input)),
+            budget: self.budget.clone(),
         };
         self.cacher.get(Self::key(parents), request).await
+    }
+
+    /// The cache built from `parents`, if it exists already; never builds it.
+    pub async fn cached(&self, parents: &[&CacheKey]) -> Option<CacheResult<F::Item>> {
+        let request = DerivedRequest {
+            input: Mutex::new(None),
+            budget: self.budget.clone(),
+        };
+        self.cacher.get_cached(&Self::key(parents), &request).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+    use crate::cache::{CachesConfig, Scope};
+    use crate::fetch::{Downloader, FetchConfig};
+
+    static RUNNING: AtomicUsize = AtomicUsize::new(0);
+    static MOST_AT_ONCE: AtomicUsize = AtomicUsize::new(0);
+
+    /// A format whose conversion takes a while and counts how many run at once.
+    struct Slow;
+
+    impl DerivedFormat for Slow {
+        type Input = u64;
+        type Item = ();
+        const KIND: CacheKind = CacheKind {
+            name: "slow_test",
+            version: 1,
+            compatible: &[],
+        };
+
+        fn input_size(input: &u64) -> u64 {
+            *input
+        }
+
+        fn convert(_input: u64, out: &mut BufWriter<File>) -> CacheResult<()> {
+            let now = RUNNING.fetch_add(1, Ordering::SeqCst) + 1;
+            MOST_AT_ONCE.fetch_max(now, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(150));
+            RUNNING.fetch_sub(1, Ordering::SeqCst);
+            out.write_all(b"done").map_err(CacheError::internal)
+        }
+
+        fn load(_data: ByteView<'static>) -> CacheResult<()> {
+            Ok(())
+        }
+    }
+
+    async fn convert_two_at_once(each: u64) -> usize {
+        MOST_AT_ONCE.store(0, Ordering::SeqCst);
+        let dir = tempfile::tempdir().unwrap();
+        let config = CachesConfig {
+            conversion_budget: 1 << 20,
+            ..CachesConfig::default()
+        };
+        let downloader = Downloader::new(FetchConfig::default()).unwrap();
+        let caches = Caches::new(dir.path(), &config, None, &downloader).unwrap();
+        let cache = DerivedCache::<Slow>::new(&caches);
+        let size = each.to_string();
+        let parents = [
+            CacheKey::new(Scope::Global, &["a", &size]),
+            CacheKey::new(Scope::Global, &["b", &size]),
+        ];
+        let cache = &cache;
+        let builds = parents.iter().map(|parent| async move {
+            let input: InputFuture<Slow> = Box::pin(async move { Ok(each) });
+            cache.get(&[parent], input).await
+        });
+        for built in futures::future::join_all(builds).await {
+            built.unwrap();
+        }
+        MOST_AT_ONCE.load(Ordering::SeqCst)
+    }
+
+    /// Both cases in one test: they share the counters.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn large_conversions_queue_on_the_budget_small_ones_do_not() {
+        assert_eq!(convert_two_at_once(700 << 10).await, 1, "two large at once");
+        assert_eq!(convert_two_at_once(100 << 10).await, 2, "small ones queued");
     }
 }

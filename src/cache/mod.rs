@@ -5,7 +5,7 @@
 //! a temp file and a rename, and negative-cache placeholders for misses and failures.
 //! Keys carry the request scope and the source, so nothing crosses scopes. `derived`
 //! builds caches from any number of parent files (keyed by theirs), `budget` splits the
-//! memory budget between kinds in one table, `config` is the `caches` section of the
+//! memory budget between kinds in one table and bounds conversions by input size, `config` is the `caches` section of the
 //! config file. `cleanup` owns deletion: the time rules, stray temp files, old versions
 //! and the disk budget.
 
@@ -18,7 +18,7 @@ mod derived;
 mod key;
 mod shared;
 
-pub use budget::MEMORY_SHARES;
+pub use budget::{BudgetPermit, ConversionBudget, MEMORY_SHARES};
 pub use cacher::{CacheItemRequest, CacheKind, Cacher};
 pub use caches::{Caches, Family, RegisteredKind};
 pub use config::{CacheConfig, CachesConfig, DiagnosticsCacheConfig, InMemoryConfig};

@@ -66,6 +66,10 @@ impl DerivedFormat for SourceMapCacheFormat {
     type Item = OwnedSourceMapCache;
     const KIND: CacheKind = SOURCEMAP_CACHES;
 
+    fn input_size(input: &SourceMapCacheInput) -> u64 {
+        (input.minified.len() + input.sourcemap.len()) as u64
+    }
+
     fn convert(input: SourceMapCacheInput, out: &mut BufWriter<File>) -> CacheResult<()> {
         write_sourcemap_cache(&input.minified, &input.sourcemap, out)?;
         out.flush().map_err(CacheError::internal)

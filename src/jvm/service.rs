@@ -62,6 +62,10 @@ impl DerivedFormat for ProguardFormat {
     type Item = ProguardMapper;
     const KIND: CacheKind = PROGUARD;
 
+    fn input_size(input: &ByteView<'static>) -> u64 {
+        input.len() as u64
+    }
+
     fn convert(
         input: ByteView<'static>,
         out: &mut std::io::BufWriter<std::fs::File>,

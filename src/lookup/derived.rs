@@ -4,11 +4,14 @@
 
 use std::sync::Arc;
 
+use tokio::task::JoinHandle;
+
 use super::object_file::ObjectHandle;
 use super::objects::{FoundObject, ObjectPurpose, ObjectsActor};
 use crate::cache::{Caches, DerivedCache, DerivedFormat, Scope};
 use crate::error::{CacheError, CacheResult};
 use crate::sources::{FileType, ObjectId, ObjectType, SourceConfig};
+use crate::telemetry::RequestStats;
 use crate::types::{AllObjectCandidates, ObjectFeatures, ObjectUseInfo};
 
 /// A derived cache (or why there is none), every candidate consulted, and the features
@@ -21,6 +24,37 @@ pub struct Derived<T> {
     /// (embedded in DWARF, a portable PDB, a PDB's SRCSRV stream), so source context
     /// needs no second lookup.
     pub with_sources: Option<FoundObject>,
+}
+
+/// Where a derived cache stands when a request asks for it.
+pub enum Progress<T> {
+    Ready(T),
+    /// Being built from `object` in a task of its own; `build` resolves when it is done.
+    Building {
+        object: Arc<ObjectHandle>,
+        build: JoinHandle<CacheResult<T>>,
+    },
+}
+
+/// The outcome of a build task; a build that panicked outside its isolation (it never
+/// should) counts as an internal error, not a crash of the request.
+pub async fn join_build<T>(build: JoinHandle<CacheResult<T>>) -> CacheResult<T> {
+    build.await.unwrap_or_else(|err| {
+        Err(CacheError::internal(format_args!(
+            "cache build task: {err}"
+        )))
+    })
+}
+
+impl<T> Derived<T> {
+    pub fn map_cache<U>(self, f: impl FnOnce(T) -> U) -> Derived<U> {
+        Derived {
+            cache: self.cache.map(f),
+            candidates: self.candidates,
+            features: self.features,
+            with_sources: self.with_sources,
+        }
+    }
 }
 
 /// A derived format built from one object file.
@@ -54,6 +88,40 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
         id: &ObjectId,
         scope: &Scope,
     ) -> Derived<F::Item> {
+        let started = self.fetch_or_start(sources, id, scope, false).await;
+        let cache = match started.cache {
+            Ok(Progress::Ready(item)) => Ok(item),
+            Ok(Progress::Building { build, .. }) => join_build(build).await,
+            Err(err) => Err(err),
+        };
+        Derived {
+            cache,
+            candidates: started.candidates,
+            features: started.features,
+            with_sources: started.with_sources,
+        }
+    }
+
+    /// Like `fetch`, but when the cache does not exist yet its build is started in a
+    /// task of its own (once per key, however many requests ask) and the downloaded
+    /// file comes back beside it, so the caller can answer from the file while it is
+    /// built. The build goes on when the caller stops waiting for it.
+    pub async fn fetch_started(
+        &self,
+        sources: &[SourceConfig],
+        id: &ObjectId,
+        scope: &Scope,
+    ) -> Derived<Progress<F::Item>> {
+        self.fetch_or_start(sources, id, scope, true).await
+    }
+
+    async fn fetch_or_start(
+        &self,
+        sources: &[SourceConfig],
+        id: &ObjectId,
+        scope: &Scope,
+        in_background: bool,
+    ) -> Derived<Progress<F::Item>> {
         let find = self
             .objects
             .find(sources, F::filetypes(id.object_type), id, scope, F::PURPOSE)
@@ -85,9 +153,24 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
         let input = {
             let objects = self.objects.clone();
             let id = id.clone();
+            let found = found.clone();
             Box::pin(async move { objects.fetch(&found, &id).await })
         };
-        let cache = self.cache.get(&[&key], input).await;
+        let cache = if !in_background {
+            self.cache.get(&[&key], input).await.map(Progress::Ready)
+        } else if let Some(cached) = self.cache.cached(&[&key]).await {
+            cached.map(Progress::Ready)
+        } else {
+            let build = tokio::spawn({
+                let cache = self.cache.clone();
+                RequestStats::carried(async move { cache.get(&[&key], input).await })
+            });
+            // The same download the build waits for: one fetch, shared by both.
+            match self.objects.fetch(&found, id).await {
+                Ok(object) => Ok(Progress::Building { object, build }),
+                Err(_) => join_build(build).await.map(Progress::Ready),
+            }
+        };
         let use_info = ObjectUseInfo::from_result(&cache);
         match F::PURPOSE {
             ObjectPurpose::Unwind => candidates.set_unwind(&source, &location, use_info),

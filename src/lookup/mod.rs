@@ -21,7 +21,7 @@ mod symbfile;
 
 use std::sync::Arc;
 
-pub use derived::{Derived, ObjectDerived, ObjectDerivedFormat};
+pub use derived::{Derived, ObjectDerived, ObjectDerivedFormat, Progress, join_build};
 pub use downloads::{Downloads, FileFormat, Plain, PlainFormat, file_key};
 pub use locate::Locator;
 pub use object_file::{ObjectFile, ObjectHandle, ObjectHint, ObjectLimits, ObjectMeta};

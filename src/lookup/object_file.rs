@@ -106,6 +106,11 @@ impl ObjectHandle {
         })
     }
 
+    /// Bytes of the file (decompressed, as downloaded).
+    pub fn size(&self) -> u64 {
+        self.inner.owner().len() as u64
+    }
+
     pub fn object(&self) -> &Object<'_> {
         self.inner.get()
     }

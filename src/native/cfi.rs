@@ -76,6 +76,10 @@ impl DerivedFormat for CfiFormat {
     /// The parsed rules live on the heap, several times the size of their text.
     const MEMORY_FACTOR: u32 = 8;
 
+    fn input_size(input: &Arc<ObjectHandle>) -> u64 {
+        input.size()
+    }
+
     fn convert(input: Arc<ObjectHandle>, out: &mut BufWriter<File>) -> CacheResult<()> {
         let object = input.object();
         let cache = CfiCache::from_object_with_opts(object, input.limits().cfi_options())

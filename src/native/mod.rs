@@ -7,6 +7,7 @@
 mod apple;
 pub mod cfi;
 pub mod demangle;
+pub mod lazy;
 pub mod ppdb;
 mod source_context;
 mod stackwalk;
@@ -21,13 +22,13 @@ use futures::FutureExt;
 
 use serde::Deserialize;
 
-use crate::cache::{Caches, Scope};
+use crate::cache::{Caches, ConversionBudget, Scope};
 use crate::error::panicked;
 use crate::lookup::{Lookup, ObjectsActor, SourceFiles, SymbfileStore};
 use crate::sources::SourceConfig;
 use crate::types::{
-    CompleteObjectInfo, CompletedSymbolicationResponse, RawObjectInfo, RawStacktrace,
-    RequestOptions, RewriteRules, Signal,
+    CompleteObjectInfo, CompleteStacktrace, CompletedSymbolicationResponse, RawObjectInfo,
+    RawStacktrace, RequestOptions, RewriteRules, Signal,
 };
 use cfi::CfiCacheActor;
 use demangle::DemangleCache;
@@ -63,7 +64,9 @@ pub struct NativeService {
     cficaches: CfiCacheActor,
     ppdb_caches: PpdbCacheActor,
     source_files: Arc<SourceFiles>,
-    demangle: DemangleCache,
+    demangle: Arc<DemangleCache>,
+    /// Lazy reads share the budget of conversions.
+    conversions: Arc<ConversionBudget>,
 }
 
 /// The kinds of crash file the native pipeline reads.
@@ -90,7 +93,8 @@ impl NativeService {
             ppdb_caches: PpdbCacheActor::new(caches, objects.clone()),
             objects,
             symbfiles: lookup.symbfiles.clone(),
-            demangle: DemangleCache::new(10 * 1024 * 1024),
+            demangle: Arc::new(DemangleCache::new(10 * 1024 * 1024)),
+            conversions: caches.conversions(),
         }
     }
 
@@ -233,11 +237,10 @@ impl NativeService {
                 &job.stacktraces,
             )
             .await;
-        let mut stacktraces: Vec<_> = job
-            .stacktraces
-            .into_iter()
-            .map(|trace| symbolicate_stacktrace(&self.demangle, &lookup, job.signal, trace))
-            .collect();
+        let (returned, mut stacktraces) = self
+            .symbolicate_stacktraces(lookup, job.signal, job.stacktraces)
+            .await;
+        lookup = returned;
         if job.options.apply_source_context {
             apply_source_context(
                 &self.objects,
@@ -263,6 +266,60 @@ impl NativeService {
         }
     }
 }
+
+impl NativeService {
+    /// Looks up every frame. From SymCaches that is quick and stays on this task; a lazy
+    /// reader parses debug info as it goes, so those lookups run on a blocking thread
+    /// with a share of the conversion budget.
+    async fn symbolicate_stacktraces(
+        &self,
+        lookup: ModuleLookup,
+        signal: Option<Signal>,
+        stacktraces: Vec<RawStacktrace>,
+    ) -> (ModuleLookup, Vec<CompleteStacktrace>) {
+        let Some(lazy_bytes) = lookup.lazy_bytes() else {
+            let symbolicated = stacktraces
+                .into_iter()
+                .map(|trace| symbolicate_stacktrace(&self.demangle, &lookup, signal, trace))
+                .collect();
+            return (lookup, symbolicated);
+        };
+        let permit = self.conversions.acquire(lazy_bytes / LAZY_READ_SHARE).await;
+        let lookup = Arc::new(lookup);
+        let task = tokio::task::spawn_blocking({
+            let (demangle, lookup) = (self.demangle.clone(), lookup.clone());
+            let stacktraces = stacktraces.clone();
+            move || {
+                stacktraces
+                    .into_iter()
+                    .map(|trace| symbolicate_stacktrace(&demangle, &lookup, signal, trace))
+                    .collect::<Vec<_>>()
+            }
+        });
+        let symbolicated = match task.await {
+            Ok(symbolicated) => symbolicated,
+            // Each frame's lookup is isolated already; a panic here is our own, so the
+            // frames are looked up again the ordinary way.
+            Err(err) => {
+                tracing::error!(error = %err, "lazy symbolication task failed");
+                stacktraces
+                    .into_iter()
+                    .map(|trace| symbolicate_stacktrace(&self.demangle, &lookup, signal, trace))
+                    .collect()
+            }
+        };
+        drop(permit);
+        let lookup = match Arc::try_unwrap(lookup) {
+            Ok(lookup) => lookup,
+            Err(_) => unreachable!("the blocking task has returned its clone"),
+        };
+        (lookup, symbolicated)
+    }
+}
+
+/// A lazy reader parses only what its addresses need: a small part of the file, so it
+/// takes this fraction of the file's size from the conversion budget.
+const LAZY_READ_SHARE: u64 = 16;
 
 /// One native symbolication: the modules and stack traces to symbolicate, where to
 /// look, and how.

@@ -30,6 +30,10 @@ impl DerivedFormat for PpdbFormat {
     type Item = OwnedPpdbCache;
     const KIND: CacheKind = PPDB_CACHES;
 
+    fn input_size(input: &Arc<ObjectHandle>) -> u64 {
+        input.size()
+    }
+
     fn convert(input: Arc<ObjectHandle>, out: &mut BufWriter<File>) -> CacheResult<()> {
         let object = input.object();
         let Object::PortablePdb(ppdb) = object else {

@@ -7,16 +7,17 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::future;
-use symbolic::common::{InstructionInfo, Language, split_path};
+use symbolic::common::{Arch, InstructionInfo, Language, Name, split_path};
 use symbolic::symcache::SymCache;
 
 use super::demangle::DemangleCache;
+use super::lazy::{self, OwnedLazySymbolizer};
 use super::ppdb::{OwnedPpdbCache, PpdbCacheActor, symbolicate_dotnet_frame};
-use crate::lookup::{FoundObject, ObjectHandle, SymbfileStore};
+use crate::lookup::{FoundObject, ObjectHandle, Progress, SymbfileStore, join_build};
 
 use super::symcache::{OwnedSymCache, SymCacheActor};
 use crate::cache::Scope;
-use crate::error::{CacheError, CacheResult, panicked};
+use crate::error::{CacheError, CacheResult, isolate_blocking, panicked};
 use crate::sources::{FileId, ObjectId, ObjectType, SourceConfig};
 use crate::types::{
     AddrMode, CompleteObjectInfo, CompleteStacktrace, FrameStatus, FrameTrust, HexValue,
@@ -66,11 +67,40 @@ fn parse_ids(raw: &RawObjectInfo) -> Ids {
     )
 }
 
-/// The lookup table of a module: native modules have a SymCache, .NET modules a
-/// PpdbCache.
+/// The lookup table of a module: native modules have a SymCache (or, while it is being
+/// built, a lazy reader of the debug file), .NET modules a PpdbCache.
 enum ModuleCache {
     SymCache(OwnedSymCache),
+    Lazy {
+        reader: OwnedLazySymbolizer,
+        /// Bytes of the file it reads, for the conversion budget.
+        file_size: u64,
+    },
     Ppdb(OwnedPpdbCache),
+}
+
+/// A native module's lookup table: the SymCache if it exists; while it is being built,
+/// a lazy reader of the downloaded file, unless the build finished first or the format
+/// has no lazy reader (then the build is awaited).
+async fn settle(progress: Progress<OwnedSymCache>) -> CacheResult<ModuleCache> {
+    let (object, build) = match progress {
+        Progress::Ready(symcache) => return Ok(ModuleCache::SymCache(symcache)),
+        Progress::Building { object, build } => (object, build),
+    };
+    let file_size = object.size();
+    // Opening reads headers and indexes of a hostile file: on a blocking thread, and a
+    // panic there only means "no lazy reader".
+    let reader = isolate_blocking("lazy reader", move || Ok(lazy::open(&object)))
+        .await
+        .ok()
+        .flatten();
+    match reader {
+        Some(reader) if !build.is_finished() => {
+            metrics::counter!(crate::telemetry::LAZY_ANSWERS).increment(1);
+            Ok(ModuleCache::Lazy { reader, file_size })
+        }
+        _ => join_build(build).await.map(ModuleCache::SymCache),
+    }
 }
 
 pub(super) struct ModuleEntry {
@@ -245,17 +275,25 @@ impl ModuleLookup {
                             None => None,
                         };
                         let result = match uploaded {
-                            Some(result) => result,
-                            None => symcaches.fetch(sources, id, scope).await,
+                            Some(result) => result.map_cache(Progress::Ready),
+                            None => symcaches.fetch_started(sources, id, scope).await,
                         };
                         m.debug_file_with_sources = result.with_sources;
                         m.info.features.merge(&result.features);
                         m.info.candidates.merge(result.candidates);
-                        m.info.debug_status = ObjectFileStatus::from_result(&result.cache);
-                        if let Ok(cache) = &result.cache {
-                            m.info.arch = cache.get().arch();
+                        let cache = match result.cache {
+                            Ok(progress) => settle(progress).await,
+                            Err(err) => Err(err),
+                        };
+                        m.info.debug_status = ObjectFileStatus::from_result(&cache);
+                        match &cache {
+                            Ok(ModuleCache::SymCache(symcache)) => {
+                                m.info.arch = symcache.get().arch()
+                            }
+                            Ok(ModuleCache::Lazy { reader, .. }) => m.info.arch = reader.arch(),
+                            _ => {}
                         }
-                        m.cache = result.cache.map(ModuleCache::SymCache);
+                        m.cache = cache;
                     }
                     Err(msg) => {
                         m.info.debug_status = ObjectFileStatus::Malformed;
@@ -264,6 +302,19 @@ impl ModuleLookup {
                 }
             });
         future::join_all(jobs).await;
+    }
+
+    /// Bytes of the files that lazy readers answer from, when any module has one.
+    pub fn lazy_bytes(&self) -> Option<u64> {
+        self.modules
+            .iter()
+            .filter_map(|m| match &m.cache {
+                Ok(ModuleCache::Lazy { file_size, .. }) => Some(*file_size),
+                _ => None,
+            })
+            .fold(None, |sum: Option<u64>, size| {
+                Some(sum.unwrap_or(0).saturating_add(size))
+            })
     }
 
     /// The modules in the order the client sent them.
@@ -290,7 +341,7 @@ fn adjustment_for(frame: &RawFrame, default: Adjust) -> Adjust {
 }
 
 fn caller_relative_addr(
-    symcache: &SymCache<'_>,
+    arch: Arch,
     lookup: &Lookup<'_>,
     registers: &Registers,
     signal: Option<Signal>,
@@ -303,7 +354,6 @@ fn caller_relative_addr(
         return Ok(addr);
     };
     let is_crashing_frame = index == 0;
-    let arch = symcache.arch();
     let ip_register_value = if is_crashing_frame {
         arch.cpu_family()
             .ip_register_name()
@@ -341,24 +391,24 @@ fn symbolicate_frame(
         .lookup(frame.instruction_addr.0, frame.addr_mode)
         .ok_or(FrameStatus::UnknownImage)?;
     frame.package.clone_from(&lookup.entry.info.raw.code_file);
-    let symcache = match &lookup.entry.cache {
-        Ok(ModuleCache::SymCache(cache)) => cache.get(),
+    let table = match &lookup.entry.cache {
+        Ok(ModuleCache::SymCache(cache)) => Table::SymCache(cache.get()),
+        Ok(ModuleCache::Lazy { reader, .. }) => Table::Lazy(reader.as_ref()),
         Ok(ModuleCache::Ppdb(cache)) => return symbolicate_dotnet_frame(cache.get(), frame, index),
         Err(err) => return Err(FrameStatus::from_module_error(err)),
     };
-    let relative_addr = caller_relative_addr(symcache, &lookup, registers, signal, index, adjust)?;
+    let relative_addr =
+        caller_relative_addr(table.arch(), &lookup, registers, signal, index, adjust)?;
 
     let instruction_addr = HexValue(lookup.expose_addr(relative_addr));
     let mut out = Vec::new();
     let mut sym_addr = None;
-    for location in symcache.lookup(relative_addr) {
-        let abs_path = location.file().map(|f| f.full_path()).unwrap_or_default();
-        let filename = split_path(&abs_path).1;
-        let func = location.function();
+    let mut push = |location: Location<'_>| {
+        let filename = split_path(&location.abs_path).1;
         let function = demangle
-            .demangle(&func.name_for_demangling())
-            .unwrap_or_else(|| func.name().to_owned());
-        sym_addr = Some(HexValue(lookup.expose_addr(u64::from(func.entry_pc()))));
+            .demangle(&location.name_for_demangling)
+            .unwrap_or_else(|| location.name.to_owned());
+        sym_addr = Some(HexValue(lookup.expose_addr(location.entry_pc)));
         out.push(SymbolicatedFrame {
             status: FrameStatus::Symbolicated,
             original_index: Some(index),
@@ -369,11 +419,11 @@ fn symbolicate_frame(
                 adjust_instruction_addr: frame.adjust_instruction_addr,
                 function_id: frame.function_id,
                 package: lookup.entry.info.raw.code_file.clone(),
-                lang: match func.language() {
+                lang: match location.language {
                     Language::Unknown => None,
                     lang => Some(lang),
                 },
-                symbol: Some(func.name().to_owned()),
+                symbol: Some(location.name.to_owned()),
                 sym_addr: None,
                 function: Some(function),
                 filename: if filename.is_empty() {
@@ -381,17 +431,45 @@ fn symbolicate_frame(
                 } else {
                     Some(filename.to_owned())
                 },
-                abs_path: if abs_path.is_empty() {
+                abs_path: if location.abs_path.is_empty() {
                     frame.abs_path.clone()
                 } else {
-                    Some(abs_path)
+                    Some(location.abs_path)
                 },
-                lineno: Some(location.line()),
+                lineno: Some(location.line),
                 in_app: frame.in_app,
                 trust: frame.trust,
                 ..Default::default()
             },
         });
+    };
+    match table {
+        Table::SymCache(symcache) => {
+            for location in symcache.lookup(relative_addr) {
+                let func = location.function();
+                push(Location {
+                    name: func.name(),
+                    name_for_demangling: func.name_for_demangling(),
+                    language: func.language(),
+                    entry_pc: u64::from(func.entry_pc()),
+                    abs_path: location.file().map(|f| f.full_path()).unwrap_or_default(),
+                    line: location.line(),
+                });
+            }
+        }
+        Table::Lazy(reader) => {
+            for location in reader.lookup(relative_addr) {
+                push(Location {
+                    name: &location.name,
+                    name_for_demangling: location.name_for_demangling(),
+                    language: location.language,
+                    // What a SymCache stores for an inlinee; only the outermost is used.
+                    entry_pc: location.entry_pc.unwrap_or(u64::from(u32::MAX)),
+                    abs_path: location.abs_path.clone(),
+                    line: location.line,
+                });
+            }
+        }
     }
     // Only the outermost (non-inlined) function has a meaningful start address.
     match out.last_mut() {
@@ -399,6 +477,31 @@ fn symbolicate_frame(
         None => return Err(FrameStatus::MissingSymbol),
     }
     Ok(out)
+}
+
+/// Where a native module's frames are looked up.
+enum Table<'a> {
+    SymCache(&'a SymCache<'a>),
+    Lazy(&'a dyn lazy::LazySymbolizer),
+}
+
+impl Table<'_> {
+    fn arch(&self) -> Arch {
+        match self {
+            Table::SymCache(symcache) => symcache.arch(),
+            Table::Lazy(reader) => reader.arch(),
+        }
+    }
+}
+
+/// One entry of an inline chain, from either table.
+struct Location<'a> {
+    name: &'a str,
+    name_for_demangling: Name<'a>,
+    language: Language,
+    entry_pc: u64,
+    abs_path: String,
+    line: u32,
 }
 
 fn is_likely_base_frame(frame: &SymbolicatedFrame) -> bool {

@@ -29,6 +29,10 @@ impl DerivedFormat for SymCacheFormat {
     type Item = OwnedSymCache;
     const KIND: CacheKind = SYMCACHES;
 
+    fn input_size(input: &Arc<ObjectHandle>) -> u64 {
+        input.size()
+    }
+
     fn convert(input: Arc<ObjectHandle>, out: &mut BufWriter<File>) -> CacheResult<()> {
         let object = input.object();
         #[cfg(test)]
