@@ -7,11 +7,13 @@
 use std::sync::Arc;
 
 use symbolic::common::{Arch, Language, Name, NameMangling};
+use symbolic::debuginfo::FileFormat;
 
 use crate::lookup::ObjectHandle;
 
 #[cfg(test)]
 mod fixtures;
+mod pdb;
 
 /// One entry of an address's inline chain, as a SymCache `SourceLocation` gives it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,6 +52,8 @@ pub type OwnedLazySymbolizer = Arc<dyn LazySymbolizer>;
 /// A lazy reader for `object`, or `None` when its format has none (the caller waits
 /// for the SymCache then).
 pub fn open(object: &Arc<ObjectHandle>) -> Option<OwnedLazySymbolizer> {
-    let _ = object;
-    None
+    match object.object().file_format() {
+        FileFormat::Pdb => pdb::open(object),
+        _ => None,
+    }
 }
