@@ -643,32 +643,33 @@ fn location_of(location: &symbolic::symcache::SourceLocation<'_, '_>) -> LazyLoc
 
 /// `undecorate_win_symbol` of symbolic-symcache's writer, which applies it to the names
 /// of Windows objects in `process_object` only, not in the `process_symbolic_*` calls a
-/// lazy read makes.
+/// lazy read makes. Kept as it is, down to the `split_at(1)` that panics on a name
+/// starting with a non-ASCII character: the conversion panics on such a name too.
 fn undecorate_win_symbol(name: &str) -> &str {
     if name.starts_with('?') || name.contains([':', '(', '<']) {
         return name;
     }
 
     // Parse __vectorcall.
-    if let Some((name, param_size)) = name.rsplit_once("@@") {
-        if param_size.parse::<u32>().is_ok() {
-            return name;
-        }
+    if let Some((name, param_size)) = name.rsplit_once("@@")
+        && param_size.parse::<u32>().is_ok()
+    {
+        return name;
     }
 
     // Parse the other three.
-    if !name.is_empty() {
-        if let ("@" | "_", rest) = name.split_at(1) {
-            if let Some((name, param_size)) = rest.rsplit_once('@') {
-                if param_size.parse::<u32>().is_ok() {
-                    // __stdcall or __fastcall
-                    return name;
-                }
-            }
-            if let Some(name) = name.strip_prefix('_') {
-                // __cdecl
-                return name;
-            }
+    if !name.is_empty()
+        && let ("@" | "_", rest) = name.split_at(1)
+    {
+        if let Some((name, param_size)) = rest.rsplit_once('@')
+            && param_size.parse::<u32>().is_ok()
+        {
+            // __stdcall or __fastcall
+            return name;
+        }
+        if let Some(name) = name.strip_prefix('_') {
+            // __cdecl
+            return name;
         }
     }
 
@@ -1067,6 +1068,11 @@ mod tests {
         // The same program with a SRCSRV stream, which symbolic reads into its files.
         pdbs.push((fixture("fixtures/native-srcsrv/crash.pdb"), addrs));
 
+        // A larger PDB to check and time, which is not committed.
+        if let Some(path) = std::env::var_os("OMNISYM_LAZY_PDB") {
+            pdbs.push((PathBuf::from(path), Vec::new()));
+        }
+
         // Every PDB under fixtures/native is in the list above.
         let mut listed = 0;
         let mut dirs = vec![fixture("fixtures/native")];
@@ -1169,46 +1175,51 @@ mod tests {
         assert!(failures.is_empty(), "{}", failures.join("\n"));
     }
 
-    /// Opening and answering a few addresses costs a fraction of a conversion.
+    /// How long opening and answering 50 addresses takes next to a full conversion, for
+    /// the largest PDB at hand (a fixture, or `OMNISYM_LAZY_PDB`). Printed, not asserted:
+    /// on the fixtures 50 addresses touch nearly every module, and timings on a shared
+    /// machine are noise; `lazy_pdb_reader_parses_only_the_module_it_needs` holds the
+    /// reader to its laziness.
     #[test]
-    fn lazy_pdb_reader_is_cheaper_than_a_conversion() {
-        let (path, addrs) = pdbs()
+    fn lazy_pdb_reader_timing() {
+        let (path, _) = pdbs()
             .into_iter()
             .max_by_key(|(path, _)| std::fs::metadata(path).unwrap().len())
             .unwrap();
         let handle = handle(&path);
-        let addrs: Vec<u64> = addrs
-            .iter()
-            .step_by(addrs.len() / 50)
-            .take(50)
-            .copied()
+        let (start, end) = text_range(&path);
+        let mut rng = XorShift(7);
+        let addrs: Vec<u64> = (0..50)
+            .map(|_| start + rng.next() % (end - start))
             .collect();
 
-        let time = |f: &mut dyn FnMut()| {
-            let mut best = Duration::MAX;
-            for _ in 0..3 {
-                let started = Instant::now();
-                f();
-                best = best.min(started.elapsed());
-            }
-            best
-        };
-        let lazy = time(&mut || {
+        let mut best = (Duration::MAX, Duration::MAX, Duration::MAX);
+        let mut answered = 0;
+        for _ in 0..3 {
+            let started = Instant::now();
             let reader = super::super::open(&handle).unwrap();
-            for &addr in &addrs {
-                assert!(!reader.lookup(addr).is_empty());
-            }
-        });
-        let full = time(&mut || {
+            let opened = started.elapsed();
+            answered = addrs
+                .iter()
+                .filter(|&&a| !reader.lookup(a).is_empty())
+                .count();
+            let looked_up = started.elapsed() - opened;
+            let started = Instant::now();
             full_symcache(&handle);
-        });
+            let converted = started.elapsed();
+            best = (
+                best.0.min(opened),
+                best.1.min(looked_up),
+                best.2.min(converted),
+            );
+        }
+        let (opened, looked_up, converted) = best;
         println!(
-            "{} ({} bytes): open + {} lookups {lazy:?}, SymCache conversion {full:?}",
+            "{} ({} bytes): open {opened:?} + 50 lookups ({answered} answered) {looked_up:?} = {:?}; full SymCache conversion {converted:?}",
             path.display(),
             std::fs::metadata(&path).unwrap().len(),
-            addrs.len()
+            opened + looked_up,
         );
-        assert!(lazy < full, "lazy {lazy:?}, full {full:?}");
     }
 
     /// A lookup parses the module that holds the address, not the others.
@@ -1514,7 +1525,8 @@ mod tests {
         let original = std::fs::read(&path).unwrap();
         let (start, end) = text_range(&path);
         let mut rng = XorShift(42);
-        for round in 0..20 {
+        let (mut opened, mut disabled, mut compared, mut differ) = (0, 0, 0, 0);
+        for _ in 0..20 {
             let mut data = original.clone();
             // Keep the MSF header and stream directory; scramble pages after them.
             for _ in 0..200 {
@@ -1525,14 +1537,37 @@ mod tests {
                 continue;
             };
             let handle = Arc::new(handle);
-            let Some(reader) = super::super::open(&handle) else {
+            let Some(reader) = PdbSymbolizer::open(&handle) else {
                 continue;
             };
+            opened += 1;
+            // Where the conversion still succeeds, how often the reader agrees with it
+            // (for the record: a scrambled file need not keep the layout it relies on).
+            let full = catch_unwind(AssertUnwindSafe(|| {
+                let mut converter = SymCacheConverter::new();
+                converter.process_object(handle.object()).ok()?;
+                let mut buf = Vec::new();
+                converter.serialize(&mut buf).ok()?;
+                Some(buf)
+            }))
+            .ok()
+            .flatten();
+            let symcache = full.as_deref().map(|buf| SymCache::parse(buf).unwrap());
             for _ in 0..50 {
                 let addr = start + rng.next() % (end - start);
-                let _ = reader.lookup(addr);
+                let got = reader.lookup(addr);
+                if let Some(symcache) = &symcache {
+                    let expected: Vec<_> = symcache.lookup(addr).map(|l| location_of(&l)).collect();
+                    compared += 1;
+                    differ += usize::from(got != expected);
+                }
             }
-            println!("garbage round {round}: reader opened and answered");
+            disabled += usize::from(reader.state.lock().unwrap().reader.is_none());
         }
+        println!(
+            "scrambled PDBs: {opened} opened, {disabled} lost their reader to a panic; \
+             {compared} lookups beside a SymCache that still converted, {differ} differ"
+        );
+        assert!(opened >= 10, "{opened}");
     }
 }
