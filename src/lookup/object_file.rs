@@ -106,6 +106,12 @@ impl ObjectHandle {
         })
     }
 
+    /// A handle on `data` read with the default limits, for tests that start from a file.
+    #[cfg(test)]
+    pub fn from_bytes_for_test(data: ByteView<'static>) -> CacheResult<Self> {
+        Self::parse(data, ObjectLimits::default())
+    }
+
     /// Bytes of the file (decompressed, as downloaded).
     pub fn size(&self) -> u64 {
         self.inner.owner().len() as u64

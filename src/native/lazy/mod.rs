@@ -7,9 +7,13 @@
 use std::sync::Arc;
 
 use symbolic::common::{Arch, Language, Name, NameMangling};
+use symbolic::debuginfo::FileFormat;
 
 use crate::lookup::ObjectHandle;
 
+#[cfg(test)]
+mod differential;
+mod dwarf;
 #[cfg(test)]
 mod fixtures;
 
@@ -50,6 +54,8 @@ pub type OwnedLazySymbolizer = Arc<dyn LazySymbolizer>;
 /// A lazy reader for `object`, or `None` when its format has none (the caller waits
 /// for the SymCache then).
 pub fn open(object: &Arc<ObjectHandle>) -> Option<OwnedLazySymbolizer> {
-    let _ = object;
-    None
+    match object.object().file_format() {
+        FileFormat::Elf | FileFormat::MachO | FileFormat::Wasm => dwarf::open(object),
+        _ => None,
+    }
 }
