@@ -112,6 +112,11 @@ impl ObjectHandle {
         Self::parse(data, ObjectLimits::default())
     }
 
+    /// A handle on a file outside the caches (the large-file check in `examples/`).
+    pub fn from_bytes(data: ByteView<'static>, limits: ObjectLimits) -> CacheResult<Self> {
+        Self::parse(data, limits)
+    }
+
     /// Bytes of the file (decompressed, as downloaded).
     pub fn size(&self) -> u64 {
         self.inner.owner().len() as u64

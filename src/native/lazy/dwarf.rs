@@ -80,18 +80,47 @@ pub struct DwarfReader {
 /// `MEMO_MAX_BYTES` (units' functions are counted by their line records).
 #[derive(Default)]
 struct Memo {
-    /// The functions of a set of units, read in section order with one `seen_ranges`,
-    /// as a whole conversion reads them.
-    unit_sets: HashMap<Vec<usize>, Arc<UnitSet>>,
-    /// A mini SymCache per unit set and span of symbols.
-    caches: HashMap<(Vec<usize>, usize, usize), Arc<Vec<u8>>>,
+    /// Units read so far: their line programs and where their functions are.
+    units: HashMap<usize, Arc<PreparedUnit>>,
+    /// A mini SymCache per set of functions and span of symbols.
+    caches: HashMap<CacheKey, Arc<Vec<u8>>>,
     bytes: usize,
 }
 
-struct UnitSet {
-    functions: Vec<Function<'static>>,
-    /// The lowest start and highest end of those functions.
-    span: Option<(u64, u64)>,
+/// The functions (unit, start, size) and the span of symbols a mini SymCache holds.
+type CacheKey = (Vec<(usize, u64, u64)>, usize, usize);
+
+/// What a unit's lookups share: its line program, prepared as symbolic prepares it,
+/// and an index of its functions, so a lookup reads only the functions near its address.
+struct PreparedUnit {
+    language: Language,
+    prefer_dwarf_names: bool,
+    line_program: Option<LineProgram>,
+    /// The subprograms a whole-unit walk would start `parse_function` at, in DIE order.
+    functions: Vec<IndexedFunction>,
+}
+
+/// A subprogram with ranges, outside any other subprogram with ranges.
+struct IndexedFunction {
+    offset: UnitOffset,
+    /// Lowest start and highest end of its ranges, relative.
+    lo: u64,
+    hi: u64,
+    /// Whether its subtree holds other subprograms, which a walk reads too.
+    nested: bool,
+}
+
+impl PreparedUnit {
+    fn bytes(&self) -> usize {
+        let rows: usize = self
+            .line_program
+            .iter()
+            .flat_map(|p| &p.sequences)
+            .map(|s| s.rows.len())
+            .sum();
+        rows * std::mem::size_of::<Row>()
+            + self.functions.len() * std::mem::size_of::<IndexedFunction>()
+    }
 }
 
 /// Subtracts symbolic's address offset (wrapping, as symbolic does).
@@ -260,31 +289,55 @@ impl DwarfReader {
         units
     }
 
-    fn read_units(&self, units: &[usize]) -> UnitSet {
+    fn prepared(&self, index: usize) -> Option<Arc<PreparedUnit>> {
+        if let Some(unit) = self.memo.lock().unwrap().units.get(&index) {
+            return Some(unit.clone());
+        }
+        let unit = self.get_unit(index)?;
+        let prepared = Arc::new(PreparedUnit::new(self, unit)?);
+        let mut memo = self.memo.lock().unwrap();
+        memo.make_room(prepared.bytes());
+        memo.units.insert(index, prepared.clone());
+        Some(prepared)
+    }
+
+    /// The functions that may own a key in `[lo, hi)`: those of `units` whose span
+    /// meets it (its end included: a function's end is a key), read as symbolic reads
+    /// them, in the order a whole conversion meets them. Reading more than needed
+    /// changes nothing, reading them out of order would.
+    fn read_functions(&self, units: &[usize], lo: u64, hi: u64) -> Vec<(usize, Function<'static>)> {
         let mut seen_ranges = BTreeSet::new();
         let mut functions = Vec::new();
         for &index in units {
-            let Some(unit) = self.get_unit(index).and_then(|u| UnitReader::new(self, u)) else {
+            let (Some(unit), Some(prepared)) = (self.get_unit(index), self.prepared(index)) else {
                 continue;
             };
-            // A unit symbolic cannot read fails its whole conversion; here the unit
-            // contributes nothing and the symbols still answer.
-            if let Ok(found) = unit.functions(&mut seen_ranges) {
-                functions.extend(found);
+            let reader = UnitReader {
+                reader: self,
+                unit,
+                language: prepared.language,
+                prefer_dwarf_names: prepared.prefer_dwarf_names,
+                prepared: Some(&prepared),
+            };
+            for function in &prepared.functions {
+                if !(function.nested || (function.lo < hi && function.hi >= lo)) {
+                    continue;
+                }
+                // A unit symbolic cannot read fails its whole conversion; here the
+                // function contributes nothing and the symbols still answer.
+                if let Ok(found) = reader.function_at(function.offset, &mut seen_ranges) {
+                    functions.extend(found.into_iter().map(|f| (index, f)));
+                }
             }
         }
-        let span = functions
-            .iter()
-            .map(|f| (f.address, f.end_address()))
-            .reduce(|(lo, hi), (start, end)| (lo.min(start), hi.max(end)));
-        UnitSet { functions, span }
+        functions
     }
 
-    /// A SymCache of `set`'s functions and the symbols at `[first, end)`.
-    fn build(&self, set: &UnitSet, (first, end): (usize, usize)) -> Vec<u8> {
+    /// A SymCache of `functions` and the symbols at `[first, end)`.
+    fn build(&self, functions: &[Function<'static>], (first, end): (usize, usize)) -> Vec<u8> {
         let mut converter = SymCacheConverter::new();
         converter.set_arch(self.arch);
-        for function in &set.functions {
+        for function in functions {
             converter.process_symbolic_function(function);
         }
         for symbol in &self.symbols[first..end] {
@@ -296,35 +349,34 @@ impl DwarfReader {
         bytes
     }
 
-    /// A SymCache that answers `addr` as the whole file's would: the functions of
-    /// `units_for(addr)`, and every symbol from the lowest of those functions (or the
-    /// nearest symbol below `addr`) to the highest end (or `addr`). Symbols above
-    /// `addr` do not change its answer, so every address of the span shares one.
+    /// A SymCache that answers `addr` as the whole file's would: the functions that may
+    /// own a key between the nearest symbol at or below `addr` and `addr`, and every
+    /// symbol from the lowest of those (or that symbol) up to the highest function end
+    /// (or `addr`). Keys above `addr` do not change its answer, so addresses near one
+    /// another share one.
     fn mini_cache(&self, addr: u64) -> Arc<Vec<u8>> {
-        let units = self.units_for(addr);
-        let cached = self.memo.lock().unwrap().unit_sets.get(&units).cloned();
-        let set = match cached {
-            Some(set) => set,
-            None => {
-                let set = Arc::new(self.read_units(&units));
-                let lines: usize = set.functions.iter().map(count_lines).sum();
-                let mut memo = self.memo.lock().unwrap();
-                memo.make_room(lines.saturating_mul(LINE_BYTES));
-                memo.unit_sets.insert(units.clone(), set.clone());
-                set
-            }
-        };
         let below = self.symbol_at_or_below(addr).min(addr);
-        let (lo, hi) = match set.span {
-            Some((lo, hi)) => (lo.min(below), hi.max(addr)),
-            None => (below, addr),
-        };
+        let units = self.units_for(addr);
+        let found = self.read_functions(&units, below, addr.saturating_add(1));
+        let (mut lo, mut hi) = (below, addr);
+        for (_, function) in &found {
+            lo = lo.min(function.address);
+            hi = hi.max(function.end_address());
+        }
         let symbols = self.symbols_between(lo, hi);
-        let key = (units, symbols.0, symbols.1);
+        let key: CacheKey = (
+            found
+                .iter()
+                .map(|(unit, f)| (*unit, f.address, f.size))
+                .collect(),
+            symbols.0,
+            symbols.1,
+        );
         if let Some(hit) = self.memo.lock().unwrap().caches.get(&key) {
             return hit.clone();
         }
-        let bytes = Arc::new(self.build(&set, symbols));
+        let functions: Vec<Function<'static>> = found.into_iter().map(|(_, f)| f).collect();
+        let bytes = Arc::new(self.build(&functions, symbols));
         let mut memo = self.memo.lock().unwrap();
         memo.make_room(bytes.len());
         memo.caches.insert(key, bytes.clone());
@@ -332,17 +384,10 @@ impl DwarfReader {
     }
 }
 
-/// What a line record of a parsed function takes in memory, roughly.
-const LINE_BYTES: usize = 96;
-
-fn count_lines(function: &Function<'_>) -> usize {
-    function.lines.len() + function.inlinees.iter().map(count_lines).sum::<usize>()
-}
-
 impl Memo {
     fn make_room(&mut self, bytes: usize) {
         if self.bytes.saturating_add(bytes) > MEMO_MAX_BYTES {
-            self.unit_sets.clear();
+            self.units.clear();
             self.caches.clear();
             self.bytes = 0;
         }
@@ -488,8 +533,9 @@ struct UnitReader<'r> {
     reader: &'r DwarfReader,
     unit: &'r Unit,
     language: Language,
-    line_program: Option<LineProgram>,
     prefer_dwarf_names: bool,
+    /// `None` for a unit only followed into by a reference (no lines are read there).
+    prepared: Option<&'r PreparedUnit>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -501,8 +547,9 @@ struct CallLocation {
 /// symbolic's `UnitRef::MAX_ABSTRACT_ORIGIN_DEPTH` (elfutils' limit).
 const MAX_ABSTRACT_ORIGIN_DEPTH: u8 = 16;
 
-impl<'r> UnitReader<'r> {
-    fn new(reader: &'r DwarfReader, unit: &'r Unit) -> Option<Self> {
+impl PreparedUnit {
+    /// symbolic's `DwarfUnit::from_unit`, plus the index of the unit's functions.
+    fn new(reader: &DwarfReader, unit: &Unit) -> Option<Self> {
         let mut entries = unit.entries();
         let root = entries.next_dfs().ok()??;
         let language = match root.attr_value(constants::DW_AT_language) {
@@ -512,31 +559,110 @@ impl<'r> UnitReader<'r> {
         let producer = root
             .attr_value(constants::DW_AT_producer)
             .and_then(|value| value.string_value(&reader.dwarf.debug_str));
+        // symbolic trusts DWARF names over the symbol table for Dart's lossy mangling.
         let prefer_dwarf_names = producer.map(|p| p.slice()) == Some(b"Dart VM".as_slice());
-        let line_program = unit
-            .line_program
-            .as_ref()
-            .map(|program| LineProgram::prepare(program.clone()));
-        Some(UnitReader {
+        let mut prepared = PreparedUnit {
+            language,
+            prefer_dwarf_names,
+            line_program: unit
+                .line_program
+                .as_ref()
+                .map(|program| LineProgram::prepare(program.clone())),
+            functions: Vec::new(),
+        };
+        let indexer = UnitReader {
             reader,
             unit,
             language,
-            line_program,
             prefer_dwarf_names,
-        })
+            prepared: None,
+        };
+        let mut entries = unit.entries_raw(None).ok()?;
+        let mut ranges = Vec::new();
+        // A unit symbolic cannot walk fails its conversion; here it has no functions.
+        if indexer
+            .index_functions(-1, &mut entries, &mut ranges, &mut prepared.functions)
+            .is_err()
+        {
+            prepared.functions.clear();
+        }
+        Some(prepared)
+    }
+}
+
+impl<'r> UnitReader<'r> {
+    /// Walks the DIE tree as `parse_functions` does, but only notes where each function
+    /// starts and which addresses it spans, skipping its subtree.
+    fn index_functions(
+        &self,
+        depth: isize,
+        entries: &mut EntriesRaw<'_>,
+        ranges: &mut Vec<gimli::Range>,
+        out: &mut Vec<IndexedFunction>,
+    ) -> Result<(), gimli::Error> {
+        while !entries.is_empty() {
+            let offset = entries.next_offset();
+            let next_depth = entries.next_depth();
+            if next_depth <= depth {
+                return Ok(());
+            }
+            let Some(abbrev) = entries.read_abbreviation()? else {
+                continue;
+            };
+            if abbrev.tag() != constants::DW_TAG_subprogram {
+                entries.skip_attributes(abbrev.attributes())?;
+                continue;
+            }
+            self.parse_ranges(entries, abbrev, ranges)?;
+            ranges.retain(|range| range.begin <= range.end);
+            if ranges.is_empty() {
+                // `parse_function` walks into a function without ranges for others.
+                self.index_functions(next_depth, entries, ranges, out)?;
+                continue;
+            }
+            let address_offset = self.reader.address_offset;
+            let lo = ranges
+                .iter()
+                .map(|r| relative(r.begin, address_offset))
+                .min();
+            let hi = ranges
+                .iter()
+                .map(|r| relative(r.begin, address_offset).saturating_add(r.end - r.begin))
+                .max();
+            let mut nested = false;
+            while !entries.is_empty() && entries.next_depth() > next_depth {
+                if let Some(abbrev) = entries.read_abbreviation()? {
+                    nested |= abbrev.tag() == constants::DW_TAG_subprogram;
+                    entries.skip_attributes(abbrev.attributes())?;
+                }
+            }
+            out.push(IndexedFunction {
+                offset,
+                lo: lo.unwrap_or_default(),
+                hi: hi.unwrap_or_default(),
+                nested,
+            });
+        }
+        Ok(())
     }
 
-    fn functions(
+    /// The functions a whole-unit walk makes from the subprogram at `offset` (itself,
+    /// and any nested in it).
+    fn function_at(
         &self,
+        offset: UnitOffset,
         seen_ranges: &mut BTreeSet<(u64, u64)>,
     ) -> Result<Vec<Function<'static>>, gimli::Error> {
-        let mut entries = self.unit.entries_raw(None)?;
+        let mut entries = self.unit.entries_raw(Some(offset))?;
         let mut output = Output {
             functions: Vec::new(),
             range_buf: Vec::new(),
             seen_ranges,
         };
-        self.parse_functions(-1, &mut entries, &mut output)?;
+        let depth = entries.next_depth();
+        if let Some(abbrev) = entries.read_abbreviation()? {
+            self.parse_function(offset, depth, &mut entries, abbrev, &mut output)?;
+        }
         Ok(output.functions)
     }
 
@@ -645,7 +771,7 @@ impl<'r> UnitReader<'r> {
 
         self.parse_function_children(depth, 0, entries, &mut builders, output, language)?;
 
-        if let Some(program) = &self.line_program {
+        if let Some(program) = self.prepared.and_then(|p| p.line_program.as_ref()) {
             for (range, builder) in &mut builders {
                 for row in program.rows(range) {
                     let address = relative(row.address, address_offset);
@@ -820,7 +946,7 @@ impl<'r> UnitReader<'r> {
     }
 
     fn resolve_file(&self, index: u64) -> Option<FileInfo<'static>> {
-        let header = &self.line_program.as_ref()?.header;
+        let header = &self.prepared?.line_program.as_ref()?.header;
         let file = header.file(index)?;
         Some(FileInfo::new(
             Cow::Borrowed(
@@ -939,8 +1065,8 @@ impl<'r> UnitReader<'r> {
                     reader: self.reader,
                     unit,
                     language: self.language,
-                    line_program: None,
                     prefer_dwarf_names: self.prefer_dwarf_names,
+                    prepared: None,
                 };
                 (&target, offset)
             }
