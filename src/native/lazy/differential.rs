@@ -192,3 +192,45 @@ fn lazy_readers_answer_as_the_symcache_does() {
         assert!(formats.contains(format), "no {format} file was checked");
     }
 }
+
+/// Damaged DWARF: bytes of the debug sections overwritten at pseudo-random places. The
+/// reader must open or refuse each file and answer lookups without panicking (gimli
+/// reports errors rather than panicking; the walk bounds its own recursion).
+#[test]
+fn damaged_dwarf_never_panics_the_lazy_reader() {
+    let original = std::fs::read(root().join("lazy/elf/prog-dwarf4.debug")).unwrap();
+    let handle = ObjectHandle::from_bytes_for_test(ByteView::from_vec(original.clone())).unwrap();
+    let symbols: Vec<u64> = handle.object().symbols().map(|s| s.address).collect();
+    drop(handle);
+    let mut rng = Rng(0xdead_beef);
+    let mut opened = 0;
+    for round in 0..100 {
+        let mut bytes = original.clone();
+        // Past the headers, where the debug sections are.
+        for _ in 0..1 + round % 20 {
+            let at = 4096 + (rng.next() as usize) % (bytes.len() - 4096);
+            bytes[at] = rng.next() as u8;
+        }
+        let Ok(handle) = ObjectHandle::from_bytes_for_test(ByteView::from_vec(bytes)) else {
+            continue;
+        };
+        let handle = Arc::new(handle);
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if let Some(reader) = open(&handle) {
+                for i in 0..40 {
+                    let addr = symbols[(rng.0 as usize + i * 7919) % symbols.len()];
+                    reader.lookup(addr + (i as u64 % 5));
+                }
+                true
+            } else {
+                false
+            }
+        }));
+        match outcome {
+            Ok(true) => opened += 1,
+            Ok(false) => {}
+            Err(_) => panic!("round {round}: the lazy reader panicked"),
+        }
+    }
+    assert!(opened > 30, "only {opened} damaged files opened");
+}

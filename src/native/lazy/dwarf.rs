@@ -16,7 +16,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use gimli::{AttributeValue, constants};
 use symbolic::common::{Arch, Language, Name, NameMangling};
@@ -290,12 +290,18 @@ impl DwarfReader {
     }
 
     fn prepared(&self, index: usize) -> Option<Arc<PreparedUnit>> {
-        if let Some(unit) = self.memo.lock().unwrap().units.get(&index) {
+        if let Some(unit) = self
+            .memo
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .units
+            .get(&index)
+        {
             return Some(unit.clone());
         }
         let unit = self.get_unit(index)?;
         let prepared = Arc::new(PreparedUnit::new(self, unit)?);
-        let mut memo = self.memo.lock().unwrap();
+        let mut memo = self.memo.lock().unwrap_or_else(PoisonError::into_inner);
         memo.make_room(prepared.bytes());
         memo.units.insert(index, prepared.clone());
         Some(prepared)
@@ -372,12 +378,18 @@ impl DwarfReader {
             symbols.0,
             symbols.1,
         );
-        if let Some(hit) = self.memo.lock().unwrap().caches.get(&key) {
+        if let Some(hit) = self
+            .memo
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .caches
+            .get(&key)
+        {
             return hit.clone();
         }
         let functions: Vec<Function<'static>> = found.into_iter().map(|(_, f)| f).collect();
         let bytes = Arc::new(self.build(&functions, symbols));
-        let mut memo = self.memo.lock().unwrap();
+        let mut memo = self.memo.lock().unwrap_or_else(PoisonError::into_inner);
         memo.make_room(bytes.len());
         memo.caches.insert(key, bytes.clone());
         bytes
@@ -544,7 +556,13 @@ struct CallLocation {
     call_line: Option<u64>,
 }
 
-/// symbolic's `UnitRef::MAX_ABSTRACT_ORIGIN_DEPTH` (elfutils' limit).
+/// The walk recurses once per level of the DIE tree: a hostile file nested deeper would
+/// exhaust the thread's stack, which no panic handler catches. Real trees are a few
+/// dozen levels deep.
+const MAX_DIE_DEPTH: isize = 1024;
+
+/// symbolic's `UnitRef::MAX_ABSTRACT_ORIGIN_DEPTH` (elfutils' limit); also bounds the
+/// chains of references followed for a name.
 const MAX_ABSTRACT_ORIGIN_DEPTH: u8 = 16;
 
 impl PreparedUnit {
@@ -599,10 +617,13 @@ impl<'r> UnitReader<'r> {
         entries: &mut EntriesRaw<'_>,
         ranges: &mut Vec<gimli::Range>,
         out: &mut Vec<IndexedFunction>,
-    ) -> Result<(), gimli::Error> {
+    ) -> Result<(), WalkError> {
         while !entries.is_empty() {
             let offset = entries.next_offset();
             let next_depth = entries.next_depth();
+            if next_depth > MAX_DIE_DEPTH {
+                return Err(WalkError::TooDeep);
+            }
             if next_depth <= depth {
                 return Ok(());
             }
@@ -652,7 +673,7 @@ impl<'r> UnitReader<'r> {
         &self,
         offset: UnitOffset,
         seen_ranges: &mut BTreeSet<(u64, u64)>,
-    ) -> Result<Vec<Function<'static>>, gimli::Error> {
+    ) -> Result<Vec<Function<'static>>, WalkError> {
         let mut entries = self.unit.entries_raw(Some(offset))?;
         let mut output = Output {
             functions: Vec::new(),
@@ -694,10 +715,13 @@ impl<'r> UnitReader<'r> {
         depth: isize,
         entries: &mut EntriesRaw<'_>,
         output: &mut Output<'_>,
-    ) -> Result<(), gimli::Error> {
+    ) -> Result<(), WalkError> {
         while !entries.is_empty() {
             let offset = entries.next_offset();
             let next_depth = entries.next_depth();
+            if next_depth > MAX_DIE_DEPTH {
+                return Err(WalkError::TooDeep);
+            }
             if next_depth <= depth {
                 return Ok(());
             }
@@ -719,7 +743,7 @@ impl<'r> UnitReader<'r> {
         entries: &mut EntriesRaw<'_>,
         abbrev: &gimli::Abbreviation,
         output: &mut Output<'_>,
-    ) -> Result<(), gimli::Error> {
+    ) -> Result<(), WalkError> {
         let mut ranges = std::mem::take(&mut output.range_buf);
         self.parse_ranges(entries, abbrev, &mut ranges)?;
         let address_offset = self.reader.address_offset;
@@ -747,7 +771,7 @@ impl<'r> UnitReader<'r> {
         };
         let name = symbol_name
             .or_else(|| {
-                self.resolve_function_name(&entry, language, None)
+                self.resolve_function_name(&entry, language, None, MAX_ABSTRACT_ORIGIN_DEPTH)
                     .ok()
                     .flatten()
             })
@@ -794,10 +818,13 @@ impl<'r> UnitReader<'r> {
         builders: &mut [(gimli::Range, FunctionBuilder<'static>)],
         output: &mut Output<'_>,
         language: Language,
-    ) -> Result<(), gimli::Error> {
+    ) -> Result<(), WalkError> {
         while !entries.is_empty() {
             let offset = entries.next_offset();
             let next_depth = entries.next_depth();
+            if next_depth > MAX_DIE_DEPTH {
+                return Err(WalkError::TooDeep);
+            }
             if next_depth <= depth {
                 return Ok(());
             }
@@ -837,7 +864,7 @@ impl<'r> UnitReader<'r> {
         builders: &mut [(gimli::Range, FunctionBuilder<'static>)],
         output: &mut Output<'_>,
         language: Language,
-    ) -> Result<(), gimli::Error> {
+    ) -> Result<(), WalkError> {
         let mut ranges = std::mem::take(&mut output.range_buf);
         let call_location = self.parse_ranges(entries, abbrev, &mut ranges)?;
         ranges.retain(|range| range.end > range.begin);
@@ -848,7 +875,7 @@ impl<'r> UnitReader<'r> {
         let entry = self.unit.entry(offset)?;
         let language = self.resolve_function_language(&entry, language);
         let name = self
-            .resolve_function_name(&entry, language, None)
+            .resolve_function_name(&entry, language, None, MAX_ABSTRACT_ORIGIN_DEPTH)
             .ok()
             .flatten()
             .unwrap_or_else(|| Name::new("", NameMangling::Unmangled, language));
@@ -886,7 +913,7 @@ impl<'r> UnitReader<'r> {
         entries: &mut EntriesRaw<'_>,
         abbrev: &gimli::Abbreviation,
         ranges: &mut Vec<gimli::Range>,
-    ) -> Result<CallLocation, gimli::Error> {
+    ) -> Result<CallLocation, WalkError> {
         ranges.clear();
         let mut call = CallLocation::default();
         let (mut low_pc, mut high_pc, mut high_pc_rel) = (None, None, None);
@@ -900,7 +927,7 @@ impl<'r> UnitReader<'r> {
                     AttributeValue::DebugAddrIndex(index) => {
                         low_pc = Some(dwarf.address(self.unit, index)?)
                     }
-                    _ => return Err(gimli::Error::UnsupportedAttributeForm(attr.form())),
+                    _ => return Err(gimli::Error::UnsupportedAttributeForm(attr.form()).into()),
                 },
                 constants::DW_AT_high_pc => match attr.value() {
                     AttributeValue::Addr(addr) => high_pc = Some(addr),
@@ -908,15 +935,15 @@ impl<'r> UnitReader<'r> {
                         high_pc = Some(dwarf.address(self.unit, index)?)
                     }
                     AttributeValue::Udata(size) => high_pc_rel = Some(size),
-                    _ => return Err(gimli::Error::UnsupportedAttributeForm(attr.form())),
+                    _ => return Err(gimli::Error::UnsupportedAttributeForm(attr.form()).into()),
                 },
                 constants::DW_AT_call_line => match attr.value() {
                     AttributeValue::Udata(line) => call.call_line = Some(line),
-                    _ => return Err(gimli::Error::UnsupportedAttributeForm(attr.form())),
+                    _ => return Err(gimli::Error::UnsupportedAttributeForm(attr.form()).into()),
                 },
                 constants::DW_AT_call_file => match attr.value() {
                     AttributeValue::FileIndex(file) => call.call_file = Some(file),
-                    _ => return Err(gimli::Error::UnsupportedAttributeForm(attr.form())),
+                    _ => return Err(gimli::Error::UnsupportedAttributeForm(attr.form()).into()),
                 },
                 constants::DW_AT_ranges
                 | constants::DW_AT_rnglists_base
@@ -926,7 +953,7 @@ impl<'r> UnitReader<'r> {
                             let range = match iter.next() {
                                 Ok(Some(range)) => range,
                                 Ok(None) | Err(gimli::Error::InvalidCfiSetLoc(_)) => break,
-                                Err(err) => return Err(err),
+                                Err(err) => return Err(err.into()),
                             };
                             if range.begin > 0 || kind == ObjectKind::Relocatable {
                                 ranges.push(range);
@@ -975,7 +1002,7 @@ impl<'r> UnitReader<'r> {
         &self,
         entry: &Die<'_>,
         depth: u8,
-    ) -> Result<Option<Language>, gimli::Error> {
+    ) -> Result<Option<Language>, WalkError> {
         if depth == 0 {
             return Ok(None);
         }
@@ -1008,7 +1035,11 @@ impl<'r> UnitReader<'r> {
         entry: &Die<'_>,
         language: Language,
         prior: Option<UnitOffset>,
-    ) -> Result<Option<Name<'static>>, gimli::Error> {
+        depth: u8,
+    ) -> Result<Option<Name<'static>>, WalkError> {
+        if depth == 0 {
+            return Ok(None);
+        }
         let mut fallback = None;
         let mut reference = None;
         for attr in entry.attrs() {
@@ -1042,7 +1073,7 @@ impl<'r> UnitReader<'r> {
                 return Ok(None);
             }
             if self.offset() != target.offset() || entry_offset != target_entry.offset() {
-                target.resolve_function_name(target_entry, language, Some(entry_offset))
+                target.resolve_function_name(target_entry, language, Some(entry_offset), depth - 1)
             } else {
                 Ok(None)
             }
@@ -1052,8 +1083,8 @@ impl<'r> UnitReader<'r> {
     fn resolve_reference<T>(
         &self,
         value: AttributeValue<Slice>,
-        f: impl FnOnce(&UnitReader<'r>, &Die<'_>) -> Result<Option<T>, gimli::Error>,
-    ) -> Result<Option<T>, gimli::Error> {
+        f: impl FnOnce(&UnitReader<'r>, &Die<'_>) -> Result<Option<T>, WalkError>,
+    ) -> Result<Option<T>, WalkError> {
         let target;
         let (unit, offset) = match value {
             AttributeValue::UnitRef(offset) => (self, offset),
@@ -1102,6 +1133,20 @@ impl DwarfReader {
     }
 }
 
+/// Why a unit's walk stopped; symbolic would fail the whole conversion for any of them.
+#[derive(Debug)]
+enum WalkError {
+    Dwarf(#[allow(dead_code)] gimli::Error),
+    TooDeep,
+    InvertedRange,
+}
+
+impl From<gimli::Error> for WalkError {
+    fn from(err: gimli::Error) -> Self {
+        WalkError::Dwarf(err)
+    }
+}
+
 struct Output<'s> {
     functions: Vec<Function<'static>>,
     range_buf: Vec<gimli::Range>,
@@ -1114,7 +1159,7 @@ fn convert_pc_range(
     high_pc: Option<u64>,
     high_pc_rel: Option<u64>,
     kind: ObjectKind,
-) -> Result<Option<gimli::Range>, gimli::Error> {
+) -> Result<Option<gimli::Range>, WalkError> {
     let low_pc = match low_pc {
         Some(low_pc) if low_pc != 0 || kind == ObjectKind::Relocatable => low_pc,
         _ => return Ok(None),
@@ -1128,10 +1173,8 @@ fn convert_pc_range(
         return Ok(None);
     }
     if low_pc > high_pc {
-        // symbolic fails the unit (`InvertedFunctionRange`); any error does that here.
-        return Err(gimli::Error::UnsupportedAttributeForm(
-            constants::DW_FORM_addr,
-        ));
+        // symbolic fails the unit (`InvertedFunctionRange`).
+        return Err(WalkError::InvertedRange);
     }
     Ok(Some(gimli::Range {
         begin: low_pc,
