@@ -107,6 +107,19 @@ pub fn panic_if_marked(stage: &str, data: &[u8]) {
     }
 }
 
+/// Test builds only: sleeps `SLOW_MARKED` when `data` carries the slow marker of
+/// `stage`, so that tests can see what happens while a conversion is still running.
+#[cfg(test)]
+pub fn delay_if_marked(stage: &str, data: &[u8]) {
+    let marker = format!("omnisym-test-slow:{stage}");
+    if data.windows(marker.len()).any(|w| w == marker.as_bytes()) {
+        std::thread::sleep(SLOW_MARKED);
+    }
+}
+
+#[cfg(test)]
+pub const SLOW_MARKED: std::time::Duration = std::time::Duration::from_secs(4);
+
 #[cfg(test)]
 mod tests {
     use super::*;

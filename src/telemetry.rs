@@ -56,6 +56,9 @@ pub const PARSER_PANICS: &str = "parser.panics";
 /// Native modules answered from their debug file by a lazy reader while the SymCache
 /// was still being built (cold requests).
 pub const LAZY_ANSWERS: &str = "symbolication.lazy_answers";
+/// Minidump frames unwound from their module's own DWARF CFI while its CFI cache was
+/// still being built (cold walks).
+pub const LAZY_UNWINDS: &str = "stackwalk.lazy_unwinds";
 
 /// Buckets of the latency histograms, in seconds: from a warm request (milliseconds) to
 /// the 15 minute request limit.
@@ -281,6 +284,10 @@ fn describe() {
         (
             LAZY_ANSWERS,
             "native modules answered by a lazy reader while their SymCache was built",
+        ),
+        (
+            LAZY_UNWINDS,
+            "minidump frames unwound from the file's DWARF CFI while its CFI cache was built",
         ),
     ];
     for (name, help) in counters {

@@ -756,3 +756,71 @@ async fn fifty_concurrent_warm_requests_succeed() {
     );
     eprintln!("50 concurrent warm /minidump requests in {elapsed:?}");
 }
+
+/// i. Cold, the executable's CFI cache is built in the background and the walk unwinds
+/// the frameless leaf from the file's own `.eh_frame` meanwhile; warm, from the cache.
+/// Both give exactly the same stack traces.
+#[tokio::test]
+async fn a_cold_walk_unwinds_from_the_file_as_a_warm_walk_does_from_the_cfi_cache() {
+    let v = variant("nofp");
+    let symbols = native_source(&[(&v, ALL)]);
+    let server = Server::start("");
+    let srcs = sources(symbols.path());
+    let opts = json!({"dif_candidates": true});
+    let lazy_unwinds =
+        |m: &common::prometheus::Exposition| m.value("stackwalk_lazy_unwinds_total", &[]);
+    assert_eq!(lazy_unwinds(&server.scrape().await), 0.0);
+
+    let cold = process(&server, &minidump(&v), &srcs, &opts).await;
+    let after_cold = lazy_unwinds(&server.scrape().await);
+    // store_result, process_record, run_pipeline and main are in the executable.
+    assert!(
+        after_cold >= 4.0,
+        "{after_cold} frames unwound from the file: the cold walk used the CFI cache"
+    );
+    assert_crash_frames(
+        &cold,
+        &v,
+        &Expect {
+            caller_trust: &["cfi"],
+            source_context: true,
+            check_filename: true,
+        },
+    );
+
+    // The build goes on after the cold request; a walk that unwinds nothing from the
+    // file is a warm one.
+    let mut warm = None;
+    for _ in 0..50 {
+        let before = lazy_unwinds(&server.scrape().await);
+        let response = process(&server, &minidump(&v), &srcs, &opts).await;
+        if lazy_unwinds(&server.scrape().await) == before {
+            warm = Some(response);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let warm = warm.expect("the CFI cache was never used");
+    let frames = |response: &Value| -> Vec<Vec<(String, String)>> {
+        response["stacktraces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|thread| {
+                thread["frames"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|f| {
+                        let addr = f["instruction_addr"].as_str().unwrap().to_owned();
+                        (addr, f["trust"].as_str().unwrap_or_default().to_owned())
+                    })
+                    .collect()
+            })
+            .collect()
+    };
+    assert!(frames(&cold).iter().map(Vec::len).sum::<usize>() >= 5);
+    assert_eq!(frames(&cold), frames(&warm));
+    // And everything else: symbols, modules, unwind statuses, candidates.
+    assert_eq!(answer(&cold), answer(&warm));
+}

@@ -106,10 +106,15 @@ impl ObjectHandle {
         })
     }
 
-    /// A handle on a file read with the default limits, for tests.
+    /// A handle on `data` read with the default limits, for tests that start from a file.
     #[cfg(test)]
     pub fn from_bytes_for_test(data: ByteView<'static>) -> CacheResult<Self> {
         Self::parse(data, ObjectLimits::default())
+    }
+
+    /// A handle on a file outside the caches (the large-file check in `examples/`).
+    pub fn from_bytes(data: ByteView<'static>, limits: ObjectLimits) -> CacheResult<Self> {
+        Self::parse(data, limits)
     }
 
     /// Bytes of the file (decompressed, as downloaded).

@@ -8,6 +8,7 @@ mod apple;
 pub mod cfi;
 pub mod demangle;
 pub mod lazy;
+mod lazy_unwind;
 pub mod ppdb;
 mod source_context;
 mod stackwalk;

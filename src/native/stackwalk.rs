@@ -20,14 +20,17 @@ use symbolic::common::{Arch, ByteView, DebugId};
 use tokio::sync::OnceCell;
 
 use super::cfi::{CfiCacheActor, CfiItem};
+use super::lazy::{self, OwnedLazySymbolizer};
+use super::lazy_unwind::LazyUnwinder;
 use super::symcache::{OwnedSymCache, SymCacheActor};
 use crate::cache::Scope;
-use crate::error::CacheResult;
-use crate::lookup::Derived;
+use crate::error::{CacheResult, isolate, isolate_blocking};
+use crate::lookup::{Progress, join_build};
 use crate::sources::{ObjectId, ObjectType, SourceConfig};
 use crate::types::{
-    CompleteObjectInfo, CompletedSymbolicationResponse, FrameTrust, HexValue, ObjectFileStatus,
-    RawFrame, RawObjectInfo, RawStacktrace, Registers, RewriteRules, SystemInfo,
+    AllObjectCandidates, CompleteObjectInfo, CompletedSymbolicationResponse, FrameTrust, HexValue,
+    ObjectFeatures, ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, Registers,
+    RewriteRules, SystemInfo,
 };
 
 pub type Minidump = minidump::Minidump<'static, ByteView<'static>>;
@@ -229,8 +232,31 @@ struct Provider<'a> {
     object_type: ObjectType,
     first_module_debug_id: Option<DebugId>,
     rewrite_first_module: &'a RewriteRules,
-    cfi_modules: Memo<Arc<Derived<CfiItem>>>,
-    symcache_modules: Memo<CacheResult<OwnedSymCache>>,
+    cfi_modules: Memo<Arc<ModuleCfi>>,
+    symcache_modules: Memo<CacheResult<ModuleSymbols>>,
+}
+
+/// Where a module's unwind rules come from.
+enum Unwind {
+    /// The CFI cache (`None`: the file has no unwind information).
+    Cache(CfiItem),
+    /// The file itself, while its CFI cache is built.
+    Lazy(Arc<LazyUnwinder>),
+}
+
+/// A module's unwind rules, with the candidates and features of the lookup.
+struct ModuleCfi {
+    unwind: CacheResult<Unwind>,
+    candidates: AllObjectCandidates,
+    features: ObjectFeatures,
+}
+
+/// A module's symbols, for telling real frames from scanned garbage.
+#[derive(Clone)]
+enum ModuleSymbols {
+    SymCache(OwnedSymCache),
+    /// The debug file itself, while its SymCache is built.
+    Lazy(OwnedLazySymbolizer),
 }
 
 impl Provider<'_> {
@@ -253,23 +279,64 @@ impl Provider<'_> {
         }
     }
 
-    async fn cfi_module(&self, module: &(dyn Module + Sync)) -> Arc<Derived<CfiItem>> {
+    async fn cfi_module(&self, module: &(dyn Module + Sync)) -> Arc<ModuleCfi> {
         self.cfi_modules
             .get_or_init(ModuleKey::of(module), async {
                 let id = self.object_id(module);
-                Arc::new(self.cfi.fetch(self.sources, &id, self.scope).await)
+                let started = self.cfi.fetch_started(self.sources, &id, self.scope).await;
+                let unwind = match started.cache {
+                    Ok(Progress::Ready(item)) => Ok(Unwind::Cache(item)),
+                    Ok(Progress::Building { object, build }) => {
+                        // Opening reads section headers and may index every FDE of a
+                        // hostile file: on a blocking thread, and a panic there only
+                        // means "no lazy unwinder".
+                        let unwinder = isolate_blocking("lazy unwinder", move || {
+                            Ok(LazyUnwinder::open(object))
+                        })
+                        .await
+                        .ok()
+                        .flatten();
+                        // Unlike symbolication, the walk takes the file even when the build
+                        // has just finished: both give the same rules (see
+                        // lazy_unwind.rs), and a cold walk does not depend on a race.
+                        match unwinder {
+                            Some(unwinder) => Ok(Unwind::Lazy(Arc::new(unwinder))),
+                            None => join_build(build).await.map(Unwind::Cache),
+                        }
+                    }
+                    Err(err) => Err(err),
+                };
+                Arc::new(ModuleCfi {
+                    unwind,
+                    candidates: started.candidates,
+                    features: started.features,
+                })
             })
             .await
     }
 
-    async fn symcache(&self, module: &(dyn Module + Sync)) -> CacheResult<OwnedSymCache> {
+    async fn symbols(&self, module: &(dyn Module + Sync)) -> CacheResult<ModuleSymbols> {
         self.symcache_modules
             .get_or_init(ModuleKey::of(module), async {
                 let id = self.object_id(module);
-                self.symcaches
-                    .fetch(self.sources, &id, self.scope)
+                let started = self
+                    .symcaches
+                    .fetch_started(self.sources, &id, self.scope)
+                    .await;
+                let (object, build) = match started.cache? {
+                    Progress::Ready(symcache) => return Ok(ModuleSymbols::SymCache(symcache)),
+                    Progress::Building { object, build } => (object, build),
+                };
+                // As `settle` in symbolicate.rs: a lazy reader when one opens before the
+                // build is done, else the build.
+                let reader = isolate_blocking("lazy reader", move || Ok(lazy::open(&object)))
                     .await
-                    .cache
+                    .ok()
+                    .flatten();
+                match reader {
+                    Some(reader) if !build.is_finished() => Ok(ModuleSymbols::Lazy(reader)),
+                    _ => join_build(build).await.map(ModuleSymbols::SymCache),
+                }
             })
             .await
     }
@@ -281,8 +348,11 @@ impl Provider<'_> {
         let Some(offset) = addr.checked_sub(module.base_address()) else {
             return false;
         };
-        match &self.cfi_module(module).await.cache {
-            Ok(Some(cfi)) => cfi.covers(offset),
+        match &self.cfi_module(module).await.unwind {
+            Ok(Unwind::Cache(Some(cfi))) => cfi.covers(offset),
+            Ok(Unwind::Lazy(unwinder)) => {
+                isolate("lazy unwinder", || Ok(unwinder.covers(offset))).unwrap_or(true)
+            }
             _ => true,
         }
     }
@@ -292,8 +362,14 @@ impl Provider<'_> {
         let Some(offset) = addr.checked_sub(module.base_address()) else {
             return false;
         };
-        match self.symcache(module).await {
-            Ok(symcache) => symcache.get().lookup(offset).next().is_some(),
+        match self.symbols(module).await {
+            Ok(ModuleSymbols::SymCache(symcache)) => symcache.get().lookup(offset).next().is_some(),
+            // A lazy reader parses debug info as it goes: on a blocking thread.
+            Ok(ModuleSymbols::Lazy(reader)) => {
+                isolate_blocking("lazy reader", move || Ok(!reader.lookup(offset).is_empty()))
+                    .await
+                    .unwrap_or(true)
+            }
             Err(_) => true,
         }
     }
@@ -325,11 +401,21 @@ impl SymbolProvider for Provider<'_> {
         walker: &mut (dyn FrameWalker + Send),
     ) -> Option<()> {
         let cfi = self.cfi_module(module).await;
-        cfi.cache
-            .as_ref()
-            .ok()?
-            .as_ref()?
-            .walk_frame(module, walker)
+        match cfi.unwind.as_ref().ok()? {
+            Unwind::Cache(cfi) => cfi.as_ref()?.walk_frame(module, walker),
+            Unwind::Lazy(unwinder) => {
+                // Gimli reads the file here; a panic costs this frame its CFI (the walker
+                // falls back to frame pointers and scanning), and leaves only the walker's
+                // candidate caller, which it discards, half set.
+                let walked = isolate("lazy unwinder", || Ok(unwinder.walk_frame(module, walker)))
+                    .ok()
+                    .flatten();
+                if walked.is_some() {
+                    metrics::counter!(crate::telemetry::LAZY_UNWINDS).increment(1);
+                }
+                walked
+            }
+        }
     }
 
     async fn get_file_path(
@@ -450,7 +536,7 @@ impl Stackwalk<'_> {
                 Some(cfi) => {
                     info.features.merge(&cfi.features);
                     info.candidates = cfi.candidates.clone();
-                    if let Ok(Some(rules)) = &cfi.cache {
+                    if let Ok(Unwind::Cache(Some(rules))) = &cfi.unwind {
                         // The unwind file names the debug file a stripped dump may lack.
                         if info.raw.debug_id.is_none() {
                             info.raw.debug_id = rules.debug_id.map(|id| id.to_string());
@@ -459,7 +545,7 @@ impl Stackwalk<'_> {
                             info.raw.debug_file.clone_from(&rules.debug_file);
                         }
                     }
-                    ObjectFileStatus::from_result(&cfi.cache)
+                    ObjectFileStatus::from_result(&cfi.unwind)
                 }
                 None => ObjectFileStatus::Unused,
             });

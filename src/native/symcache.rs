@@ -37,6 +37,8 @@ impl DerivedFormat for SymCacheFormat {
         let object = input.object();
         #[cfg(test)]
         crate::error::panic_if_marked("convert", object.data());
+        #[cfg(test)]
+        crate::error::delay_if_marked("convert", object.data());
         let mut converter = SymCacheConverter::new();
         converter
             .process_object(object)

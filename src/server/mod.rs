@@ -3,6 +3,8 @@
 //! the RequestService; they never symbolicate themselves.
 
 mod access_log;
+#[cfg(test)]
+mod cold_path_tests;
 pub mod compat;
 mod crash;
 mod error;

@@ -4,13 +4,17 @@
 //! the same file returns (`tests` in `differential.rs` holds them to that); formats
 //! without a lazy reader wait for the SymCache.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 
 use symbolic::common::{Arch, Language, Name, NameMangling};
 use symbolic::debuginfo::FileFormat;
 
 use crate::lookup::ObjectHandle;
 
+#[cfg(test)]
+mod differential;
+mod dwarf;
 #[cfg(test)]
 mod fixtures;
 mod pdb;
@@ -50,10 +54,41 @@ pub trait LazySymbolizer: Send + Sync {
 pub type OwnedLazySymbolizer = Arc<dyn LazySymbolizer>;
 
 /// A lazy reader for `object`, or `None` when its format has none (the caller waits
-/// for the SymCache then).
+/// for the SymCache then). Requests that need the same cold file at the same time share
+/// one reader (and what it has parsed): `object` is the same handle for all of them
+/// while the downloaded file is in memory.
 pub fn open(object: &Arc<ObjectHandle>) -> Option<OwnedLazySymbolizer> {
-    match object.object().file_format() {
-        FileFormat::Pdb => pdb::open(object),
-        _ => None,
+    let slot = {
+        let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+        // Only live readers are kept: the map is as large as the set of files being
+        // read lazily right now.
+        open.retain(|_, slot| {
+            Arc::strong_count(slot) > 1
+                || slot
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .as_ref()
+                    .is_some_and(|r| r.strong_count() > 0)
+        });
+        open.entry(Arc::as_ptr(object) as usize)
+            .or_default()
+            .clone()
+    };
+    // Per file, so a large file's index is built once while other files open beside it.
+    let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(reader) = slot.as_ref().and_then(Weak::upgrade) {
+        return Some(reader);
     }
+    let reader = match object.object().file_format() {
+        FileFormat::Elf | FileFormat::MachO | FileFormat::Wasm => dwarf::open(object)?,
+        FileFormat::Pdb => pdb::open(object)?,
+        _ => return None,
+    };
+    *slot = Some(Arc::downgrade(&reader));
+    Some(reader)
 }
+
+/// Readers in use, by the address of the handle they read. A live reader holds its
+/// handle, so no other handle can have that address while its entry is alive.
+type Slot = Arc<Mutex<Option<Weak<dyn LazySymbolizer>>>>;
+static OPEN: LazyLock<Mutex<HashMap<usize, Slot>>> = LazyLock::new(Default::default);

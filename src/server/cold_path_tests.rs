@@ -1,0 +1,154 @@
+//! A cold request through the real server: the debug file's SymCache conversion is made
+//! slow by a test-only marker (`error::delay_if_marked`), so the first request can only
+//! be answered in time by the lazy reader. It must come back well before the conversion
+//! ends, and the same request once the SymCache exists must give the same answer, byte
+//! for byte.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use symbolic::common::ByteView;
+use symbolic::debuginfo::Object;
+
+use super::{AppState, router};
+use crate::config::Config;
+use crate::error::SLOW_MARKED;
+
+const IMAGE_ADDR: u64 = 0x5555_0000_0000;
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lazy")
+}
+
+async fn start(cache_dir: &Path) -> SocketAddr {
+    let yaml = format!("cache_dir: {}\n", cache_dir.display());
+    let (config, _) = Config::from_yaml(&yaml).unwrap();
+    let state = AppState::new(&config).unwrap();
+    let app = router(state, &config);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+/// Every 20th return address of the ELF in `fixtures/lazy`, as absolute addresses.
+fn frames() -> Vec<Value> {
+    let text = std::fs::read_to_string(fixture().join("manifest.json")).unwrap();
+    let manifest: Value = serde_json::from_str(&text).unwrap();
+    let file = manifest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "elf/prog")
+        .unwrap();
+    file["return_addresses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .step_by(20)
+        .map(|a| {
+            let rel = u64::from_str_radix(a.as_str().unwrap().trim_start_matches("0x"), 16);
+            json!({"instruction_addr": format!("{:#x}", IMAGE_ADDR + rel.unwrap())})
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_request_is_answered_before_its_symcache_exists_and_as_it_will_be() {
+    let bytes = std::fs::read(fixture().join("elf/prog")).unwrap();
+    let object = Object::parse(&bytes).unwrap();
+    let (debug_id, code_id) = (object.debug_id(), object.code_id().unwrap());
+    drop(object);
+
+    // The file under the native layout, with the marker that slows its conversion.
+    let symbols = tempfile::tempdir().unwrap();
+    let code_id = code_id.as_str().to_owned();
+    let dest = symbols
+        .path()
+        .join(format!("{}/{}.debug", &code_id[..2], &code_id[2..]));
+    std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+    let mut marked = bytes.clone();
+    marked.extend_from_slice(b"omnisym-test-slow:convert");
+    std::fs::write(&dest, &marked).unwrap();
+    assert!(Object::parse(&ByteView::from_vec(marked)).is_ok());
+
+    let cache = tempfile::tempdir().unwrap();
+    let addr = start(cache.path()).await;
+    let frames = frames();
+    assert!(frames.len() >= 50, "{}", frames.len());
+    let body = json!({
+        "sources": [{"type": "filesystem", "id": "local", "path": symbols.path()}],
+        "modules": [{
+            "type": "elf",
+            "debug_id": debug_id.to_string(),
+            "code_id": code_id,
+            "code_file": "/usr/bin/prog",
+            "image_addr": format!("{IMAGE_ADDR:#x}"),
+            "image_size": 0x100000,
+        }],
+        "stacktraces": [{"frames": frames}],
+    });
+    let symbolicate = || async {
+        let started = Instant::now();
+        let response: Value = reqwest::Client::new()
+            .post(format!("http://{addr}/symbolicate?timeout=60"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        (response, started.elapsed())
+    };
+
+    let started = Instant::now();
+    let (cold, took) = symbolicate().await;
+    assert_eq!(cold["status"], "completed", "{cold}");
+    assert!(
+        took < SLOW_MARKED / 2,
+        "the cold request waited for the conversion ({took:?})"
+    );
+    let symbolicated = cold["stacktraces"][0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["status"] == "symbolicated" && f["lineno"].as_u64() > Some(0))
+        .count();
+    assert!(symbolicated >= 50, "{cold}");
+
+    // Once the conversion is done, the SymCache answers.
+    tokio::time::sleep((SLOW_MARKED + Duration::from_secs(1)).saturating_sub(started.elapsed()))
+        .await;
+    let symcaches = cache.path().join("symcaches");
+    let mut found = false;
+    for entry in walk(&symcaches) {
+        found |= std::fs::metadata(&entry).unwrap().len() > 1024;
+    }
+    assert!(
+        found,
+        "no SymCache was written under {}",
+        symcaches.display()
+    );
+    let (warm, took) = symbolicate().await;
+    assert!(took < SLOW_MARKED / 2, "{took:?}");
+    assert_eq!(cold, warm);
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return files;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
