@@ -25,6 +25,16 @@ impl Rng {
     }
 }
 
+/// `VmRSS` in KiB (0 off Linux): the file's mapped pages that were read count too.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(std::env::var("RSS_FIELD").as_deref().unwrap_or("VmRSS:")))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let path = args
@@ -61,18 +71,23 @@ fn main() -> anyhow::Result<()> {
     };
     let sample = pick(addrs);
 
+    let rss_before = rss_kib();
     let started = Instant::now();
     let reader = lazy::open(&handle).ok_or_else(|| anyhow::anyhow!("no lazy reader"))?;
     let opened = started.elapsed();
+    let rss_opened = rss_kib();
     let answered: Vec<Vec<LazyLocation>> = sample.iter().map(|&a| reader.lookup(a)).collect();
     let lazy_total = started.elapsed();
     let named = answered.iter().filter(|a| !a.is_empty()).count();
     println!(
-        "lazy: open {:.3}s, open + {} lookups {:.3}s, {} named",
+        "lazy: open {:.3}s, open + {} lookups {:.3}s, {} named; RSS {} MiB before, {} MiB open, {} MiB after",
         opened.as_secs_f64(),
         sample.len(),
         lazy_total.as_secs_f64(),
-        named
+        named,
+        rss_before / 1024,
+        rss_opened / 1024,
+        rss_kib() / 1024,
     );
 
     if compare > 0 {

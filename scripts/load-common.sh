@@ -42,8 +42,11 @@ ensure_pkg wrk wrk
 ensure_pkg curl curl
 ensure_pkg python3 python3
 
-cargo build --release
-BIN="${CARGO_TARGET_DIR:-target}/release/omnisym"
+# BIN names another build to load (say, an older one, to compare); else this tree's.
+if [ -z "${BIN:-}" ]; then
+    cargo build --release
+    BIN="${CARGO_TARGET_DIR:-target}/release/omnisym"
+fi
 [ -x "$BIN" ] || die "$BIN was not built"
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/omnisym-load.XXXXXX")"

@@ -16,13 +16,13 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use gimli::{AttributeValue, constants};
 use symbolic::common::{Arch, Language, Name, NameMangling};
 use symbolic::debuginfo::dwarf::{Dwarf, Endian};
 use symbolic::debuginfo::function_builder::FunctionBuilder;
-use symbolic::debuginfo::{FileInfo, Function, Object, ObjectKind, Symbol, SymbolMap};
+use symbolic::debuginfo::{FileInfo, Function, Object, ObjectKind, Symbol};
 use symbolic::symcache::{SymCache, SymCacheConverter};
 
 use super::{LazyLocation, LazySymbolizer, OwnedLazySymbolizer};
@@ -35,8 +35,14 @@ type Die<'a> = gimli::DebuggingInformationEntry<Slice>;
 type EntriesRaw<'u> = gimli::EntriesRaw<'u, Slice>;
 type UnitOffset = gimli::UnitOffset<usize>;
 
-/// Mini SymCaches kept per reader, in bytes; past it the memo starts over.
-const MEMO_MAX_BYTES: usize = 64 << 20;
+/// What a reader keeps between lookups (parsed units, prepared line programs, mini
+/// SymCaches), in bytes; past it the memo starts over. A cold request's addresses are
+/// mostly in different units, so little is lost by starting over, and the reader stays
+/// small beside the conversion it runs next to.
+const MEMO_MAX_BYTES: usize = 24 << 20;
+
+/// What a parsed unit is counted as: its header, abbreviations and line program header.
+const UNIT_BYTES: usize = 16 << 10;
 
 /// The DWARF sections symbolic's debug session reads; the rest stay empty.
 const SECTIONS: &[gimli::SectionId] = &[
@@ -61,14 +67,12 @@ pub struct DwarfReader {
     address_offset: i64,
     dwarf: gimli::Dwarf<Slice>,
     headers: Vec<UnitHeader>,
-    units: Vec<OnceLock<Option<Unit>>>,
     /// `(begin, end, unit)` in relative addresses, sorted by `begin`.
     unit_ranges: Vec<(u64, u64, usize)>,
     /// The symbol table in its own order, sorted stably by address, so symbols at one
-    /// address reach the converter in the order a whole conversion gives them.
+    /// address reach the converter in the order a whole conversion gives them; the first
+    /// at an address is also what symbolic's `SymbolMap` keeps, which names functions.
     symbols: Vec<Symbol<'static>>,
-    /// What symbolic names outer functions by (`resolve_symbol_name`).
-    symbol_map: SymbolMap<'static>,
     memo: Mutex<Memo>,
     /// Decompressed sections the slices above point into.
     _owned_sections: Vec<Vec<u8>>,
@@ -80,6 +84,8 @@ pub struct DwarfReader {
 /// `MEMO_MAX_BYTES` (units' functions are counted by their line records).
 #[derive(Default)]
 struct Memo {
+    /// Units parsed for lookups (and for references into them).
+    parsed: HashMap<usize, Arc<Unit>>,
     /// Units read so far: their line programs and where their functions are.
     units: HashMap<usize, Arc<PreparedUnit>>,
     /// A mini SymCache per set of functions and span of symbols.
@@ -179,12 +185,10 @@ pub fn open(handle: &Arc<ObjectHandle>) -> Option<OwnedLazySymbolizer> {
         arch: object.arch(),
         kind: object.kind(),
         address_offset,
-        units: headers.iter().map(|_| OnceLock::new()).collect(),
         headers,
         dwarf,
         unit_ranges: Vec::new(),
         symbols,
-        symbol_map: object.symbol_map(),
         memo: Mutex::new(Memo::default()),
         _owned_sections: owned_sections,
         _object: handle.clone(),
@@ -194,21 +198,31 @@ pub fn open(handle: &Arc<ObjectHandle>) -> Option<OwnedLazySymbolizer> {
 }
 
 impl DwarfReader {
-    fn get_unit(&self, index: usize) -> Option<&Unit> {
-        self.units
-            .get(index)?
-            .get_or_init(|| self.dwarf.unit(self.headers[index]).ok())
-            .as_ref()
+    /// A parsed unit, kept in the memo: units hold their line program's header and
+    /// abbreviations, so only those lookups touch are kept, not all of them.
+    fn get_unit(&self, index: usize) -> Option<Arc<Unit>> {
+        let memo = self.memo.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(unit) = memo.parsed.get(&index) {
+            return Some(unit.clone());
+        }
+        drop(memo);
+        let unit = Arc::new(self.dwarf.unit(*self.headers.get(index)?).ok()?);
+        let mut memo = self.memo.lock().unwrap_or_else(PoisonError::into_inner);
+        memo.make_room(UNIT_BYTES);
+        memo.parsed.insert(index, unit.clone());
+        Some(unit)
     }
 
     /// The address ranges of every unit symbolic would read functions from: the unit's
     /// own ranges, or, when it states none, those of its subprograms.
     fn index_units(&self) -> Vec<(u64, u64, usize)> {
         let mut ranges = Vec::new();
-        for index in 0..self.headers.len() {
-            let Some(unit) = self.get_unit(index) else {
+        for (index, header) in self.headers.iter().enumerate() {
+            // Parsed for its ranges and dropped: what lookups need they parse again.
+            let Ok(unit) = self.dwarf.unit(*header) else {
                 continue;
             };
+            let unit = &unit;
             let Ok(Some(root)) = unit.entries().next_dfs().map(|e| e.cloned()) else {
                 continue;
             };
@@ -300,7 +314,7 @@ impl DwarfReader {
             return Some(unit.clone());
         }
         let unit = self.get_unit(index)?;
-        let prepared = Arc::new(PreparedUnit::new(self, unit)?);
+        let prepared = Arc::new(PreparedUnit::new(self, &unit)?);
         let mut memo = self.memo.lock().unwrap_or_else(PoisonError::into_inner);
         memo.make_room(prepared.bytes());
         memo.units.insert(index, prepared.clone());
@@ -320,7 +334,7 @@ impl DwarfReader {
             };
             let reader = UnitReader {
                 reader: self,
-                unit,
+                unit: &unit,
                 language: prepared.language,
                 prefer_dwarf_names: prepared.prefer_dwarf_names,
                 prepared: Some(&prepared),
@@ -399,6 +413,7 @@ impl DwarfReader {
 impl Memo {
     fn make_room(&mut self, bytes: usize) {
         if self.bytes.saturating_add(bytes) > MEMO_MAX_BYTES {
+            self.parsed.clear();
             self.units.clear();
             self.caches.clear();
             self.bytes = 0;
@@ -986,7 +1001,10 @@ impl<'r> UnitReader<'r> {
     }
 
     fn resolve_symbol_name(&self, address: u64, language: Language) -> Option<Name<'static>> {
-        let symbol = self.reader.symbol_map.lookup_exact(address)?;
+        let symbols = &self.reader.symbols;
+        let symbol = symbols
+            .get(symbols.partition_point(|s| s.address < address))
+            .filter(|s| s.address == address)?;
         let name = symbol.name.clone()?;
         Some(Name::new(name, NameMangling::Mangled, language))
     }
@@ -1083,18 +1101,19 @@ impl<'r> UnitReader<'r> {
     fn resolve_reference<T>(
         &self,
         value: AttributeValue<Slice>,
-        f: impl FnOnce(&UnitReader<'r>, &Die<'_>) -> Result<Option<T>, WalkError>,
+        f: impl FnOnce(&UnitReader<'_>, &Die<'_>) -> Result<Option<T>, WalkError>,
     ) -> Result<Option<T>, WalkError> {
-        let target;
+        let (target, target_unit);
         let (unit, offset) = match value {
             AttributeValue::UnitRef(offset) => (self, offset),
             AttributeValue::DebugInfoRef(offset) => {
                 let Some((unit, offset)) = self.reader.find_unit_offset(offset) else {
                     return Ok(None);
                 };
+                target_unit = unit;
                 target = UnitReader {
                     reader: self.reader,
-                    unit,
+                    unit: &target_unit,
                     language: self.language,
                     prefer_dwarf_names: self.prefer_dwarf_names,
                     prepared: None,
@@ -1117,7 +1136,7 @@ impl DwarfReader {
     fn find_unit_offset(
         &self,
         offset: gimli::DebugInfoOffset<usize>,
-    ) -> Option<(&Unit, UnitOffset)> {
+    ) -> Option<(Arc<Unit>, UnitOffset)> {
         let section_offset = gimli::UnitSectionOffset(offset.0);
         let index = match self
             .headers
@@ -1128,7 +1147,7 @@ impl DwarfReader {
             Err(next) => next - 1,
         };
         let unit = self.get_unit(index)?;
-        let unit_offset = section_offset.to_unit_offset(unit)?;
+        let unit_offset = section_offset.to_unit_offset(&unit)?;
         Some((unit, unit_offset))
     }
 }
