@@ -15,6 +15,7 @@
 #
 #   scripts/cold-bench.sh                       # this tree's server
 #   BIN=/path/to/old/omnisym scripts/cold-bench.sh   # another build, same file
+#   RESPONSE_OUT=answer.json ...                     # keep the first run's answer
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -120,6 +121,8 @@ EOF
     done
     sleep 0.5
     hwm=$(awk '/VmHWM/ {print $2}' "/proc/$SERVER_PID/status")
+    # RESPONSE_OUT keeps the first run's answer, to compare two builds' answers.
+    if [ "$run" = 1 ] && [ -n "${RESPONSE_OUT:-}" ]; then cp "$TMP/response.json" "$RESPONSE_OUT"; fi
     stop_server
     echo "run $run: first answer ${ms} ms, ${named} frames with lines, peak RSS $(( hwm / 1024 )) MiB"
     TIMES+=("$ms")
