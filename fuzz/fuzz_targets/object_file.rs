@@ -3,9 +3,9 @@
 //! download check (`ObjectFile::prepare`, which picks one object out of a fat archive),
 //! the parse (`ObjectFile::load`), the metadata that ranks candidates (`ObjectMeta`,
 //! with the DWARF walk for embedded sources and the SRCSRV stream), SymCache, CFI and
-//! PpdbCache conversion and loading, then lookups at addresses taken from the file's
-//! own symbols and from its last bytes, with demangling and source context as a
-//! symbolicated frame gets them.
+//! PpdbCache conversion and loading, the lazy reader of a cold file, then lookups at
+//! addresses taken from the file's own symbols and from its last bytes, with demangling
+//! and source context as a symbolicated frame gets them.
 //!
 //! Each step that the server runs inside `isolate` runs inside it here (the isolating
 //! policy); the lookups do not, as the server's do not.
@@ -69,6 +69,13 @@ fn run(data: &[u8]) {
     // Symbol tables are only ever walked inside `isolate` in the server (by the
     // conversions and `ObjectMeta`), so here too.
     let addresses = isolate("objects", || Ok(addresses(&handle, data))).unwrap_or_default();
+    // The cold path: a lazy reader of the file, opened and asked inside `isolate` as the
+    // server opens it (`settle`) and asks it (each frame's lookup).
+    if let Ok(Some(reader)) = isolate("lazy reader", || Ok(omnisym::native::lazy::open(&handle))) {
+        for &addr in &addresses {
+            let _ = isolate("lazy reader", || Ok(reader.lookup(addr)));
+        }
+    }
     let symcache: CacheResult<OwnedSymCache> = derive::<SymCacheFormat>(&handle);
     let cfi: CacheResult<CfiItem> = derive::<CfiFormat>(&handle);
     if let Ok(symcache) = &symcache {
