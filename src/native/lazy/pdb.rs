@@ -19,7 +19,6 @@ use std::cell::{OnceCell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io::Cursor;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -35,6 +34,7 @@ use symbolic::debuginfo::{FileInfo, Function, LineInfo, Object, Symbol};
 use symbolic::symcache::{SymCache, SymCacheConverter};
 
 use super::{LazyLocation, LazySymbolizer, OwnedLazySymbolizer};
+use crate::error::isolate;
 use crate::lookup::ObjectHandle;
 
 /// Parsed modules kept for later lookups, at most this many...
@@ -121,10 +121,10 @@ impl LazySymbolizer for PdbSymbolizer {
         };
         // The pdb crate indexes into what a hostile file says; a panic only loses this
         // reader, and the SymCache answers once it is built.
-        match catch_unwind(AssertUnwindSafe(|| reader.lookup(relative_addr))) {
+        // Through `isolate`, so the panic is logged and counted as every contained one.
+        match isolate("lazy PDB reader", || Ok(reader.lookup(relative_addr))) {
             Ok(locations) => locations,
             Err(_) => {
-                tracing::warn!(addr = relative_addr, "PDB lazy reader panicked");
                 state.reader = None;
                 Vec::new()
             }
@@ -1016,6 +1016,7 @@ impl FunctionStack {
 
 #[cfg(test)]
 mod tests {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
     use std::path::{Path, PathBuf};
     use std::time::{Duration, Instant};
 
