@@ -1574,3 +1574,50 @@ mod tests {
         assert!(opened >= 10, "{opened}");
     }
 }
+
+/// A PDB found by the `object_file` fuzz target (`fuzz/regressions/object_file/
+/// fixed-lazy-pdb-modi-200`): the pdb crate asserts while a lookup reads its module.
+/// The panic must be contained by `error::isolate`, which counts it as
+/// `parser.panics{what="lazy PDB reader"}`, and the reader answers nothing afterwards.
+#[cfg(test)]
+mod regression {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use symbolic::common::ByteView;
+
+    use crate::lookup::ObjectHandle;
+
+    #[test]
+    fn a_panicking_module_is_contained_by_isolate() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fuzz/regressions/object_file/fixed-lazy-pdb-modi-200");
+        let handle =
+            Arc::new(ObjectHandle::from_bytes_for_test(ByteView::open(path).unwrap()).unwrap());
+        let reader = super::open(&handle).expect("the streams read fine");
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        metrics::with_local_recorder(&recorder, || {
+            // The fuzzer's addresses: the file's symbols and its last bytes, as offsets.
+            for addr in (0..0x20_0000u64).step_by(0x40) {
+                reader.lookup(addr);
+            }
+        });
+        let panics: u64 = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(key, ..)| key.key().name() == crate::telemetry::PARSER_PANICS)
+            .map(|(.., value)| match value {
+                DebugValue::Counter(n) => n,
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(
+            panics, 1,
+            "the panic was not contained by isolate (or not met)"
+        );
+        assert!(reader.lookup(0x1000).is_empty());
+    }
+}
