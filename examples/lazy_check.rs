@@ -105,22 +105,7 @@ fn main() -> anyhow::Result<()> {
         checked.extend(pick(compare));
         let mut differences = 0;
         for &addr in &checked {
-            let expected: Vec<LazyLocation> = symcache
-                .lookup(addr)
-                .map(|location| {
-                    let function = location.function();
-                    LazyLocation {
-                        name: function.name().to_owned(),
-                        language: function.language(),
-                        entry_pc: match function.entry_pc() {
-                            u32::MAX => None,
-                            pc => Some(u64::from(pc)),
-                        },
-                        abs_path: location.file().map(|f| f.full_path()).unwrap_or_default(),
-                        line: location.line(),
-                    }
-                })
-                .collect();
+            let expected = lazy::symcache_answer(&symcache, addr);
             let got = reader.lookup(addr);
             if got != expected {
                 differences += 1;

@@ -12,7 +12,7 @@ use symbolic::common::ByteView;
 use symbolic::debuginfo::FileFormat;
 use symbolic::symcache::{SymCache, SymCacheConverter};
 
-use super::{LazyLocation, open};
+use super::{open, symcache_answer};
 use crate::lookup::ObjectHandle;
 
 fn root() -> PathBuf {
@@ -64,25 +64,6 @@ impl Rng {
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
-}
-
-fn symcache_answer(symcache: &SymCache<'_>, addr: u64) -> Vec<LazyLocation> {
-    symcache
-        .lookup(addr)
-        .map(|location| {
-            let function = location.function();
-            LazyLocation {
-                name: function.name().to_owned(),
-                language: function.language(),
-                entry_pc: match function.entry_pc() {
-                    u32::MAX => None,
-                    pc => Some(u64::from(pc)),
-                },
-                abs_path: location.file().map(|f| f.full_path()).unwrap_or_default(),
-                line: location.line(),
-            }
-        })
-        .collect()
 }
 
 struct Checked {

@@ -25,7 +25,7 @@ use symbolic::debuginfo::function_builder::FunctionBuilder;
 use symbolic::debuginfo::{FileInfo, Function, Object, ObjectKind, Symbol};
 use symbolic::symcache::{SymCache, SymCacheConverter};
 
-use super::{LazyLocation, LazySymbolizer, OwnedLazySymbolizer};
+use super::{LazyLocation, LazySymbolizer, OwnedLazySymbolizer, symcache_answer};
 use crate::lookup::ObjectHandle;
 
 type Slice = gimli::EndianSlice<'static, Endian>;
@@ -432,22 +432,7 @@ impl LazySymbolizer for DwarfReader {
         let Ok(symcache) = SymCache::parse(&bytes) else {
             return Vec::new();
         };
-        symcache
-            .lookup(relative_addr)
-            .map(|location| {
-                let function = location.function();
-                LazyLocation {
-                    name: function.name().to_owned(),
-                    language: function.language(),
-                    entry_pc: match function.entry_pc() {
-                        u32::MAX => None,
-                        pc => Some(u64::from(pc)),
-                    },
-                    abs_path: location.file().map(|f| f.full_path()).unwrap_or_default(),
-                    line: location.line(),
-                }
-            })
-            .collect()
+        symcache_answer(&symcache, relative_addr)
     }
 }
 

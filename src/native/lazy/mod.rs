@@ -9,6 +9,7 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 
 use symbolic::common::{Arch, Language, Name, NameMangling};
 use symbolic::debuginfo::FileFormat;
+use symbolic::symcache::SymCache;
 
 use crate::lookup::ObjectHandle;
 
@@ -40,6 +41,28 @@ impl LazyLocation {
     pub fn name_for_demangling(&self) -> Name<'_> {
         Name::new(self.name.as_str(), NameMangling::Unknown, self.language)
     }
+}
+
+/// The inline chain a SymCache gives for `addr`, as `LazyLocation`s: what lazy readers
+/// answer with (the DWARF and PDB readers look up their small SymCaches with it) and
+/// what they are compared with.
+pub fn symcache_answer(symcache: &SymCache<'_>, addr: u64) -> Vec<LazyLocation> {
+    symcache
+        .lookup(addr)
+        .map(|location| {
+            let function = location.function();
+            LazyLocation {
+                name: function.name().to_owned(),
+                language: function.language(),
+                entry_pc: match function.entry_pc() {
+                    u32::MAX => None,
+                    pc => Some(u64::from(pc)),
+                },
+                abs_path: location.file().map(|f| f.full_path()).unwrap_or_default(),
+                line: location.line(),
+            }
+        })
+        .collect()
 }
 
 /// A debug file that answers lookups without being converted first.

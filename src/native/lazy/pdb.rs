@@ -33,7 +33,7 @@ use symbolic::common::{Arch, Language, Name, NameMangling};
 use symbolic::debuginfo::{FileInfo, Function, LineInfo, Object, Symbol};
 use symbolic::symcache::{SymCache, SymCacheConverter};
 
-use super::{LazyLocation, LazySymbolizer, OwnedLazySymbolizer};
+use super::{LazyLocation, LazySymbolizer, OwnedLazySymbolizer, symcache_answer};
 use crate::error::isolate;
 use crate::lookup::ObjectHandle;
 
@@ -409,10 +409,7 @@ trait Window {
         let Ok(symcache) = SymCache::parse(&buf) else {
             return Some(Vec::new());
         };
-        let locations: Vec<LazyLocation> = symcache
-            .lookup(u64::from(addr))
-            .map(|location| location_of(&location))
-            .collect();
+        let locations = symcache_answer(&symcache, u64::from(addr));
         if locations.last().is_some_and(|outer| outer.name == FENCE) {
             return None;
         }
@@ -627,19 +624,6 @@ impl Placed {
                 + function.inlinees.iter().map(walk).sum::<usize>()
         }
         walk(&self.function)
-    }
-}
-
-/// A SymCache location as the lazy interface gives it (what `symbolicate.rs` reads from a
-/// SymCache).
-fn location_of(location: &symbolic::symcache::SourceLocation<'_, '_>) -> LazyLocation {
-    let function = location.function();
-    LazyLocation {
-        name: function.name().to_owned(),
-        language: function.language(),
-        entry_pc: (function.entry_pc() != u32::MAX).then(|| u64::from(function.entry_pc())),
-        abs_path: location.file().map(|f| f.full_path()).unwrap_or_default(),
-        line: location.line(),
     }
 }
 
@@ -1153,8 +1137,7 @@ mod tests {
             let mut answered = 0;
             let mut inlined = 0;
             for &addr in &addrs {
-                let expected: Vec<LazyLocation> =
-                    symcache.lookup(addr).map(|l| location_of(&l)).collect();
+                let expected = symcache_answer(&symcache, addr);
                 let got = reader.lookup(addr);
                 answered += usize::from(!expected.is_empty());
                 inlined += usize::from(expected.len() > 1);
@@ -1483,10 +1466,7 @@ mod tests {
             let symcache = SymCache::parse(&buf).unwrap();
             let end = synthetic.pieces.last().unwrap().end + 64;
             for addr in 0..end {
-                let expected: Vec<LazyLocation> = symcache
-                    .lookup(u64::from(addr))
-                    .map(|l| location_of(&l))
-                    .collect();
+                let expected = symcache_answer(&symcache, u64::from(addr));
                 let got = synthetic.lookup(u64::from(addr));
                 checked += 1;
                 from_publics += usize::from(expected.last().is_some_and(|l| l.abs_path.is_empty()));
@@ -1560,7 +1540,7 @@ mod tests {
                 let addr = start + rng.next() % (end - start);
                 let got = reader.lookup(addr);
                 if let Some(symcache) = &symcache {
-                    let expected: Vec<_> = symcache.lookup(addr).map(|l| location_of(&l)).collect();
+                    let expected = symcache_answer(symcache, addr);
                     compared += 1;
                     differ += usize::from(got != expected);
                 }
