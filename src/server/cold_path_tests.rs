@@ -4,7 +4,6 @@
 //! ends, and the same request once the SymCache exists must give the same answer, byte
 //! for byte.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -12,25 +11,13 @@ use serde_json::{Value, json};
 use symbolic::common::ByteView;
 use symbolic::debuginfo::Object;
 
-use super::{AppState, router};
-use crate::config::Config;
+use super::hostile_tests::start;
 use crate::error::SLOW_MARKED;
 
 const IMAGE_ADDR: u64 = 0x5555_0000_0000;
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lazy")
-}
-
-async fn start(cache_dir: &Path) -> SocketAddr {
-    let yaml = format!("cache_dir: {}\n", cache_dir.display());
-    let (config, _) = Config::from_yaml(&yaml).unwrap();
-    let state = AppState::new(&config).unwrap();
-    let app = router(state, &config);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    addr
 }
 
 /// Every 20th return address of the ELF in `fixtures/lazy`, as absolute addresses.

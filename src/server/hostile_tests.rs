@@ -20,7 +20,9 @@ fn fixture_elf() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/native/elf/crash.debug")
 }
 
-async fn start(cache_dir: &Path) -> SocketAddr {
+/// The real router on a loopback port, with its cache in `cache_dir` (shared with the
+/// other in-crate server tests).
+pub(super) async fn start(cache_dir: &Path) -> SocketAddr {
     let yaml = format!("cache_dir: {}\n", cache_dir.display());
     let (config, _) = Config::from_yaml(&yaml).unwrap();
     let state = AppState::new(&config).unwrap();
