@@ -133,10 +133,23 @@ pub struct Config {
     /// the request is answered 408 and its connection closed.
     #[serde(deserialize_with = "deserialize_duration")]
     pub body_read_timeout: Duration,
-    /// Connections open at once; further ones wait in the listen backlog. `null`: no
+    /// How long an answer may make no progress because its client reads nothing
+    /// before the connection is dropped.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub write_timeout: Duration,
+    /// How long requests in progress may take to finish after SIGTERM; then their
+    /// connections are dropped and the process exits.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub shutdown_timeout: Duration,
+    /// Connections open at once; past them, `health_connections` more may ask for
+    /// `/healthcheck` only, and further ones wait in the listen backlog. `null`: no
     /// limit.
     #[serde(deserialize_with = "deserialize_limit")]
     pub max_connections: usize,
+    /// Connections accepted past `max_connections` that answer `GET /healthcheck` (and
+    /// 503 to anything else), one request each.
+    #[serde(deserialize_with = "deserialize_limit")]
+    pub health_connections: usize,
     /// The longest a `GET /requests/{id}` waits for its answer; a missing or longer
     /// `?timeout=` is cut to it, and the poll answers `pending` again.
     #[serde(deserialize_with = "deserialize_duration")]
@@ -256,6 +269,13 @@ impl Default for Config {
             // Room for every request slot, the polls of pending ones and healthchecks,
             // and below the usual open-file limits.
             max_connections: 1024,
+            // A client whose receive window stays shut this long has stopped reading;
+            // a slow but reading client makes progress every few milliseconds.
+            write_timeout: Duration::from_secs(30),
+            // Kubernetes' default grace period before SIGKILL.
+            shutdown_timeout: Duration::from_secs(30),
+            // Enough for an orchestrator's probes and an operator's curl.
+            health_connections: 16,
             // Sentry polls with `?timeout=5`.
             max_poll_timeout: Duration::from_secs(60),
             max_decompression_ratio: usize::try_from(fetch.max_decompression_ratio)
@@ -391,6 +411,7 @@ impl Config {
         for (key, value) in [
             ("header_read_timeout", self.header_read_timeout),
             ("body_read_timeout", self.body_read_timeout),
+            ("write_timeout", self.write_timeout),
         ] {
             if value.is_zero() {
                 return Err(ConfigError::Semantic(format!(

@@ -327,10 +327,15 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Run => {
             let config = load_config(config, true)?;
-            tokio::runtime::Builder::new_multi_thread()
+            let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
-                .build()?
-                .block_on(run(config))
+                .build()?;
+            let result = runtime.block_on(run(config));
+            // Dropping the runtime would wait for every blocking task, such as a
+            // conversion minutes from done, past `shutdown_timeout`. An abandoned one
+            // leaves only a temp file, which is never read as a cache file.
+            runtime.shutdown_timeout(Duration::from_secs(1));
+            result
         }
         Command::Cleanup { dry_run, repeat } => {
             let config = load_config(config, false)?;

@@ -59,6 +59,11 @@ pub const LAZY_ANSWERS: &str = "symbolication.lazy_answers";
 /// Minidump frames unwound from their module's own DWARF CFI while its CFI cache was
 /// still being built (cold walks).
 pub const LAZY_UNWINDS: &str = "stackwalk.lazy_unwinds";
+/// Connections dropped because their client read nothing of the answer for
+/// `write_timeout`.
+pub const WRITE_TIMEOUTS: &str = "connections.write_timeouts";
+/// Connections accepted past `max_connections` that may only ask for `/healthcheck`.
+pub const HEALTH_ONLY_CONNECTIONS: &str = "connections.health_only";
 
 /// Buckets of the latency histograms, in seconds: from a warm request (milliseconds) to
 /// the 15 minute request limit.
@@ -288,6 +293,14 @@ fn describe() {
         (
             LAZY_UNWINDS,
             "minidump frames unwound from the file's DWARF CFI while its CFI cache was built",
+        ),
+        (
+            WRITE_TIMEOUTS,
+            "connections dropped: the client read nothing of its answer for write_timeout",
+        ),
+        (
+            HEALTH_ONLY_CONNECTIONS,
+            "connections accepted past max_connections that may only ask for /healthcheck",
         ),
     ];
     for (name, help) in counters {

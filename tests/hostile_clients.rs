@@ -140,31 +140,152 @@ async fn half_open_connections_are_closed_after_their_timeouts_while_others_are_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_past_max_connections_wait_until_one_closes() {
-    let server = Server::start("max_connections: 20\nheader_read_timeout: 2s\n");
+async fn connections_past_max_connections_serve_healthchecks_then_wait_until_one_closes() {
+    let server =
+        Server::start("max_connections: 20\nhealth_connections: 2\nheader_read_timeout: 2s\n");
     let addr = addr(&server);
     let baseline = server_sockets(&server);
     let mut idle = Vec::new();
+    let opened = Instant::now();
     for _ in 0..20 {
         idle.push(TcpStream::connect(&addr).await.unwrap());
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let started = Instant::now();
+    // Every regular connection is held: a health probe is still answered at once, and
+    // any other request on such a connection is refused rather than queued.
+    healthcheck_within(&server, Duration::from_millis(1000)).await;
+    let (status, body) = server
+        .post("/symbolicate", &json!({"stacktraces": [], "modules": []}))
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("max_connections"),
+        "{body}"
+    );
+    // With the health connections held too, the next one waits in the backlog.
+    for _ in 0..2 {
+        idle.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let url = format!("{}/healthcheck", server.url);
     let check = tokio::spawn(async move { common::client().get(url).send().await });
     tokio::time::sleep(Duration::from_millis(700)).await;
-    // 20 connections; the 21st waits in the backlog.
     let held = server_sockets(&server) - baseline;
-    assert_eq!(held, 20, "the server holds {held} connections");
+    assert_eq!(held, 22, "the server holds {held} connections");
     assert!(
         !check.is_finished(),
-        "answered while 20 connections were open"
+        "answered while 22 connections were open"
     );
     let answer = check.await.unwrap().unwrap();
     assert_eq!(answer.status(), 200);
-    let waited = started.elapsed();
-    assert!(waited >= Duration::from_millis(1500), "{waited:?}");
+    // Answered once the first idle connections were closed, 2 s after they opened.
+    let waited = opened.elapsed();
+    assert!(waited >= Duration::from_millis(1900), "{waited:?}");
     drop(idle);
+}
+
+/// Asserts that `/healthcheck` answers 200 within `limit`.
+async fn healthcheck_within(server: &Server, limit: Duration) {
+    let started = Instant::now();
+    let (status, _) = tokio::time::timeout(Duration::from_secs(5), server.get("/healthcheck"))
+        .await
+        .expect("/healthcheck is answered while every connection is held");
+    assert_eq!(status, 200);
+    let took = started.elapsed();
+    assert!(took < limit, "{took:?}");
+}
+
+/// A `/symbolicate` request whose answer is far larger than the socket buffers: every
+/// frame is in no module, and each is answered on its own.
+fn large_answer_request() -> Vec<u8> {
+    let frames: Vec<Value> = (0..100_000u64)
+        .map(|i| json!({"instruction_addr": format!("{:#x}", 0x1000 + i)}))
+        .collect();
+    serde_json::to_vec(&json!({"sources": [], "modules": [], "stacktraces": [{"frames": frames}]}))
+        .unwrap()
+}
+
+/// Sends `body` to `/symbolicate` and then reads nothing, from a socket whose receive
+/// buffer is tiny, so the server's writes soon wait on this client.
+async fn slow_reader(addr: &str, body: &[u8]) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(addr.parse().unwrap()).await.unwrap();
+    let head = format!(
+        "POST /symbolicate HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body).await.unwrap();
+    stream
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_stop_reading_lose_their_connections_after_write_timeout() {
+    let server = Server::start("max_connections: 4\nwrite_timeout: 6s\n");
+    let addr = addr(&server);
+    let body = large_answer_request();
+    let mut readers = Vec::new();
+    for _ in 0..4 {
+        readers.push(slow_reader(&addr, &body).await);
+    }
+    // The four answers are computed and stuck in their sockets.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    healthcheck_within(&server, Duration::from_secs(2)).await;
+    // Meanwhile other requests are refused with `Retry-After`; once the stalled
+    // connections are dropped, a client that retries is served.
+    let served = async {
+        loop {
+            let request = json!({"sources": [], "modules": [], "stacktraces": []});
+            match server.post("/symbolicate", &request).await {
+                (StatusCode::SERVICE_UNAVAILABLE, _) => {
+                    tokio::time::sleep(Duration::from_millis(500)).await
+                }
+                (status, body) => return (status, body),
+            }
+        }
+    };
+    let (status, body) = tokio::time::timeout(Duration::from_secs(15), served)
+        .await
+        .expect("a regular request is served once the stalled connections are dropped");
+    assert_eq!(status, 200, "{body}");
+    // All four were dropped, none left holding its slot.
+    let mut dropped = 0.0;
+    for _ in 0..20 {
+        dropped = server
+            .scrape()
+            .await
+            .value("connections_write_timeouts_total", &[]);
+        if dropped >= 4.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(dropped, 4.0);
+    drop(readers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drops_stalled_connections_after_shutdown_timeout_and_exits_0() {
+    let mut server = Server::start("write_timeout: 10m\nshutdown_timeout: 2s\n");
+    let addr = addr(&server);
+    let reader = slow_reader(&addr, &large_answer_request()).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let started = Instant::now();
+    let status = server
+        .terminate(Duration::from_secs(15))
+        .expect("the server exits within 15 s of SIGTERM");
+    assert!(status.success(), "{status:?}\n{}", server.log());
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(1900), "{took:?}");
+    assert!(took < Duration::from_secs(6), "{took:?}");
+    assert!(
+        server.log().contains("shutdown_timeout"),
+        "{}",
+        server.log()
+    );
+    drop(reader);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -49,20 +49,6 @@ fn raise_open_files(needed: u64) {
 }
 
 /// A `/proc/<pid>/status` field in bytes.
-fn proc_status_bytes(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status
-        .lines()
-        .find(|line| line.starts_with(field))
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
-    let kib: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap();
-    kib * 1024
-}
-
 fn http_source(id: &str, url: String) -> Value {
     json!([{"type": "http", "id": id, "url": url, "layout": {"type": "native"}}])
 }
@@ -203,7 +189,7 @@ async fn a_thousand_concurrent_requests_against_two_hundred_slots() {
 
     let (status, body) = server.get("/healthcheck").await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let peak = proc_status_bytes(server.pid(), "VmHWM:");
+    let peak = common::proc_status_bytes(server.pid(), "VmHWM:");
     eprintln!(
         "load: {requests} requests in {burst:.1?}: {} completed, {} pending (all \
          completed later), {} refused with 503; server peak RSS {:.1} MiB",

@@ -1,10 +1,19 @@
 //! The HTTP/1 listener: accepts at most `max_connections` connections at once, closes
 //! a connection whose request headers take longer than `header_read_timeout` (idle
-//! keep-alive connections included), and fails a request body that takes longer than
-//! `body_read_timeout` to arrive. Without these, a client that opens connections and
-//! sends half a request holds a socket, a task and buffers forever.
+//! keep-alive connections included), fails a request body that takes longer than
+//! `body_read_timeout` to arrive, and drops a connection whose answer makes no progress
+//! for `write_timeout` (a client that stopped reading). Without these, a client that
+//! opens connections and sends half a request, or reads none of its answer, holds a
+//! socket, a task and buffers forever.
+//!
+//! Past `max_connections`, up to `health_connections` more are accepted that answer
+//! `GET /healthcheck` and refuse anything else with 503, each for one request: a
+//! server whose every connection is held still tells its orchestrator it is alive.
+//! On shutdown, requests in progress get `shutdown_timeout` to finish; then the
+//! remaining connections are dropped.
 
 use std::future::Future;
+use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -12,16 +21,20 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
+use axum::http::{Method, StatusCode, header};
+use axum::response::IntoResponse;
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 use tower::ServiceExt;
 
+use super::error::ApiError;
 use crate::config::Config;
 
 /// What the listener allows one client.
@@ -29,7 +42,10 @@ use crate::config::Config;
 pub struct ConnectionLimits {
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
+    pub write_timeout: Duration,
+    pub shutdown_timeout: Duration,
     pub max_connections: usize,
+    pub health_connections: usize,
 }
 
 impl ConnectionLimits {
@@ -37,13 +53,40 @@ impl ConnectionLimits {
         ConnectionLimits {
             header_read_timeout: config.header_read_timeout,
             body_read_timeout: config.body_read_timeout,
+            write_timeout: config.write_timeout,
+            shutdown_timeout: config.shutdown_timeout,
             max_connections: config.max_connections,
+            health_connections: config.health_connections,
         }
     }
 }
 
-/// Serves `app` on `listener` until `shutdown` completes, then waits for the requests
-/// in progress to finish.
+/// The slot a connection was accepted into.
+enum Admission {
+    /// One of `max_connections`: served in full.
+    Regular(OwnedSemaphorePermit),
+    /// One of `health_connections`: one request, `/healthcheck` only.
+    HealthOnly(OwnedSemaphorePermit),
+}
+
+impl Admission {
+    /// A regular slot when one is free, else whichever frees first; a slot of either
+    /// kind is preferred to none, so the backlog only fills when both are taken.
+    async fn acquire(regular: &Arc<Semaphore>, health: &Arc<Semaphore>) -> Admission {
+        if let Ok(permit) = regular.clone().try_acquire_owned() {
+            return Admission::Regular(permit);
+        }
+        let closed = "the semaphores are never closed";
+        tokio::select! {
+            biased;
+            permit = regular.clone().acquire_owned() => Admission::Regular(permit.expect(closed)),
+            permit = health.clone().acquire_owned() => Admission::HealthOnly(permit.expect(closed)),
+        }
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown` completes, then waits up to
+/// `shutdown_timeout` for the requests in progress to finish.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -53,15 +96,20 @@ pub async fn serve(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
+    let mut health_http = http.clone();
+    health_http.keep_alive(false);
     let graceful = GracefulShutdown::new();
-    let open = Arc::new(Semaphore::new(
+    let regular = Arc::new(Semaphore::new(
         limits.max_connections.min(Semaphore::MAX_PERMITS),
+    ));
+    let health = Arc::new(Semaphore::new(
+        limits.health_connections.min(Semaphore::MAX_PERMITS),
     ));
     tokio::pin!(shutdown);
     loop {
-        // A connection over the limit waits in the kernel's backlog until one closes.
-        let permit = tokio::select! {
-            permit = open.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+        // A connection over both limits waits in the kernel's backlog until one closes.
+        let admission = tokio::select! {
+            admission = Admission::acquire(&regular, &health) => admission,
             () = &mut shutdown => break,
         };
         let stream = tokio::select! {
@@ -76,22 +124,78 @@ pub async fn serve(
         };
         // Answers are written whole; Nagle's delay would only hold back their last packet.
         let _ = stream.set_nodelay(true);
+        let io = TokioIo::new(WriteDeadline::new(stream, limits.write_timeout));
         let app = app.clone();
         let body_timeout = limits.body_read_timeout;
-        let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-            let request = request.map(|body| Body::new(DeadlineBody::new(body, body_timeout)));
-            app.clone().oneshot(request)
-        });
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
-        tokio::spawn(async move {
-            if let Err(err) = connection.await {
-                tracing::debug!(error = %err, "connection ended with an error");
+        match admission {
+            Admission::Regular(permit) => {
+                let service =
+                    hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+                        let request =
+                            request.map(|body| Body::new(DeadlineBody::new(body, body_timeout)));
+                        app.clone().oneshot(request)
+                    });
+                let connection = graceful.watch(http.serve_connection(io, service));
+                tokio::spawn(async move {
+                    if let Err(err) = connection.await {
+                        tracing::debug!(error = %err, "connection ended with an error");
+                    }
+                    drop(permit);
+                });
             }
-            drop(permit);
-        });
+            Admission::HealthOnly(permit) => {
+                metrics::counter!(crate::telemetry::HEALTH_ONLY_CONNECTIONS).increment(1);
+                let service =
+                    hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+                        let app = app.clone();
+                        async move {
+                            if is_healthcheck(&request) {
+                                let request = request
+                                    .map(|body| Body::new(DeadlineBody::new(body, body_timeout)));
+                                app.oneshot(request).await
+                            } else {
+                                Ok(connections_exhausted())
+                            }
+                        }
+                    });
+                let connection = graceful.watch(health_http.serve_connection(io, service));
+                tokio::spawn(async move {
+                    if let Err(err) = connection.await {
+                        tracing::debug!(error = %err, "health-only connection ended with an error");
+                    }
+                    drop(permit);
+                });
+            }
+        }
     }
     drop(listener);
-    graceful.shutdown().await;
+    if tokio::time::timeout(limits.shutdown_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            timeout = ?limits.shutdown_timeout,
+            "connections still open after shutdown_timeout; dropping them"
+        );
+    }
+}
+
+fn is_healthcheck<B>(request: &hyper::Request<B>) -> bool {
+    matches!(*request.method(), Method::GET | Method::HEAD)
+        && request.uri().path() == "/healthcheck"
+}
+
+/// What a health-only connection answers to anything but `/healthcheck`.
+fn connections_exhausted() -> axum::response::Response {
+    let mut response = ApiError {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        message: "maximum number of connections reached (max_connections)".into(),
+    }
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    response
 }
 
 /// A failed `accept` ends no more than that connection; running out of file descriptors
@@ -108,6 +212,98 @@ async fn accept_failed(err: std::io::Error) {
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
+/// A socket whose writes fail once they have made no progress for `timeout`: the
+/// client's receive window stayed shut that long, so it is not reading its answer.
+/// Only a write that waits counts; an answer still being computed writes nothing and
+/// is never cut off by this.
+struct WriteDeadline {
+    inner: TcpStream,
+    timeout: Duration,
+    /// Set when a write first waited, cleared by any progress.
+    stalled: Option<Pin<Box<Sleep>>>,
+}
+
+impl WriteDeadline {
+    fn new(inner: TcpStream, timeout: Duration) -> Self {
+        WriteDeadline {
+            inner,
+            timeout,
+            stalled: None,
+        }
+    }
+
+    fn progress<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        poll: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if poll.is_ready() {
+            self.stalled = None;
+            return poll;
+        }
+        let timeout = self.timeout;
+        let stalled = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match stalled.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                metrics::counter!(crate::telemetry::WRITE_TIMEOUTS).increment(1);
+                Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the client read nothing for {}s (write_timeout)",
+                        timeout.as_secs_f64()
+                    ),
+                )))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl AsyncRead for WriteDeadline {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for WriteDeadline {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.progress(cx, poll)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.progress(cx, poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.inner).poll_flush(cx);
+        self.progress(cx, poll)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.progress(cx, poll)
+    }
+}
 /// The error of a body that did not arrive in time.
 #[derive(Debug, thiserror::Error)]
 #[error("the request body did not arrive within {}s (body_read_timeout)", .0.as_secs_f64())]

@@ -95,6 +95,21 @@ pub fn assert_elf_symbolicated(response: &Value) {
     assert_eq!(frame["lineno"], want["line"]);
 }
 
+/// A byte count from `/proc/<pid>/status` (`VmRSS:`, `VmHWM:`).
+pub fn proc_status_bytes(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|line| line.starts_with(field))
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
 /// A running omnisym process; killed on drop.
 pub struct Server {
     child: Child,
@@ -199,6 +214,21 @@ impl Server {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// SIGTERM; the exit status if the process ended within `limit`.
+    pub fn terminate(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let pid = i32::try_from(self.child.id()).unwrap();
+        // SAFETY: a plain kill(2) of our own child.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
     }
 
     /// POSTs JSON; returns the status and the parsed body.
