@@ -289,6 +289,46 @@ async fn malformed_bodies_get_400_naming_the_field() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{r}");
 }
 
+/// A body within `max_request_body_size` whose frames pass `request_limits` is refused
+/// before it is parsed: the server's memory grows by about the body, not by its parsed
+/// form (several times larger).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_past_the_request_limits_are_refused_before_they_are_parsed() {
+    let server = Server::start("");
+    let frames = 8_000_000;
+    let mut body = String::with_capacity(frames * 6 + 100);
+    body.push_str(
+        r#"{"memoryMap": [["a.pdb", "0123456789ABCDEF0123456789ABCDEF0"]], "stacks": [["#,
+    );
+    for i in 0..frames {
+        body.push_str(if i == 0 { "[0,1]" } else { ",[0,1]" });
+    }
+    body.push_str("]]}");
+    let size = body.len() as u64;
+    let before = common::proc_status_bytes(server.pid(), "VmHWM:");
+    for path in ["/symbolicate/v5", "/symbolicate/v4"] {
+        let (status, answer) = server.post_raw(path, body.clone().into_bytes()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {answer}");
+        let message = answer["error"].as_str().unwrap();
+        assert!(
+            message.contains("request_limits.max_frames"),
+            "{path}: {message}"
+        );
+    }
+    let grew = common::proc_status_bytes(server.pid(), "VmHWM:").saturating_sub(before);
+    eprintln!(
+        "peak RSS grew by {} MiB for a body of {} MiB",
+        grew >> 20,
+        size >> 20
+    );
+    assert!(
+        grew < 3 * size,
+        "peak RSS grew by {} MiB for a body of {} MiB",
+        grew >> 20,
+        size >> 20
+    );
+}
+
 /// `mozilla.max_jobs` bounds the jobs of a request (10 by default, as Mozilla's
 /// service); the results come in job order.
 #[tokio::test]

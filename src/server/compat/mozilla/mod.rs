@@ -10,6 +10,8 @@
 //! layouts put them, and PDBs, Mach-O and ELF files wherever the lookup finds those.
 //! The native answer is then cut back into Mozilla's shapes.
 
+mod count;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
@@ -35,10 +37,11 @@ use crate::service::Outcome;
 use crate::sources::ObjectType;
 use crate::telemetry::{RequestStats, RequestStatsData};
 use crate::types::{
-    AddrMode, CompleteObjectInfo, CompletedSymbolicationResponse, Counted, FrameStatus, HexValue,
-    ObjectDownloadInfo, ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, RequestLimits,
-    RequestOptions, SymbolicatedFrame,
+    AddrMode, CompleteObjectInfo, CompletedSymbolicationResponse, FrameStatus, HexValue,
+    ObjectDownloadInfo, ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, RequestOptions,
+    SymbolicatedFrame,
 };
+use count::{Version, count_first};
 
 /// What a frame of an unknown module (index -1, or a module without a name) is called.
 const UNKNOWN_MODULE: &str = "<unknown>";
@@ -186,23 +189,9 @@ impl V5Body {
 }
 
 /// What Mozilla's service checks by hand, with its rules: names and ids it can put in
-/// a URL, module indexes within the memory map, at least one stack; and this server's
-/// request limits, over all jobs together.
-fn validate(jobs: &[Job], shape: Shape, limits: &RequestLimits) -> Result<(), ApiError> {
-    let count = |f: fn(&Job) -> usize| jobs.iter().map(f).sum::<usize>();
-    limits
-        .check(Counted::Modules, "modules", count(|j| j.memory_map.len()))
-        .map_err(ApiError::refused)?;
-    limits
-        .check(Counted::Stacktraces, "stacks", count(|j| j.stacks.len()))
-        .map_err(ApiError::refused)?;
-    limits
-        .check(
-            Counted::Frames,
-            "frames",
-            count(|j| j.stacks.iter().map(Vec::len).sum()),
-        )
-        .map_err(ApiError::refused)?;
+/// a URL, module indexes within the memory map, at least one stack. (This server's
+/// request limits were checked on the body, by `count_first`.)
+fn validate(jobs: &[Job], shape: Shape) -> Result<(), ApiError> {
     for (j, job) in jobs.iter().enumerate() {
         for (i, Module(debug_file, debug_id)) in job.memory_map.iter().enumerate() {
             let field = shape.field(j, &format!("memoryMap[{i}]"));
@@ -400,7 +389,7 @@ async fn symbolicate_jobs(
     jobs: &[Job],
     shape: Shape,
 ) -> Result<(Vec<JobResult>, RequestStatsData), ApiError> {
-    validate(jobs, shape, &state.request_limits)?;
+    validate(jobs, shape)?;
     let Plan {
         request,
         module_base,
@@ -787,14 +776,9 @@ async fn symbolicate_v5(
     RequestBody(body): RequestBody,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
+    count_first(&body, Version::V5, &state.request_limits, config.max_jobs)?;
     let (jobs, shape) = parse_json::<V5Body>(&body)?.into_jobs()?;
     drop(body);
-    if jobs.len() > config.max_jobs {
-        return Err(ApiError::bad_request(format!(
-            "please limit number of jobs in a single request to <= {} (`mozilla.max_jobs`)",
-            config.max_jobs
-        )));
-    }
     let (results, stats) = symbolicate_jobs(&state, slot, &jobs, shape).await?;
     let debug =
         wants_debug(&headers).then(|| debug_info(&jobs, &results, &stats, started.elapsed()));
@@ -815,6 +799,7 @@ async fn symbolicate_v4(
     slot: Slot,
     RequestBody(body): RequestBody,
 ) -> Result<Response, ApiError> {
+    count_first(&body, Version::V4, &state.request_limits, 1)?;
     let job: Job = parse_json(&body)?;
     drop(body);
     let jobs = [job];
