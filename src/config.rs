@@ -174,6 +174,34 @@ pub struct Config {
     pub symcache_http: SymCacheHttpConfig,
     /// Mozilla's symbolication API (`/symbolicate/v5`, `/symbolicate/v4`).
     pub mozilla: MozillaConfig,
+    /// Who may use the compatibility fronts (`/proxy`, `/symcache`, the Mozilla API).
+    pub fronts: FrontsConfig,
+}
+
+/// The `fronts` section: access to the compatibility fronts (omnisym only).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct FrontsConfig {
+    /// When set, requests to every front not in `open` must carry
+    /// `Authorization: Bearer <token>` (else 401). `symcache_http.token` is an alias.
+    pub token: Option<Secret>,
+    /// Fronts that answer without the token.
+    pub open: Vec<Front>,
+    /// Origins (`https://host[:port]`, or `*`) whose pages may call the Mozilla API;
+    /// none by default.
+    pub cors_allowed_origins: Vec<String>,
+}
+
+/// A compatibility front, as `fronts.open` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Front {
+    /// `GET`/`HEAD /proxy/...`
+    Proxy,
+    /// `GET /symcache/...`
+    Symcache,
+    /// `POST /symbolicate/v5`, `/symbolicate/v4`
+    Mozilla,
 }
 
 /// The SymCache HTTP front (omnisym only).
@@ -181,7 +209,7 @@ pub struct Config {
 #[serde(default)]
 pub struct SymCacheHttpConfig {
     pub enabled: bool,
-    /// When set, every request must carry `Authorization: Bearer <token>` (else 401).
+    /// The former name of `fronts.token`, still read.
     pub token: Option<Secret>,
     /// What a `404` with `Retry-After` asks the client to wait before asking again.
     #[serde(deserialize_with = "deserialize_duration")]
@@ -204,6 +232,20 @@ impl Default for SymCacheHttpConfig {
             answer_within: Duration::from_millis(250),
         }
     }
+}
+
+/// `scheme://host[:port]` with nothing after it, as browsers send `Origin`.
+fn is_origin(text: &str) -> bool {
+    url::Url::parse(text).is_ok_and(|url| {
+        url.has_host()
+            && url.path() == "/"
+            && !text.ends_with('/')
+            && url.query().is_none()
+            && url.fragment().is_none()
+            && url.username().is_empty()
+            && url.password().is_none()
+            && url.origin().ascii_serialization() == text.to_ascii_lowercase()
+    })
 }
 
 /// The `mozilla` section: limits of Mozilla's symbolication API.
@@ -286,6 +328,7 @@ impl Default for Config {
             // Upstream's default.
             symstore_proxy: true,
             symcache_http: SymCacheHttpConfig::default(),
+            fronts: FrontsConfig::default(),
             mozilla: MozillaConfig::default(),
         }
     }
@@ -362,6 +405,17 @@ impl Config {
             self.cache_dir = dir.path().to_owned();
             self.ephemeral_cache_dir = Some(Arc::new(dir));
         }
+        if let Some(alias) = self.symcache_http.token.take() {
+            match &self.fronts.token {
+                Some(token) if *token != alias => {
+                    return Err(ConfigError::Semantic(
+                        "fronts.token and symcache_http.token (its former name) differ; set one"
+                            .into(),
+                    ));
+                }
+                _ => self.fronts.token = Some(alias),
+            }
+        }
         Ok(())
     }
 
@@ -423,6 +477,18 @@ impl Config {
             return Err(ConfigError::Semantic(
                 "max_concurrent_downloads_per_source must be at least 1".into(),
             ));
+        }
+        if self.fronts.token.as_ref().is_some_and(Secret::is_empty) {
+            return Err(ConfigError::Semantic(
+                "fronts.token is empty; remove it to leave the fronts open".into(),
+            ));
+        }
+        for origin in &self.fronts.cors_allowed_origins {
+            if origin != "*" && !is_origin(origin) {
+                return Err(ConfigError::Semantic(format!(
+                    "fronts.cors_allowed_origins: `{origin}` is not an origin (scheme://host[:port], or *)"
+                )));
+            }
         }
         if self.symcache_http.retry_after.is_zero() {
             return Err(ConfigError::Semantic(
@@ -752,13 +818,47 @@ max_download_size: 16106127360
         assert!(!config.symstore_proxy);
         let http = &config.symcache_http;
         assert!(!http.enabled);
-        assert_eq!(http.token.as_ref().map(Secret::expose), Some("s3cret"));
+        // The former name of `fronts.token`.
+        let token = config.fronts.token.as_ref().map(Secret::expose);
+        assert_eq!(token, Some("s3cret"));
         assert_eq!(http.retry_after, Duration::from_secs(5));
         assert_eq!(http.answer_within, Duration::from_secs(1));
         // The token never shows in a printed config.
         assert!(!format!("{config:?}").contains("s3cret"));
         let err = Config::from_yaml("symcache_http: {retry_after: 0}\n").unwrap_err();
         assert!(err.to_string().contains("retry_after"), "{err}");
+    }
+
+    #[test]
+    fn fronts_take_one_token_and_a_list_of_origins() {
+        let yaml = "fronts:\n  token: s3cret\n  open: [mozilla]\n  cors_allowed_origins: [\"https://profiler.firefox.com\", \"http://localhost:4242\"]\n";
+        let (config, ignored) = Config::from_yaml(yaml).unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert_eq!(config.fronts.open, [Front::Mozilla]);
+        assert_eq!(config.fronts.cors_allowed_origins.len(), 2);
+        let same = "fronts: {token: s3cret}\nsymcache_http: {token: s3cret}\n";
+        assert!(Config::from_yaml(same).is_ok());
+        for (yaml, names) in [
+            ("fronts: {token: a}\nsymcache_http: {token: b}\n", "differ"),
+            ("fronts: {token: \"\"}\n", "fronts.token"),
+            ("fronts: {open: [console]}\n", "fronts.open"),
+            (
+                "fronts: {cors_allowed_origins: [\"https://a.example/path\"]}\n",
+                "not an origin",
+            ),
+            (
+                "fronts: {cors_allowed_origins: [\"profiler.firefox.com\"]}\n",
+                "not an origin",
+            ),
+            (
+                "fronts: {cors_allowed_origins: [\"https://a.example/\"]}\n",
+                "not an origin",
+            ),
+        ] {
+            let err = Config::from_yaml(yaml).unwrap_err().to_string();
+            assert!(err.contains(names), "{yaml}: {err}");
+            assert!(!err.contains("s3cret"), "{err}");
+        }
     }
 
     #[test]

@@ -352,7 +352,7 @@ async fn a_configured_token_is_required() {
         assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{headers:?}");
         assert_eq!(
             resp.headers()["www-authenticate"],
-            "Bearer realm=\"symcache\""
+            "Bearer realm=\"omnisym\""
         );
     }
     assert!(symsrv.hits().is_empty(), "{:?}", symsrv.hits());

@@ -128,6 +128,9 @@ async fn names_keys_compressed_names_and_pointers_find_the_same_file() {
     let resp = get(&server, &format!("/proxy/crash.pdb/{key}/file.ptr")).await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(resp.headers()["content-type"], "text/plain");
+    // Built from this client's `Host`: no shared cache may keep it for others.
+    assert_eq!(resp.headers()["cache-control"], "private, no-cache");
+    assert_eq!(resp.headers()["vary"], "host, x-forwarded-proto");
     let pointer = resp.text().await.unwrap();
     let want = format!("PATH:{}/proxy/crash.pdb/{key}/crash.pdb", server.url);
     assert_eq!(pointer, want);
@@ -194,4 +197,70 @@ async fn a_disabled_proxy_answers_404_and_fetches_nothing() {
     .await;
     assert_eq!(resp.status(), StatusCode::NOT_FOUND);
     assert!(symsrv.hits().is_empty(), "{:?}", symsrv.hits());
+}
+
+/// One token guards `/proxy`, `/symcache` and the Mozilla API alike; a front listed in
+/// `fronts.open` answers without it, and `symcache_http.token` is the same setting.
+#[tokio::test]
+async fn the_fronts_token_guards_every_front_unless_it_is_open() {
+    let key = pdb_key();
+    let proxy = format!("/proxy/crash.pdb/{key}/crash.pdb");
+    let symcache = format!(
+        "/symcache/v{}.1.0/crash.pdb/{}",
+        symbolic::symcache::SYMCACHE_VERSION,
+        object("pe")["debug_id"].as_str().unwrap()
+    );
+    let mozilla = "/symbolicate/v5";
+    let ask = |server: &Server, path: &str, token: Option<&str>| {
+        let url = format!("{}{path}", server.url);
+        let request = if path == mozilla {
+            let body = serde_json::json!({"memoryMap": [["crash.pdb", key]], "stacks": [[[0, 0]]]});
+            client().post(url).json(&body)
+        } else {
+            client().get(url)
+        };
+        let request = match token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        };
+        async move { request.send().await.unwrap() }
+    };
+    for config in [
+        "fronts: {token: s3cret}\n",
+        "symcache_http: {token: s3cret}\n",
+    ] {
+        let (symsrv, server) = setup(config).await;
+        for path in [proxy.as_str(), &symcache, mozilla] {
+            for token in [None, Some("wrong"), Some("s3cre"), Some("s3cret2")] {
+                let resp = ask(&server, path, token).await;
+                assert_eq!(
+                    resp.status(),
+                    StatusCode::UNAUTHORIZED,
+                    "{config} {path} {token:?}"
+                );
+                assert_eq!(
+                    resp.headers()["www-authenticate"],
+                    "Bearer realm=\"omnisym\""
+                );
+                let body = resp.text().await.unwrap();
+                assert!(!body.contains("s3cret"), "{body}");
+            }
+        }
+        // Nothing was looked up for a refused request.
+        assert!(symsrv.hits().is_empty(), "{:?}", symsrv.hits());
+        for path in [proxy.as_str(), &symcache, mozilla] {
+            let resp = ask(&server, path, Some("s3cret")).await;
+            assert_eq!(resp.status(), StatusCode::OK, "{config} {path}");
+        }
+        // Sentry's own endpoints are not fronts.
+        let (status, _) = server.get("/healthcheck").await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let (_symsrv, server) = setup("fronts: {token: s3cret, open: [mozilla, symcache]}\n").await;
+    assert_eq!(
+        ask(&server, &proxy, None).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(ask(&server, &symcache, None).await.status(), StatusCode::OK);
+    assert_eq!(ask(&server, mozilla, None).await.status(), StatusCode::OK);
 }

@@ -32,7 +32,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 
 use crate::cache::{Caches, Scope};
-use crate::config::Config;
+use crate::config::{Config, Front};
 use crate::fetch::Downloader;
 use crate::js::JsService;
 use crate::jvm::JvmService;
@@ -42,6 +42,7 @@ use crate::service::{RequestService, Reservation};
 use crate::sources::SourceConfig;
 use crate::telemetry;
 use crate::types::{Counted, RequestLimits};
+use compat::access::guard;
 
 pub use crash::{CrashFiles, CrashForm, read_form};
 pub use error::{ApiError, parse_json};
@@ -153,12 +154,24 @@ pub fn router(state: AppState, config: &Config) -> Router {
         .route("/symbolicate-jvm", post(jvm::symbolicate_jvm))
         .route("/symbolicate-js", post(js::symbolicate_js))
         .route("/requests/{id}", get(requests::poll))
-        .route(
-            "/proxy/{*path}",
-            get(compat::proxy::proxy).head(compat::proxy::proxy),
-        )
-        .route("/symcache/{*path}", get(compat::symcache_http::symcache))
-        .merge(compat::mozilla::routes(config.mozilla))
+        .merge(guard(
+            Router::new().route(
+                "/proxy/{*path}",
+                get(compat::proxy::proxy).head(compat::proxy::proxy),
+            ),
+            Front::Proxy,
+            &config.fronts,
+        ))
+        .merge(guard(
+            Router::new().route("/symcache/{*path}", get(compat::symcache_http::symcache)),
+            Front::Symcache,
+            &config.fronts,
+        ))
+        .merge(guard(
+            compat::mozilla::routes(config.mozilla),
+            Front::Mozilla,
+            &config.fronts,
+        ))
         .layer(DefaultBodyLimit::max(
             usize::try_from(config.max_request_body_size).unwrap_or(usize::MAX),
         ))

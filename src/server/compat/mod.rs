@@ -11,7 +11,9 @@
 //!   the protocol of Microsoft's SymCache HTTP server for this engine's SymCaches.
 //! - `symbfile`: Elastic's profiler symbol uploads (`/api/symbols-ranges`,
 //!   `/api/symbols-returnpads`).
+//! - `access`: the bearer token and CORS policy in front of the first three.
 
+pub mod access;
 pub mod mozilla;
 pub mod proxy;
 pub mod symbfile;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
@@ -94,14 +94,29 @@ pub async fn proxy(
     } else {
         Body::from(body)
     };
-    (
+    let mut response = (
         [
             (header::CONTENT_TYPE, content_type.to_owned()),
             (header::CONTENT_LENGTH, length.to_string()),
         ],
         body,
     )
-        .into_response()
+        .into_response();
+    if request.answer == Answer::Pointer {
+        // The pointer is built from what this client sent (`Host`, the forwarded
+        // scheme): a shared cache must not hand it to another client, who may have
+        // sent other values (or forged them).
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("private, no-cache"),
+        );
+        headers.insert(
+            header::VARY,
+            HeaderValue::from_static("host, x-forwarded-proto"),
+        );
+    }
+    response
 }
 
 /// How a front answers a lookup that found nothing usable: a file that is not there, or

@@ -188,20 +188,6 @@ impl SymCacheHttp {
         }
         Err(CacheError::NotFound)
     }
-
-    /// `Authorization: Bearer <token>` when a token is configured.
-    fn authorized(&self, headers: &HeaderMap) -> bool {
-        let Some(token) = &self.config.token else {
-            return true;
-        };
-        let given = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim());
-        given.is_some_and(|given| token.matches(given))
-    }
 }
 
 /// `GET /symcache/{*path}`.
@@ -223,14 +209,6 @@ async fn answer(
     headers: &HeaderMap,
     path: &str,
 ) -> Result<Response, Response> {
-    // Before anything else, so an unauthorised client learns nothing about what exists.
-    if !front.authorized(headers) {
-        return Err((
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer realm=\"symcache\"")],
-        )
-            .into_response());
-    }
     let (asked, file) = parse_path(path).map_err(|e| e.into_response())?;
     if asked.major != SERVED.major {
         return Err(StatusCode::NOT_FOUND.into_response());

@@ -18,14 +18,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Json, Router};
 use serde::de::{self, Deserializer};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
-use tower_http::cors::{Any, CorsLayer};
 
 use crate::cache::Scope;
 use crate::config::MozillaConfig;
@@ -46,20 +45,13 @@ use count::{Version, count_first};
 /// What a frame of an unknown module (index -1, or a module without a name) is called.
 const UNKNOWN_MODULE: &str = "<unknown>";
 
-/// The two routes, with CORS open to any origin (the profiler symbolicates from the
-/// browser) and the `mozilla` config section.
+/// The two routes, with the `mozilla` config section (who may call them is
+/// `access`'s).
 pub fn routes(config: MozillaConfig) -> Router<AppState> {
-    let cors = CorsLayer::new()
-        .allow_origin(Any)
-        .allow_methods([Method::POST])
-        // `Debug` and `Content-Type` at least; nothing here reads credentials.
-        .allow_headers(Any)
-        .max_age(Duration::from_secs(24 * 60 * 60));
     Router::new()
         .route("/symbolicate/v5", post(symbolicate_v5))
         .route("/symbolicate/v4", post(symbolicate_v4))
         .layer(Extension(config))
-        .layer(cors)
 }
 
 /// `[debug_file, debug_id]`.
