@@ -33,8 +33,9 @@ impl Scope {
 
     /// A directory name for this scope that cannot escape its parent: only a safe
     /// alphabet is kept verbatim, the rest is percent-encoded, and over-long names are
-    /// replaced by their hash. A scope named "global" cannot collide with `Global`
-    /// because `Scope::new` maps that name to `Global` itself.
+    /// replaced by their hash behind `~`, a byte the encoding never leaves as it is, so
+    /// no scope's name can be another's hashed form. A scope named "global" cannot
+    /// collide with `Global` because `Scope::new` maps that name to `Global` itself.
     fn dir_name(&self) -> String {
         let raw = self.as_str();
         let mut out = String::with_capacity(raw.len());
@@ -46,7 +47,7 @@ impl Scope {
             }
         }
         if out.len() > 100 {
-            format!("h-{}", hex::encode(Sha256::digest(raw.as_bytes())))
+            format!("~h-{}", hex::encode(Sha256::digest(raw.as_bytes())))
         } else {
             out
         }
@@ -147,6 +148,21 @@ mod tests {
         }
         let long = "x".repeat(500);
         assert!(Scope::new(&long).dir_name().len() < 100);
+    }
+
+    #[test]
+    fn no_scope_is_named_like_another_scopes_hashed_form() {
+        let long = Scope::new(&"x".repeat(500));
+        let hashed = long.dir_name();
+        let digest = &hashed[hashed.find("h-").unwrap() + 2..];
+        for lookalike in [hashed.clone(), format!("h-{digest}"), format!("%7Eh-{digest}")] {
+            let named = Scope::new(&lookalike);
+            assert_ne!(named.dir_name(), hashed, "{lookalike}");
+            assert_ne!(
+                CacheKey::new(named, &["x"]).relative_path(),
+                CacheKey::new(long.clone(), &["x"]).relative_path()
+            );
+        }
     }
 
     #[test]
