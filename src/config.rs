@@ -376,7 +376,7 @@ impl Config {
             ConfigError::Invalid {
                 key,
                 location,
-                message: strip_location(&inner.to_string()),
+                message: redact_values(&strip_location(&inner.to_string())),
             }
         })?;
         config.resolve_upstream_names()?;
@@ -574,6 +574,25 @@ fn deserialize_opt_interval<'de, D: serde::Deserializer<'de>>(
 }
 
 /// serde_yaml appends "at line X column Y" itself; we report the location separately.
+/// A parse error's text without the values it quotes: any value may be a secret (a
+/// token written under the wrong key, a password with a stray quote), and config
+/// errors go to logs and terminals. The key and the expected type stay, which is what
+/// tells the reader what to fix.
+fn redact_values(message: &str) -> String {
+    static QUOTED: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r#""(?:[^"\\]|\\.)*"?|(integer|floating point|character|boolean|unknown variant) `[^`]*`"#,
+        )
+        .expect("a valid pattern")
+    });
+    QUOTED
+        .replace_all(message, |caps: &regex::Captures| match caps.get(1) {
+            Some(kind) => format!("{} `[redacted]`", kind.as_str()),
+            None => "\"[redacted]\"".to_owned(),
+        })
+        .into_owned()
+}
+
 fn strip_location(message: &str) -> String {
     match message.find(" at line ") {
         Some(idx) => message[..idx].to_string(),
@@ -827,6 +846,29 @@ max_download_size: 16106127360
         assert!(!format!("{config:?}").contains("s3cret"));
         let err = Config::from_yaml("symcache_http: {retry_after: 0}\n").unwrap_err();
         assert!(err.to_string().contains("retry_after"), "{err}");
+    }
+
+    #[test]
+    fn errors_name_the_key_but_never_a_value() {
+        for yaml in [
+            "max_connections: s3cret\n",
+            "max_connections: \"s3cret\\\" more\"\n",
+            "symstore_proxy: s3cret\n",
+            "fronts: {open: [s3cret]}\n",
+            "caches: {max_disk_size: s3cret}\n",
+            "write_timeout: s3cret\n",
+            "max_connections: 1.5\ns3cret: 1\n",
+            "sources: [{id: a, type: http, url: \"http://a\", headers: {Authorization: [s3cret]}}]\n",
+            "sources: [{id: a, type: s3cret}]\n",
+        ] {
+            let err = Config::from_yaml(yaml).unwrap_err().to_string();
+            assert!(!err.contains("s3cret"), "{yaml}: {err}");
+            assert!(err.contains("key `"), "{yaml}: {err}");
+        }
+        let err = Config::from_yaml("max_connections: 1.5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("floating point `[redacted]`"), "{err}");
     }
 
     #[test]

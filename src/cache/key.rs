@@ -155,7 +155,11 @@ mod tests {
         let long = Scope::new(&"x".repeat(500));
         let hashed = long.dir_name();
         let digest = &hashed[hashed.find("h-").unwrap() + 2..];
-        for lookalike in [hashed.clone(), format!("h-{digest}"), format!("%7Eh-{digest}")] {
+        for lookalike in [
+            hashed.clone(),
+            format!("h-{digest}"),
+            format!("%7Eh-{digest}"),
+        ] {
             let named = Scope::new(&lookalike);
             assert_ne!(named.dir_name(), hashed, "{lookalike}");
             assert_ne!(

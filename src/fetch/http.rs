@@ -1,6 +1,5 @@
 //! HTTP(S) downloads, with upstream's status mapping, timeouts and retries.
 
-use std::collections::BTreeMap;
 use std::error::Error as StdError;
 use std::time::Duration;
 
@@ -17,6 +16,7 @@ use super::reserved_ip::{
 use super::transfer::{log_download, retrying, truncate, within_download_timeout, write_body};
 use super::{Downloader, FetchConfig, redact_url};
 use crate::error::{CacheError, CacheResult};
+use crate::sources::Headers;
 
 const MAX_REDIRECTS: usize = 10;
 /// The transfer encodings a file download accepts: those whose magic bytes
@@ -161,12 +161,12 @@ pub(super) fn status_error(status: StatusCode) -> CacheError {
     }
 }
 
-fn to_header_map(headers: &BTreeMap<String, String>) -> HeaderMap {
+fn to_header_map(headers: &Headers) -> HeaderMap {
     let mut map = HeaderMap::with_capacity(headers.len());
     for (name, value) in headers {
         match (
             HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_str(value),
+            HeaderValue::from_str(value.expose()),
         ) {
             (Ok(name), Ok(mut value)) => {
                 // Keeps credentials out of reqwest's Debug output.
@@ -187,7 +187,7 @@ impl Downloader {
     pub async fn download_http(
         &self,
         url: &Url,
-        headers: &BTreeMap<String, String>,
+        headers: &Headers,
         dest: &mut tokio::fs::File,
     ) -> CacheResult<u64> {
         let max_size = self.inner.config.max_download_size;
@@ -199,7 +199,7 @@ impl Downloader {
     pub async fn download_http_capped(
         &self,
         url: &Url,
-        headers: &BTreeMap<String, String>,
+        headers: &Headers,
         max_size: u64,
         dest: &mut tokio::fs::File,
     ) -> CacheResult<u64> {
@@ -212,7 +212,7 @@ impl Downloader {
     pub async fn download_http_with(
         &self,
         url: &Url,
-        headers: &BTreeMap<String, String>,
+        headers: &Headers,
         accept_invalid_certs: bool,
         max_size: u64,
         dest: &mut tokio::fs::File,
@@ -225,7 +225,7 @@ impl Downloader {
     async fn download(
         &self,
         url: &Url,
-        headers: &BTreeMap<String, String>,
+        headers: &Headers,
         accept_invalid_certs: bool,
         max_size: u64,
         dest: &mut tokio::fs::File,

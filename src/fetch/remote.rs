@@ -1,4 +1,3 @@
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,6 +9,7 @@ use super::decompress::{DecompressLimits, decompress_bounded};
 use super::transfer::record_download;
 use super::{Downloader, shown_url};
 use crate::error::{CacheError, CacheResult};
+use crate::sources::Headers;
 use crate::sources::{
     CommonSourceConfig, FileType, HttpSourceConfig, ObjectId, SourceConfig, SourceId,
     sentry_file_uri, source_locations,
@@ -96,7 +96,7 @@ impl RemoteFile {
     /// (a scraped script, a download URL an API returned, a linked source file). It is
     /// fetched like a file of an HTTP source with `headers`, under the same reserved-IP
     /// rule and limits; `source` names it in candidate reports and cache keys.
-    pub fn from_url(source: SourceId, url: Url, headers: BTreeMap<String, String>) -> Self {
+    pub fn from_url(source: SourceId, url: Url, headers: Headers) -> Self {
         let http = HttpSourceConfig {
             id: source,
             url,

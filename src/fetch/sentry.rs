@@ -150,7 +150,10 @@ impl Downloader {
     ) -> CacheResult<u64> {
         let mut headers = BTreeMap::new();
         if source.same_origin(url) {
-            headers.insert("Authorization".to_owned(), bearer(&source.token));
+            headers.insert(
+                "Authorization".to_owned(),
+                Secret::new(bearer(&source.token)),
+            );
         }
         self.download_http(url, &headers, dest).await
     }

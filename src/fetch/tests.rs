@@ -21,7 +21,7 @@ use url::Url;
 
 use super::{Downloader, FetchConfig, RemoteFile, fetch_file};
 use crate::error::CacheError;
-use crate::sources::{SourceConfig, SourceId};
+use crate::sources::{Headers, Secret, SourceConfig, SourceId};
 
 #[derive(Clone, Default)]
 struct Hits(Arc<AtomicUsize>);
@@ -186,7 +186,7 @@ async fn fetch(config: FetchConfig, url: &Url) -> (Result<u64, CacheError>, Dest
 async fn fetch_with_headers(
     config: FetchConfig,
     url: &Url,
-    headers: &BTreeMap<String, String>,
+    headers: &Headers,
 ) -> (Result<u64, CacheError>, Dest) {
     let downloader = Downloader::new(config).unwrap();
     let mut dest = Dest::new();
@@ -339,8 +339,8 @@ async fn redirect_loops_are_cut_off() {
 async fn user_agent_and_source_headers_are_sent() {
     let (addr, _) = start_server().await;
     let headers = BTreeMap::from([
-        ("X-Custom".to_owned(), "secret-value".to_owned()),
-        ("Bad Header Name".to_owned(), "ignored".to_owned()),
+        ("X-Custom".to_owned(), Secret::new("secret-value")),
+        ("Bad Header Name".to_owned(), Secret::new("ignored")),
     ]);
     let (result, dest) = fetch_with_headers(test_config(), &url(addr, "/echo"), &headers).await;
     result.unwrap();
@@ -725,8 +725,8 @@ async fn source_headers_do_not_follow_a_redirect_to_another_origin() {
     let (a, _) = start_server().await;
     let (b, _) = start_server().await;
     let headers = BTreeMap::from([
-        ("X-Custom".to_owned(), "s3cr3t".to_owned()),
-        ("Authorization".to_owned(), "Bearer t0ken".to_owned()),
+        ("X-Custom".to_owned(), Secret::new("s3cr3t")),
+        ("Authorization".to_owned(), Secret::new("Bearer t0ken")),
     ]);
     let via = |target: Url| {
         let mut url = url(a, "/to");

@@ -8,6 +8,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use symbolic::common::DebugId;
 
 use crate::error::CacheError;
+use crate::sources::Headers;
 use crate::sources::{SentrySourceConfig, SourceConfig};
 use crate::types::FrameOrder;
 
@@ -78,7 +79,7 @@ pub struct ScrapingConfig {
     /// Sent with every scraping request. Upstream requires the key; an absent one
     /// means no headers here.
     #[serde(default)]
-    pub headers: BTreeMap<String, String>,
+    pub headers: Headers,
 }
 
 impl Default for ScrapingConfig {
@@ -468,7 +469,7 @@ mod tests {
         assert!(request.modules[0].parsed_debug_id().is_some());
         assert_eq!(request.release.as_deref(), Some("1.0"));
         assert!(request.scraping.verify_ssl, "verify_ssl defaults to true");
-        assert_eq!(request.scraping.headers["Cookie"], "a=b");
+        assert_eq!(request.scraping.headers["Cookie"].expose(), "a=b");
         assert_eq!(
             request.options,
             JsRequestOptions {

@@ -246,7 +246,10 @@ async fn fetch_attachment(
     let mut out = tokio::fs::File::from_std(temp.as_file().try_clone()?);
     let mut headers = BTreeMap::new();
     if let Some(token) = token {
-        headers.insert("Authorization".to_owned(), format!("Bearer {token}"));
+        headers.insert(
+            "Authorization".to_owned(),
+            crate::sources::Secret::new(format!("Bearer {token}")),
+        );
     }
     let started = std::time::Instant::now();
     let downloaded = downloader

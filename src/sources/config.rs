@@ -198,7 +198,8 @@ impl SourceConfig {
     /// The credentials of this source, in a fixed order.
     pub fn secrets(&self) -> Vec<&Secret> {
         match self {
-            SourceConfig::Filesystem(_) | SourceConfig::Http(_) => Vec::new(),
+            SourceConfig::Filesystem(_) => Vec::new(),
+            SourceConfig::Http(c) => c.headers.values().collect(),
             SourceConfig::Sentry(c) => vec![&c.token],
             SourceConfig::S3(c) => vec![&c.secret_key],
             SourceConfig::Gcs(c) => c.private_key.iter().chain(&c.bearer_token).collect(),
@@ -275,7 +276,13 @@ mod tests {
             http.url.as_str(),
             "https://msdl.microsoft.com/download/symbols/"
         );
-        assert_eq!(http.headers["Authorization"], "Bearer x");
+        assert_eq!(http.headers["Authorization"].expose(), "Bearer x");
+        // Header values are credentials: never shown, yet told apart in cache keys.
+        assert!(!format!("{source:?}").contains("Bearer x"));
+        assert!(!serde_json::to_string(&source).unwrap().contains("Bearer x"));
+        let other: SourceConfig =
+            serde_json::from_str(&json.replace("Bearer x", "Bearer y")).unwrap();
+        assert_ne!(source.access_digest(), other.access_digest());
         assert!(!http.accept_invalid_certs);
         let files = source.files();
         assert_eq!(files.filters.filetypes, vec![FileType::Pe, FileType::Pdb]);

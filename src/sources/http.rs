@@ -6,6 +6,11 @@ use serde::{Deserialize, Serialize};
 use url::Url;
 
 use super::common::{CommonSourceConfig, SourceId, url_as_string};
+use super::secret::Secret;
+
+/// Headers sent with every request to a source (or a scraped URL): names as they are,
+/// values as [`Secret`]s, since they carry credentials (`Authorization`, `Cookie`).
+pub type Headers = BTreeMap<String, Secret>;
 
 /// An HTTP(S) symbol server.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -14,9 +19,10 @@ pub struct HttpSourceConfig {
     /// Base URL; locations are appended below it as path segments.
     #[serde(with = "url_as_string")]
     pub url: Url,
-    /// Extra headers for every request (e.g. authorization).
+    /// Extra headers for every request (e.g. authorization). Their values are
+    /// credentials: never shown.
     #[serde(default)]
-    pub headers: BTreeMap<String, String>,
+    pub headers: Headers,
     #[serde(flatten)]
     pub files: CommonSourceConfig,
     /// Skip TLS certificate verification for this source.

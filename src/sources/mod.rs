@@ -52,7 +52,7 @@ pub use filesystem::FilesystemSourceConfig;
 pub use filetype::FileType;
 pub use filters::{Glob, SourceFilters, matches_path_patterns};
 pub use gcs::{GcsAuth, GcsSourceConfig};
-pub use http::HttpSourceConfig;
+pub use http::{Headers, HttpSourceConfig};
 pub use paths::{get_directory_paths, js_artifact_path, parse_symstore_path, source_locations};
 pub use s3::{AwsCredentialsProvider, S3Region, S3SourceConfig};
 pub use secret::Secret;
