@@ -3,9 +3,11 @@
 
 #![allow(dead_code)]
 
+pub mod fault_proxy;
 pub mod gcs;
 pub mod prometheus;
 pub mod s3;
+pub mod symbfile;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
