@@ -57,11 +57,18 @@ impl FaultProxy {
     /// A proxy to `upstream`, an `http://host:port/` URL; bodies pass whole until
     /// [`FaultProxy::set`] says otherwise.
     pub async fn start(upstream: &str) -> FaultProxy {
+        Self::start_on("127.0.0.1", upstream).await
+    }
+
+    /// [`FaultProxy::start`] listening on another loopback address (`127.0.0.2`, say):
+    /// a host of its own, whose failures the server's host deny list does not hold
+    /// against the upstream.
+    pub async fn start_on(ip: &str, upstream: &str) -> FaultProxy {
         let upstream = upstream
             .trim_start_matches("http://")
             .trim_end_matches('/')
             .to_owned();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = TcpListener::bind((ip, 0)).await.unwrap();
         let url = format!("http://{}/", listener.local_addr().unwrap());
         let fault = Arc::new(Mutex::new(Fault::None));
         let broken = Arc::new(AtomicUsize::new(0));
