@@ -36,25 +36,26 @@ seconds() {
 SECS="$(seconds "$DURATION")"
 [[ "$SECS" =~ ^[0-9]+$ ]] || { echo "soak.sh: DURATION $DURATION is not a duration" >&2; exit 2; }
 
-if [ -z "${BIN:-}" ]; then
-    if [ "$PROFILE" = release ]; then
-        cargo build --locked --release --bin omnisym
-    else
-        cargo build --locked --bin omnisym
-    fi
+# PROFILE=debug uses the binary `cargo test` builds for the driver (a plain
+# `cargo build` would rebuild the dependencies with other features).
+if [ -z "${BIN:-}" ] && [ "$PROFILE" = release ]; then
+    cargo build --locked --release --bin omnisym
     TARGET_DIR="$(cargo metadata --format-version 1 --no-deps \
         | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
-    BIN="$TARGET_DIR/$PROFILE/omnisym"
+    BIN="$TARGET_DIR/release/omnisym"
 fi
-[ -x "$BIN" ] || { echo "soak.sh: no server binary at $BIN" >&2; exit 2; }
-echo "soak: $BIN for ${SECS}s, RSS samples in $CSV"
+if [ -n "${BIN:-}" ]; then
+    [ -x "$BIN" ] || { echo "soak.sh: no server binary at $BIN" >&2; exit 2; }
+    export OMNISYM_BIN="$BIN"
+fi
+echo "soak: ${BIN:-the debug build} for ${SECS}s, RSS samples in $CSV"
 
 # The driver is a debug build: it only sends requests. A hard stop well past the
 # duration, should anything hang.
 LOG="$(mktemp)"
 trap 'rm -f "$LOG"' EXIT
 status=0
-OMNISYM_BIN="$BIN" SOAK_SECS="$SECS" SOAK_CSV="$CSV" \
+SOAK_SECS="$SECS" SOAK_CSV="$CSV" \
     SOAK_MAX_ITERATIONS="${MAX_REQUESTS:-1000000}" SOAK_WORKERS="${WORKERS:-8}" \
     SOAK_SAMPLE_SECS="${SAMPLE_SECS:-5}" \
     timeout --kill-after=30 $(( SECS + 600 )) \

@@ -676,6 +676,11 @@ async fn sigkill_mid_download_and_mid_conversion_then_restart() {
     server.kill();
     assert!(pending.await.unwrap().is_err(), "answered before the kill");
     row.count("killed mid-download: no answer");
+    let corrupt = corrupt_files(&cache_dir);
+    assert!(
+        corrupt.is_empty(),
+        "after the kill mid-download: {corrupt:?}"
+    );
     println!("  killed with {written} bytes of the download written");
     proxy.set(Fault::None);
 
@@ -706,6 +711,11 @@ async fn sigkill_mid_download_and_mid_conversion_then_restart() {
         Err(_) => row.count("killed mid-SymCache: no answer"),
     }
     println!("  killed with {converting} bytes of the SymCache written");
+    let corrupt = corrupt_files(&cache_dir);
+    assert!(
+        corrupt.is_empty(),
+        "after the kill mid-SymCache: {corrupt:?}"
+    );
     let leftovers = temp_files(&cache_dir);
 
     // 3: restarted: the answer is right, and the SymCache is built whole.
@@ -790,6 +800,8 @@ async fn sigkill_mid_upload_loses_no_acknowledged_part() {
     );
     drop(hold);
     row.count("part killed mid-body: no answer");
+    let corrupt = corrupt_files(&cache_dir.join("symbfiles"));
+    assert!(corrupt.is_empty(), "after the kill mid-upload: {corrupt:?}");
 
     // A second executable's upload completes, and the server dies right after.
     let second = format!("{:032x}", 0x5ec0_u128);

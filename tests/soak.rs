@@ -5,7 +5,9 @@
 //! Environment: SOAK_SECS (default 1800), SOAK_MAX_ITERATIONS (requests in all,
 //! default 1,000,000: the run stops at whichever comes first), SOAK_WORKERS (concurrent
 //! clients, default 8), SOAK_CSV (where the RSS samples go, default soak-rss.csv),
-//! SOAK_SAMPLE_SECS (default 5), OMNISYM_BIN (the server binary; default this build's).
+//! SOAK_SAMPLE_SECS (default 5), SOAK_ONLY (comma-separated operation names, to run a
+//! subset; default all), SOAK_MEMORY_CAPACITY (caches.in_memory.capacity, default
+//! 64 MiB), OMNISYM_BIN (the server binary; default this build's).
 //!
 //! Every answer must be a result, `pending` (then polled to a result) or a refusal the
 //! protocol allows; a 5xx, a transport error, a hang past a minute or a wrong frame
@@ -372,12 +374,17 @@ impl Soak {
     }
 }
 
-fn rss_kb(pid: u32) -> Option<u64> {
+/// A field of `/proc/<pid>/status`, in kB.
+fn status_kb(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+fn rss_kb(pid: u32) -> Option<u64> {
+    status_kb(pid, "VmRSS")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -388,6 +395,11 @@ async fn mixed_soak() {
     let workers: usize = env_or("SOAK_WORKERS", 8);
     let sample_every = Duration::from_secs(env_or("SOAK_SAMPLE_SECS", 5));
     let csv_path: String = env_or("SOAK_CSV", "soak-rss.csv".to_owned());
+    let only: String = env_or("SOAK_ONLY", String::new());
+    let ops: Vec<usize> = (0..OPS.len())
+        .filter(|&op| only.is_empty() || only.split(',').any(|name| name.trim() == OPS[op]))
+        .collect();
+    assert!(!ops.is_empty(), "SOAK_ONLY names no operation of {OPS:?}");
 
     let symsrv = SymbolServer::start().await;
     let fixtures = place_fixtures(&symsrv);
@@ -408,7 +420,7 @@ caches:
   cleanup_interval: 1m
   max_disk_size: 100MB
   in_memory:
-    capacity: 67108864
+    capacity: {capacity}
   downloaded:
     retry_errors_after: 1s
   derived:
@@ -420,7 +432,8 @@ sources:
   - {{id: symstore, type: http, url: \"{url}\", layout: {{type: symstore}}}}
 ",
         sf::KEY,
-        url = symsrv.url
+        url = symsrv.url,
+        capacity = env_or::<u64>("SOAK_MEMORY_CAPACITY", 64 << 20),
     );
     let server = Server::start_with_env(&config, &[("RUST_LOG", "warn")]);
     let pid = server.pid();
@@ -442,12 +455,16 @@ sources:
         let done = done.clone();
         let mut csv = std::fs::File::create(&csv_path).unwrap();
         async move {
-            writeln!(csv, "seconds,rss_kb").unwrap();
+            // Anonymous memory is the heap; file pages are the memory-mapped cache
+            // files, which the in-memory cache's capacity bounds.
+            writeln!(csv, "seconds,rss_kb,rss_anon_kb,rss_file_kb").unwrap();
             let mut samples = Vec::new();
             loop {
                 if let Some(kb) = rss_kb(pid) {
                     let secs = start.elapsed().as_secs();
-                    writeln!(csv, "{secs},{kb}").unwrap();
+                    let anon = status_kb(pid, "RssAnon").unwrap_or(0);
+                    let file = status_kb(pid, "RssFile").unwrap_or(0);
+                    writeln!(csv, "{secs},{kb},{anon},{file}").unwrap();
                     csv.flush().unwrap();
                     samples.push((secs, kb));
                 }
@@ -490,7 +507,7 @@ sources:
     let failed = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..workers)
         .map(|_| {
-            let (soak, done, next) = (soak.clone(), done.clone(), next.clone());
+            let (soak, done, next, ops) = (soak.clone(), done.clone(), next.clone(), ops.clone());
             let (tally, failures, failed) = (tally.clone(), failures.clone(), failed.clone());
             tokio::spawn(async move {
                 loop {
@@ -499,7 +516,7 @@ sources:
                         done.store(true, Ordering::Relaxed);
                         return;
                     }
-                    let op = (n % OPS.len() as u64) as usize;
+                    let op = ops[(n % ops.len() as u64) as usize];
                     let kind = match soak.run(op, n).await {
                         Ok(kind) => kind,
                         Err(why) => {
