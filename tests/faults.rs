@@ -627,6 +627,19 @@ impl BigElf {
     }
 }
 
+/// Sends `request` to `/symbolicate` in a task of its own, for a server about to be
+/// killed.
+fn spawn_symbolicate(
+    server: &Server,
+    request: &Value,
+) -> tokio::task::JoinHandle<reqwest::Result<reqwest::Response>> {
+    let send = client()
+        .post(format!("{}/symbolicate", server.url))
+        .json(request)
+        .send();
+    tokio::spawn(send)
+}
+
 /// Waits until a temp file of at least `min_len` bytes appears under `dir`; its size.
 async fn temp_file_appears(dir: &Path, min_len: u64, within: Duration) -> Option<u64> {
     let start = Instant::now();
@@ -659,17 +672,7 @@ async fn sigkill_mid_download_and_mid_conversion_then_restart() {
         every: Duration::from_millis(50),
     });
     let mut server = Server::start_in(work.path(), &cache_dir, "");
-    let pending = tokio::spawn({
-        let request = request.clone();
-        let url = server.url.clone();
-        async move {
-            client()
-                .post(format!("{url}/symbolicate"))
-                .json(&request)
-                .send()
-                .await
-        }
-    });
+    let pending = spawn_symbolicate(&server, &request);
     let written = temp_file_appears(&cache_dir.join("objects"), 1, Duration::from_secs(30))
         .await
         .expect("the download never began");
@@ -686,17 +689,7 @@ async fn sigkill_mid_download_and_mid_conversion_then_restart() {
 
     // 2: restarted, and killed while the SymCache is converted.
     let mut server = Server::start_in(work.path(), &cache_dir, "");
-    let pending = tokio::spawn({
-        let request = request.clone();
-        let url = server.url.clone();
-        async move {
-            client()
-                .post(format!("{url}/symbolicate"))
-                .json(&request)
-                .send()
-                .await
-        }
-    });
+    let pending = spawn_symbolicate(&server, &request);
     let converting = temp_file_appears(&cache_dir.join("symcaches"), 1, Duration::from_secs(60))
         .await
         .expect("the conversion never began");

@@ -662,12 +662,16 @@ mod tests {
     }
 
     fn cacher(dir: &Path, config: CacheConfig) -> Cacher<Req> {
+        cacher_with_capacity(dir, config, 1 << 20)
+    }
+
+    fn cacher_with_capacity(dir: &Path, config: CacheConfig, memory: u64) -> Cacher<Req> {
         let kind = CacheKind {
             name: "test",
             version: 1,
             compatible: &[],
         };
-        Cacher::new(kind, dir, config, 1 << 20, "boot-a".into())
+        Cacher::new(kind, dir, config, memory, "boot-a".into())
     }
 
     #[tokio::test]
@@ -950,19 +954,8 @@ mod tests {
     async fn memory_layer_is_bounded_by_file_bytes() {
         let dir = tempfile::tempdir().unwrap();
         let calls = Arc::new(AtomicUsize::new(0));
-        let kind = CacheKind {
-            name: "test",
-            version: 1,
-            compatible: &[],
-        };
         let one = u64::from(item_weight(12, 1));
-        let c: Cacher<Req> = Cacher::new(
-            kind,
-            dir.path(),
-            CacheConfig::default(),
-            one + 4,
-            "b".into(),
-        );
+        let c = cacher_with_capacity(dir.path(), CacheConfig::default(), one + 4);
         for name in ["a", "b", "c"] {
             let key = CacheKey::new(Scope::Global, &[name]);
             c.get(key, req(&calls, Ok(b"twelve bytes"))).await.unwrap();
@@ -980,19 +973,8 @@ mod tests {
     async fn remembered_errors_count_against_the_memory_capacity() {
         let dir = tempfile::tempdir().unwrap();
         let calls = Arc::new(AtomicUsize::new(0));
-        let kind = CacheKind {
-            name: "test",
-            version: 1,
-            compatible: &[],
-        };
         let capacity = 10 * u64::from(ENTRY_OVERHEAD);
-        let c: Cacher<Req> = Cacher::new(
-            kind,
-            dir.path(),
-            CacheConfig::default(),
-            capacity,
-            "b".into(),
-        );
+        let c = cacher_with_capacity(dir.path(), CacheConfig::default(), capacity);
         for n in 0..200 {
             let key = CacheKey::new(Scope::Global, &[&format!("missing-{n}")]);
             let missing = c.get(key, req(&calls, Err(CacheError::NotFound))).await;
