@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use common::{Server, fixtures};
+use common::{Server, fixtures, minidump_form};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -108,68 +108,6 @@ fn sources(root: &Path) -> Value {
 }
 
 // ---------------------------------------------------------------- requests
-
-struct Part<'a> {
-    name: &'a str,
-    filename: Option<&'a str>,
-    data: &'a [u8],
-}
-
-/// A `multipart/form-data` body; returns the content type and the body.
-fn multipart(parts: &[Part]) -> (String, Vec<u8>) {
-    let boundary = "----omnisym-minidump-test-3f9c2a71b8e4";
-    let mut body = Vec::new();
-    for part in parts {
-        assert!(
-            !part
-                .data
-                .windows(boundary.len())
-                .any(|w| w == boundary.as_bytes()),
-            "the boundary occurs in field {}",
-            part.name
-        );
-        write!(
-            body,
-            "--{boundary}\r\nContent-Disposition: form-data; name=\"{}\"",
-            part.name
-        )
-        .unwrap();
-        match part.filename {
-            Some(f) => write!(
-                body,
-                "; filename=\"{f}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
-            )
-            .unwrap(),
-            None => write!(body, "\r\n\r\n").unwrap(),
-        }
-        body.extend_from_slice(part.data);
-        body.extend_from_slice(b"\r\n");
-    }
-    write!(body, "--{boundary}--\r\n").unwrap();
-    (format!("multipart/form-data; boundary={boundary}"), body)
-}
-
-fn minidump_form(dump: &[u8], sources: &Value, options: &Value) -> (String, Vec<u8>) {
-    let sources = serde_json::to_vec(sources).unwrap();
-    let options = serde_json::to_vec(options).unwrap();
-    multipart(&[
-        Part {
-            name: "upload_file_minidump",
-            filename: Some("crash.dmp"),
-            data: dump,
-        },
-        Part {
-            name: "sources",
-            filename: None,
-            data: &sources,
-        },
-        Part {
-            name: "options",
-            filename: None,
-            data: &options,
-        },
-    ])
-}
 
 /// POSTs a minidump upload; returns the status and the body (JSON, or a JSON string).
 async fn post_minidump(

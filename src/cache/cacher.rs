@@ -400,8 +400,8 @@ impl<R: CacheItemRequest> Cacher<R> {
             }
             self.inner.metrics.placeholder.increment(1);
             return Some(Entry {
+                weight: error_weight(&err),
                 value: Err(err),
-                weight: 1,
                 ttl: Some(ttl - age),
             });
         }
@@ -410,7 +410,7 @@ impl<R: CacheItemRequest> Cacher<R> {
         {
             return None;
         }
-        let weight = weight_of(view.len()).saturating_mul(R::MEMORY_FACTOR);
+        let weight = item_weight(view.len(), R::MEMORY_FACTOR);
         let item = match isolate(self.inner.kind.name, || request.load(view.clone())) {
             Ok(item) => item,
             // Files are published whole, so one that does not load was damaged outside
@@ -455,7 +455,7 @@ impl<R: CacheItemRequest> Cacher<R> {
                 self.inner.metrics.shared.increment(1);
                 Some(Entry {
                     value: Ok(item),
-                    weight: weight_of(view.len()).saturating_mul(R::MEMORY_FACTOR),
+                    weight: item_weight(view.len(), R::MEMORY_FACTOR),
                     ttl: R::MAX_AGE,
                 })
             }
@@ -514,7 +514,7 @@ impl<R: CacheItemRequest> Cacher<R> {
         match outcome {
             Ok((item, view)) => {
                 self.remove_old_versions(key);
-                let weight = weight_of(view.len()).saturating_mul(R::MEMORY_FACTOR);
+                let weight = item_weight(view.len(), R::MEMORY_FACTOR);
                 if let Some(shared) = &self.inner.shared {
                     shared.store(self.shared_path(key), view);
                 }
@@ -577,15 +577,34 @@ impl<R: CacheItemRequest> Cacher<R> {
     fn error_entry(&self, err: CacheError, scope: &Scope) -> Entry<R::Item> {
         let ttl = placeholder_ttl(&self.inner.config, &err, scope).unwrap_or(Duration::ZERO);
         Entry {
+            weight: error_weight(&err),
             value: Err(err),
-            weight: 1,
             ttl: Some(ttl),
         }
     }
 }
 
-fn weight_of(len: usize) -> u32 {
-    u32::try_from(len).unwrap_or(u32::MAX).max(1)
+/// What an entry costs in memory besides its file: the memory layer's node, the key
+/// (digest and scope), the entry and the parsed item's own allocations. An estimate,
+/// but never nothing: remembered errors have no file, and weighed 1 the memory layer
+/// would keep millions of them (each hundreds of bytes of heap) until their
+/// placeholders expire, an hour for a miss; a stream of cold requests for unknown
+/// files grew the heap without bound (scripts/soak.sh).
+const ENTRY_OVERHEAD: u32 = 512;
+
+/// An item's weight: its file's bytes times the kind's memory factor, plus the
+/// entry's own cost.
+fn item_weight(len: usize, memory_factor: u32) -> u32 {
+    u32::try_from(len)
+        .unwrap_or(u32::MAX)
+        .saturating_mul(memory_factor)
+        .saturating_add(ENTRY_OVERHEAD)
+}
+
+/// A remembered error's weight: the entry's cost and the error's text.
+fn error_weight(err: &CacheError) -> u32 {
+    let text = u32::try_from(err.to_string().len()).unwrap_or(u32::MAX);
+    ENTRY_OVERHEAD.saturating_add(text)
 }
 
 fn touch(path: &Path) {
@@ -643,12 +662,16 @@ mod tests {
     }
 
     fn cacher(dir: &Path, config: CacheConfig) -> Cacher<Req> {
+        cacher_with_capacity(dir, config, 1 << 20)
+    }
+
+    fn cacher_with_capacity(dir: &Path, config: CacheConfig, memory: u64) -> Cacher<Req> {
         let kind = CacheKind {
             name: "test",
             version: 1,
             compatible: &[],
         };
-        Cacher::new(kind, dir, config, 1 << 20, "boot-a".into())
+        Cacher::new(kind, dir, config, memory, "boot-a".into())
     }
 
     #[tokio::test]
@@ -931,23 +954,39 @@ mod tests {
     async fn memory_layer_is_bounded_by_file_bytes() {
         let dir = tempfile::tempdir().unwrap();
         let calls = Arc::new(AtomicUsize::new(0));
-        let kind = CacheKind {
-            name: "test",
-            version: 1,
-            compatible: &[],
-        };
-        let c: Cacher<Req> = Cacher::new(kind, dir.path(), CacheConfig::default(), 16, "b".into());
+        let one = u64::from(item_weight(12, 1));
+        let c = cacher_with_capacity(dir.path(), CacheConfig::default(), one + 4);
         for name in ["a", "b", "c"] {
             let key = CacheKey::new(Scope::Global, &[name]);
             c.get(key, req(&calls, Ok(b"twelve bytes"))).await.unwrap();
         }
         c.inner.memory.run_pending_tasks().await;
         assert_eq!(c.inner.memory.entry_count(), 1);
-        assert_eq!(c.inner.memory.weighted_size(), 12);
+        assert_eq!(c.inner.memory.weighted_size(), one);
         // What fell out of memory is still on disk.
         let key = CacheKey::new(Scope::Global, &["a"]);
         c.get(key, req(&calls, Ok(b"other"))).await.unwrap();
         assert_eq!(calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn remembered_errors_count_against_the_memory_capacity() {
+        let dir = tempfile::tempdir().unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let capacity = 10 * u64::from(ENTRY_OVERHEAD);
+        let c = cacher_with_capacity(dir.path(), CacheConfig::default(), capacity);
+        for n in 0..200 {
+            let key = CacheKey::new(Scope::Global, &[&format!("missing-{n}")]);
+            let missing = c.get(key, req(&calls, Err(CacheError::NotFound))).await;
+            assert_eq!(missing, Err(CacheError::NotFound));
+        }
+        c.inner.memory.run_pending_tasks().await;
+        assert!(
+            c.inner.memory.entry_count() <= 10,
+            "{} misses kept in a memory layer with room for 10",
+            c.inner.memory.entry_count()
+        );
+        assert!(c.inner.memory.weighted_size() <= capacity);
     }
 
     #[tokio::test]

@@ -3,11 +3,13 @@
 
 #![allow(dead_code)]
 
+pub mod fault_proxy;
 pub mod gcs;
 pub mod prometheus;
 pub mod s3;
+pub mod symbfile;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -160,7 +162,7 @@ impl Server {
             ),
         )
         .unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_omnisym"))
+        let mut child = Command::new(binary())
             .args(["run", "--config"])
             .arg(&config)
             .env("RUST_LOG", "omnisym=debug,info")
@@ -276,6 +278,70 @@ impl Server {
     }
 }
 
+/// One field of a `multipart/form-data` body; `filename` makes it a file.
+pub struct FormPart<'a> {
+    pub name: &'a str,
+    pub filename: Option<&'a str>,
+    pub data: &'a [u8],
+}
+
+/// A `multipart/form-data` body; returns the content type and the body.
+pub fn multipart(parts: &[FormPart]) -> (String, Vec<u8>) {
+    let boundary = "----omnisym-minidump-test-3f9c2a71b8e4";
+    let mut body = Vec::new();
+    for part in parts {
+        assert!(
+            !part
+                .data
+                .windows(boundary.len())
+                .any(|w| w == boundary.as_bytes()),
+            "the boundary occurs in field {}",
+            part.name
+        );
+        write!(
+            body,
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"{}\"",
+            part.name
+        )
+        .unwrap();
+        match part.filename {
+            Some(f) => write!(
+                body,
+                "; filename=\"{f}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+            )
+            .unwrap(),
+            None => write!(body, "\r\n\r\n").unwrap(),
+        }
+        body.extend_from_slice(part.data);
+        body.extend_from_slice(b"\r\n");
+    }
+    write!(body, "--{boundary}--\r\n").unwrap();
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+/// The form of a `/minidump` upload.
+pub fn minidump_form(dump: &[u8], sources: &Value, options: &Value) -> (String, Vec<u8>) {
+    let sources = serde_json::to_vec(sources).unwrap();
+    let options = serde_json::to_vec(options).unwrap();
+    multipart(&[
+        FormPart {
+            name: "upload_file_minidump",
+            filename: Some("crash.dmp"),
+            data: dump,
+        },
+        FormPart {
+            name: "sources",
+            filename: None,
+            data: &sources,
+        },
+        FormPart {
+            name: "options",
+            filename: None,
+            data: &options,
+        },
+    ])
+}
+
 /// Sends a request; returns the status and the body as JSON (or as a JSON string when
 /// it is not JSON).
 async fn send(request: reqwest::RequestBuilder) -> (StatusCode, Value) {
@@ -292,6 +358,14 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The omnisym binary the tests start: this build's, or the one `OMNISYM_BIN` names
+/// (scripts/soak.sh runs a release build under the debug-built soak driver).
+pub fn binary() -> PathBuf {
+    std::env::var_os("OMNISYM_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_omnisym")))
 }
 
 fn rand_suffix() -> String {
