@@ -411,6 +411,20 @@ def artifact_bundle():
 
 # ------------------------------------------------------------------- JVM
 
+def mozilla_body():
+    # First byte: even for /symbolicate/v5, odd for v4; bit 1 asks for the debug block.
+    memory_map = [["xul.pdb", "44E4EC8C2F41492B9369D6B9A059577C2"],
+                  ["libc.so.6", "0123456789ABCDEF0123456789ABCDEF0"], ["", ""]]
+    stacks = [[[0, 11723767], [1, 65802], [-1, 4096], [2, -1], [0, -1]]]
+    job = {"memoryMap": memory_map, "stacks": stacks}
+    write("mozilla_body", "v5_jobs", b"\x02" + json.dumps({"jobs": [job, job]}).encode())
+    write("mozilla_body", "v5_single", b"\x00" + json.dumps(job).encode())
+    write("mozilla_body", "v4", b"\x01" + json.dumps(dict(job, version=4)).encode())
+    write("mozilla_body", "v5_bad_index", b"\x00" + json.dumps(
+        {"memoryMap": memory_map[:1], "stacks": [[[5, 1]]]}).encode())
+    write("mozilla_body", "v5_too_many_jobs", b"\x00" + json.dumps({"jobs": [job] * 11}).encode())
+
+
 def proguard():
     for mapping in sorted((FIXTURES / "jvm").glob("*.txt")):
         write("proguard", mapping.stem, mapping.read_bytes())
@@ -429,6 +443,7 @@ def main():
         "sourcemap": sourcemap,
         "artifact_bundle": artifact_bundle,
         "proguard": proguard,
+        "mozilla_body": mozilla_body,
     }
     for target in makers:
         shutil.rmtree(CORPUS / target, ignore_errors=True)
