@@ -85,7 +85,7 @@ impl DecompressLimits {
     }
 
     /// The payload bytes allowed for `compressed` bytes of input.
-    fn ratio_cap(&self, compressed: u64) -> u64 {
+    pub fn ratio_cap(&self, compressed: u64) -> u64 {
         compressed
             .saturating_mul(self.max_ratio)
             .max(self.ratio_floor)
