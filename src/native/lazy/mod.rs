@@ -171,3 +171,81 @@ pub fn open(object: &Arc<ObjectHandle>) -> Option<OwnedLazySymbolizer> {
 /// handle, so no other handle can have that address while its entry is alive.
 type Slot = Arc<Mutex<Option<Weak<dyn LazySymbolizer>>>>;
 static OPEN: LazyLock<Mutex<HashMap<usize, Slot>>> = LazyLock::new(Default::default);
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+    use std::time::Duration;
+
+    use symbolic::common::ByteView;
+
+    use super::*;
+
+    fn fixture(path: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(path)
+    }
+
+    /// The native ELF fixture's debug file with its DWARF compressed by objcopy.
+    fn compressed_elf() -> Arc<ObjectHandle> {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("crash.debug");
+        let status = std::process::Command::new("objcopy")
+            .arg("--compress-debug-sections=zlib")
+            .arg(fixture("native/elf/crash.debug"))
+            .arg(&out)
+            .status()
+            .expect("objcopy (binutils) runs");
+        assert!(status.success());
+        let data = ByteView::read(std::fs::File::open(&out).unwrap()).unwrap();
+        Arc::new(ObjectHandle::from_bytes_for_test(data).unwrap())
+    }
+
+    #[test]
+    fn readers_weigh_what_they_inflate_and_copy() {
+        let elf = compressed_elf();
+        let inflated = elf.inflated_size(Some(&["debug_info", "debug_line", "debug_str"]));
+        assert!(inflated > 1024, "{inflated} bytes");
+        assert!(budget_weight(&elf) >= elf.size() / LAZY_READ_SHARE + inflated);
+        let data = ByteView::open(fixture("native/pe/crash.pdb")).unwrap();
+        let pdb = ObjectHandle::from_bytes_for_test(data).unwrap();
+        assert_eq!(budget_weight(&pdb), pdb.size());
+        let data = ByteView::open(fixture("native/pe/crash.exe")).unwrap();
+        let pe = Arc::new(ObjectHandle::from_bytes_for_test(data).unwrap());
+        assert_eq!(budget_weight(&pe), 0);
+    }
+
+    #[tokio::test]
+    async fn a_lazy_open_waits_for_its_share_of_the_budget() {
+        for handle in [
+            compressed_elf(),
+            Arc::new(
+                ObjectHandle::from_bytes_for_test(
+                    ByteView::open(fixture("native/pe/crash.pdb")).unwrap(),
+                )
+                .unwrap(),
+            ),
+        ] {
+            let weight = budget_weight(&handle);
+            let budget = ConversionBudget::new(weight * 4);
+            let total = budget.available_kib();
+            let everything = budget.acquire(u64::MAX).await;
+            let open = open_within(&budget, handle.clone());
+            tokio::pin!(open);
+            assert!(
+                tokio::time::timeout(Duration::from_millis(200), &mut open)
+                    .await
+                    .is_err(),
+                "opened with the budget exhausted"
+            );
+            drop(everything);
+            let (reader, taken) = tokio::time::timeout(Duration::from_secs(30), open)
+                .await
+                .expect("opens once the budget is free")
+                .expect("a reader");
+            assert_eq!(taken, weight);
+            // The share ends with the open: lookups take it again, all at once.
+            assert_eq!(budget.available_kib(), total);
+            drop(reader);
+        }
+    }
+}
