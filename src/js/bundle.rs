@@ -435,6 +435,47 @@ mod tests {
     }
 
     #[test]
+    fn bundles_past_their_limits_are_malformed() {
+        let zeros = "\0".repeat(256 << 10);
+        let data = write_bundle(&[
+            minified("~/a.js", "a();"),
+            Entry {
+                url: "~/zeros.js",
+                ty: SourceFileType::MinifiedSource,
+                contents: &zeros,
+                headers: &[],
+            },
+        ])
+        .unwrap();
+        assert!(data.len() < 16 << 10, "{} bytes", data.len());
+        let limits = |max_entries, max_size, max_ratio| BundleLimits {
+            max_entries,
+            entries: DecompressLimits {
+                max_size,
+                max_ratio,
+                ratio_floor: 0,
+            },
+        };
+        let refused = |limits: BundleLimits, because: &str| {
+            match ArtifactBundle::parse(data.clone(), &limits) {
+                Err(CacheError::Malformed(msg)) => assert!(msg.contains(because), "{msg}"),
+                other => panic!("{other:?}"),
+            }
+        };
+        // Two files and the manifest.
+        let roomy = limits(3, 1 << 20, 1000);
+        let bundle = ArtifactBundle::parse(data.clone(), &roomy).unwrap();
+        assert_eq!(bundle.largest_entry, 256 << 10);
+        assert_eq!(bundle.file_by_url("~/zeros.js").unwrap().contents, zeros);
+        refused(limits(2, 1 << 20, 1000), "max_artifact_bundle_entries");
+        refused(limits(3, 128 << 10, 1000), "object_file_max_decompressed_source_size");
+        refused(limits(3, 1 << 20, 100), "max_decompression_ratio");
+        // What opening costs: the file and its manifest.
+        let size = ArtifactBundle::open_size(&data, &roomy);
+        assert!(size > data.len() as u64 && size < data.len() as u64 + (4 << 10), "{size}");
+    }
+
+    #[test]
     fn junk_is_malformed() {
         for data in [&b""[..], b"PK\x03\x04", b"SYSB\x02\x00\x00\x00garbage"] {
             assert!(matches!(
