@@ -421,7 +421,10 @@ impl Config {
             ));
         }
         for (key, value) in [
-            ("max_artifact_bundle_entries", self.max_artifact_bundle_entries),
+            (
+                "max_artifact_bundle_entries",
+                self.max_artifact_bundle_entries,
+            ),
             ("symbfile.max_parts", self.symbfile.max_parts),
             (
                 "symbfile.max_pending_uploads",

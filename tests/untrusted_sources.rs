@@ -135,7 +135,10 @@ async fn a_compressed_section_bomb_is_malformed_without_inflating_it() {
     let (_, response) = server.post("/symbolicate", &elf_request(sources)).await;
 
     assert_eq!(response["status"], "completed", "{response}");
-    assert_eq!(response["modules"][0]["debug_status"], "malformed", "{response:#}");
+    assert_eq!(
+        response["modules"][0]["debug_status"], "malformed",
+        "{response:#}"
+    );
     let bomb = debug_file_candidate(&response);
     assert_eq!(bomb["download"]["status"], "malformed", "{bomb}");
     // Neither the lazy reader nor the conversion inflated the section.

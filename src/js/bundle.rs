@@ -456,11 +456,12 @@ mod tests {
                 ratio_floor: 0,
             },
         };
-        let refused = |limits: BundleLimits, because: &str| {
-            match ArtifactBundle::parse(data.clone(), &limits) {
-                Err(CacheError::Malformed(msg)) => assert!(msg.contains(because), "{msg}"),
-                other => panic!("{other:?}"),
-            }
+        let refused = |limits: BundleLimits, because: &str| match ArtifactBundle::parse(
+            data.clone(),
+            &limits,
+        ) {
+            Err(CacheError::Malformed(msg)) => assert!(msg.contains(because), "{msg}"),
+            other => panic!("{other:?}"),
         };
         // Two files and the manifest.
         let roomy = limits(3, 1 << 20, 1000);
@@ -468,11 +469,17 @@ mod tests {
         assert_eq!(bundle.largest_entry, 256 << 10);
         assert_eq!(bundle.file_by_url("~/zeros.js").unwrap().contents, zeros);
         refused(limits(2, 1 << 20, 1000), "max_artifact_bundle_entries");
-        refused(limits(3, 128 << 10, 1000), "object_file_max_decompressed_source_size");
+        refused(
+            limits(3, 128 << 10, 1000),
+            "object_file_max_decompressed_source_size",
+        );
         refused(limits(3, 1 << 20, 100), "max_decompression_ratio");
         // What opening costs: the file and its manifest.
         let size = ArtifactBundle::open_size(&data, &roomy);
-        assert!(size > data.len() as u64 && size < data.len() as u64 + (4 << 10), "{size}");
+        assert!(
+            size > data.len() as u64 && size < data.len() as u64 + (4 << 10),
+            "{size}"
+        );
     }
 
     #[test]

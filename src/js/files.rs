@@ -83,7 +83,10 @@ impl JsFiles {
         })
         .await?;
         let _permit = self.budget.acquire(size).await;
-        isolate_blocking("artifact bundle", move || ArtifactBundle::parse(data, &limits)).await
+        isolate_blocking("artifact bundle", move || {
+            ArtifactBundle::parse(data, &limits)
+        })
+        .await
     }
 
     /// [`ArtifactBundles::find`] on a blocking thread, holding what reading the file it

@@ -37,12 +37,9 @@ pub fn compressed_sections(data: &[u8]) -> Vec<CompressedSection> {
         return Vec::new();
     };
     let ctx = Ctx::new(container, endian);
-    let Ok(headers) = SectionHeader::parse(
-        data,
-        header.e_shoff as usize,
-        header.e_shnum as usize,
-        ctx,
-    ) else {
+    let Ok(headers) =
+        SectionHeader::parse(data, header.e_shoff as usize, header.e_shnum as usize, ctx)
+    else {
         return Vec::new();
     };
     // An index past the short field lives in the first header's `sh_link`.
@@ -154,7 +151,10 @@ mod tests {
         assert_eq!(check_sections(&[section(1 << 20, 1 << 30)], &roomy), Ok(()));
         let err = check_sections(&[section(1 << 20, 1 << 30)], &limits(1 << 29, u64::MAX, 0))
             .unwrap_err();
-        assert!(err.to_string().contains("object_file_max_decompressed_section_size"));
+        assert!(
+            err.to_string()
+                .contains("object_file_max_decompressed_section_size")
+        );
         let err =
             check_sections(&[section(1 << 20, 1 << 30)], &limits(u64::MAX, 200, 0)).unwrap_err();
         assert!(err.to_string().contains("max_decompression_ratio"));
@@ -171,7 +171,12 @@ mod tests {
 
     #[test]
     fn junk_has_no_compressed_sections() {
-        for data in [&b""[..], b"\x7fELF", b"\x7fELF\x02\x01\x01\x00garbage", b"MZ"] {
+        for data in [
+            &b""[..],
+            b"\x7fELF",
+            b"\x7fELF\x02\x01\x01\x00garbage",
+            b"MZ",
+        ] {
             assert_eq!(compressed_sections(data), []);
         }
     }

@@ -387,7 +387,9 @@ mod tests {
         let roomy = ObjectHandle::parse(data.clone(), ObjectLimits::default()).unwrap();
         assert!(functions_with_lines(&roomy) > 0);
         assert!(roomy.inflated_size(Some(&["debug_info"])) > 0);
-        assert!(roomy.conversion_size() > roomy.size() + roomy.inflated_size(Some(&["debug_info"])));
+        assert!(
+            roomy.conversion_size() > roomy.size() + roomy.inflated_size(Some(&["debug_info"]))
+        );
         let tight = ObjectLimits {
             max_decompressed_section_size: 64,
             ..ObjectLimits::default()
@@ -395,7 +397,10 @@ mod tests {
         // Over the limit the file is malformed before any section is inflated.
         match ObjectHandle::parse(data, tight) {
             Err(CacheError::Malformed(msg)) => {
-                assert!(msg.contains("object_file_max_decompressed_section_size"), "{msg}")
+                assert!(
+                    msg.contains("object_file_max_decompressed_section_size"),
+                    "{msg}"
+                )
             }
             other => panic!("{:?}", other.map(|h| h.size())),
         }

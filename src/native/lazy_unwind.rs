@@ -226,8 +226,12 @@ impl LazyUnwinder {
         if !matches!(object.object(), Object::Elf(_)) {
             return None;
         }
-        let weight = (object.size() / LAZY_READ_SHARE)
-            .saturating_add(object.inflated_size(Some(&["debug_frame", "eh_frame", "eh_frame_hdr"])));
+        let weight =
+            (object.size() / LAZY_READ_SHARE).saturating_add(object.inflated_size(Some(&[
+                "debug_frame",
+                "eh_frame",
+                "eh_frame_hdr",
+            ])));
         let _permit = budget.acquire(weight).await;
         isolate_blocking("lazy unwinder", move || Ok(Self::open(object)))
             .await

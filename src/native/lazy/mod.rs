@@ -182,7 +182,9 @@ mod tests {
     use super::*;
 
     fn fixture(path: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(path)
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures")
+            .join(path)
     }
 
     /// The native ELF fixture's debug file with its DWARF compressed by objcopy.
