@@ -83,19 +83,12 @@ fn check_entries(data: &[u8], limits: &BundleLimits) -> CacheResult<u64> {
             .map_err(|e| malformed(e.to_string()))?;
         let (size, compressed) = (entry.size(), entry.compressed_size());
         let name = entry.name().map_err(|e| malformed(e.to_string()))?;
-        if size > limits.entries.max_size {
-            return Err(malformed(format!(
-                "{name} inflates to {size} bytes, past \
-                 object_file_max_decompressed_source_size ({})",
-                limits.entries.max_size
-            )));
-        }
-        if size > limits.entries.ratio_cap(compressed) {
-            return Err(malformed(format!(
-                "{name} inflates from {compressed} to {size} bytes, more than {} times \
-                 (max_decompression_ratio); a decompression bomb",
-                limits.entries.max_ratio
-            )));
+        let why =
+            limits
+                .entries
+                .refuse(compressed, size, "object_file_max_decompressed_source_size");
+        if let Some(why) = why {
+            return Err(malformed(format!("{name} {why}")));
         }
         largest_entry = largest_entry.max(size);
     }

@@ -107,18 +107,15 @@ pub fn check_sections(
     limits: &DecompressLimits,
 ) -> Result<(), CacheError> {
     for section in sections {
-        if section.inflated > limits.max_size {
+        let why = limits.refuse(
+            section.compressed,
+            section.inflated,
+            "object_file_max_decompressed_section_size",
+        );
+        if let Some(why) = why {
             return Err(CacheError::Malformed(format!(
-                "compressed section {} inflates to {} bytes, past \
-                 object_file_max_decompressed_section_size ({})",
-                section.name, section.inflated, limits.max_size
-            )));
-        }
-        if section.inflated > limits.ratio_cap(section.compressed) {
-            return Err(CacheError::Malformed(format!(
-                "compressed section {} inflates from {} to {} bytes, more than {} times \
-                 (max_decompression_ratio); a decompression bomb",
-                section.name, section.compressed, section.inflated, limits.max_ratio
+                "compressed section {} {why}",
+                section.name
             )));
         }
     }
