@@ -14,6 +14,7 @@ import lzma
 import shutil
 import struct
 import subprocess
+import tempfile
 import zipfile
 import zlib
 from pathlib import Path
@@ -283,6 +284,55 @@ def object_files():
     write("object_file", "wasm", b"\0asm\x01\0\0\0" + b"\x00" + bytes([len(custom)]) + custom)
 
 
+def objcopy(args, data):
+    """`data` through binutils' objcopy with `args`; None when objcopy cannot."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp) / "in", Path(tmp) / "out"
+        src.write_bytes(data)
+        done = subprocess.run(["objcopy", *args, str(src), str(dst)], capture_output=True)
+        return dst.read_bytes() if done.returncode == 0 else None
+
+
+def elf64_sections(elf):
+    """(name, header offset, section offset, size) of each section of a little-endian ELF64."""
+    shoff, = struct.unpack_from("<Q", elf, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
+    headers = [shoff + i * shentsize for i in range(shnum)]
+    strtab_off, = struct.unpack_from("<Q", elf, headers[shstrndx] + 0x18)
+    out = []
+    for at in headers:
+        name_off, = struct.unpack_from("<I", elf, at)
+        offset, size = struct.unpack_from("<QQ", elf, at + 0x18)
+        end = elf.index(b"\0", strtab_off + name_off)
+        out.append((elf[strtab_off + name_off:end].decode(), at, offset, size))
+    return out
+
+
+def lazy_open():
+    debug = fixture("native/elf/crash.debug")
+    write("lazy_open", "elf-debug", debug)
+    for style in ["zlib", "zlib-gnu", "zstd"]:
+        compressed = objcopy([f"--compress-debug-sections={style}"], debug)
+        if compressed:
+            write("lazy_open", f"elf-{style}", compressed)
+    # `.debug_info` whose compression header (Elf64_Chdr) claims 1 TiB: refused unread.
+    claims = bytearray(objcopy(["--compress-debug-sections=zlib"], debug))
+    for name, _, offset, _ in elf64_sections(claims):
+        if name == ".debug_info":
+            struct.pack_into("<Q", claims, offset + 8, 1 << 40)
+    write("lazy_open", "elf-claims-1tib", bytes(claims))
+    # `.zdebug_str` that truly inflates 2 MiB of zeros from a few KiB: past the ratio
+    # and the target's 1 MiB floor.
+    zeros = b"ZLIB" + struct.pack(">Q", 2 << 20) + zlib.compress(bytes(2 << 20), 9)
+    with tempfile.TemporaryDirectory() as tmp:
+        payload = Path(tmp) / "zdebug_str"
+        payload.write_bytes(zeros)
+        bomb = objcopy(["--remove-section=.debug_str",
+                        f"--add-section=.zdebug_str={payload}"], debug)
+    write("lazy_open", "elf-zdebug-bomb", bomb)
+    write("lazy_open", "pdb", fixture("native/pe/crash.pdb"))
+
+
 # ------------------------------------------------------------------- fetching
 
 def symstore_index():
@@ -437,6 +487,7 @@ def main():
         "apple_crash_report": None,
         "multipart": multipart,
         "object_file": object_files,
+        "lazy_open": lazy_open,
         "symstore_index": symstore_index,
         "sentry_search": sentry_search,
         "decompress": decompress,

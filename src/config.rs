@@ -120,6 +120,10 @@ pub struct Config {
     /// bundles, portable PDBs); `null`: no limit.
     #[serde(deserialize_with = "deserialize_size")]
     pub object_file_max_decompressed_source_size: u64,
+    /// Files in one JavaScript artifact bundle; a bundle with more is refused as
+    /// malformed. `null`: no limit (omnisym only).
+    #[serde(deserialize_with = "deserialize_limit")]
+    pub max_artifact_bundle_entries: usize,
     /// Longest chain of PE unwind infos followed for one function; `null`: no limit.
     #[serde(deserialize_with = "deserialize_limit")]
     pub max_unwind_chain_len: usize,
@@ -302,6 +306,9 @@ impl Default for Config {
             object_file_max_decompressed_section_size: objects.max_decompressed_section_size,
             object_file_max_decompressed_source_size: objects.max_decompressed_source_size,
             max_unwind_chain_len: objects.max_unwind_chain_len,
+            // Sentry's tooling puts a file and its map per script: large web apps
+            // upload a few thousand.
+            max_artifact_bundle_entries: 100_000,
             request_limits: RequestLimits::default(),
             // A client's headers arrive in one packet; keep-alive clients (Sentry's
             // requests sessions) reconnect when an idle connection was closed.
@@ -501,6 +508,10 @@ impl Config {
             ));
         }
         for (key, value) in [
+            (
+                "max_artifact_bundle_entries",
+                self.max_artifact_bundle_entries,
+            ),
             ("symbfile.max_parts", self.symbfile.max_parts),
             (
                 "symbfile.max_pending_uploads",
@@ -534,6 +545,9 @@ impl Config {
             max_decompressed_section_size: self.object_file_max_decompressed_section_size,
             max_decompressed_source_size: self.object_file_max_decompressed_source_size,
             max_unwind_chain_len: self.max_unwind_chain_len,
+            max_decompression_ratio: u64::try_from(self.max_decompression_ratio)
+                .unwrap_or(u64::MAX),
+            decompression_ratio_floor: self.decompression_ratio_floor,
         }
     }
 
@@ -799,6 +813,7 @@ max_download_size: 16106127360
                 max_decompressed_section_size: 4294967296,
                 max_decompressed_source_size: 1073741824,
                 max_unwind_chain_len: 128,
+                ..ObjectLimits::default()
             }
         );
         let readme = include_str!("../README.md");

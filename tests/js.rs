@@ -143,10 +143,14 @@ async fn bundle(State(sentry): State<Sentry>) -> Response {
 }
 
 async fn start_sentry() -> (String, Sentry) {
+    start_sentry_with(artifact_bundle()).await
+}
+
+async fn start_sentry_with(data: Vec<u8>) -> (String, Sentry) {
     let sentry = Sentry {
         base: Arc::new(Mutex::new(String::new())),
         hits: Arc::new(Mutex::new(Vec::new())),
-        bundle: Arc::new(artifact_bundle()),
+        bundle: Arc::new(data),
     };
     let app = Router::new()
         .route("/lookup", get(lookup))
@@ -187,6 +191,104 @@ async fn an_artifact_bundle_from_sentry_maps_every_frame_to_its_source() {
         "{hits:?}"
     );
     assert!(hits.iter().any(|h| h.contains("debug_id=")), "{hits:?}");
+}
+
+/// [`artifact_bundle`] with its source map replaced by `inflated` zero bytes, deflated
+/// (about 1000 to 1), as Sentry's tooling lays a bundle out: the `SYSB` header, then a
+/// zip of the files and the manifest.
+fn bundle_with_a_huge_map(inflated: u64) -> Vec<u8> {
+    use std::io::{Cursor, Read, Write};
+    let normal = artifact_bundle();
+    let mut archive = zip::ZipArchive::new(Cursor::new(&normal)).unwrap();
+    let mut manifest = String::new();
+    archive
+        .by_name("manifest.json")
+        .unwrap()
+        .read_to_string(&mut manifest)
+        .unwrap();
+    let files: Value = serde_json::from_str(&manifest).unwrap();
+    let mut out = Cursor::new(normal[..8].to_vec());
+    out.set_position(8);
+    let mut writer = zip::ZipWriter::new(out);
+    let options = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated)
+        .large_file(true);
+    for (name, info) in files["files"].as_object().unwrap() {
+        writer.start_file(name.as_str(), options).unwrap();
+        if info["type"] == "source_map" {
+            let zeros = vec![0u8; 1 << 20];
+            let mut left = inflated;
+            while left > 0 {
+                let n = left.min(zeros.len() as u64) as usize;
+                writer.write_all(&zeros[..n]).unwrap();
+                left -= n as u64;
+            }
+        } else {
+            let mut contents = Vec::new();
+            archive
+                .by_name(name)
+                .unwrap()
+                .read_to_end(&mut contents)
+                .unwrap();
+            writer.write_all(&contents).unwrap();
+        }
+    }
+    writer.start_file("manifest.json", options).unwrap();
+    writer.write_all(manifest.as_bytes()).unwrap();
+    writer.finish().unwrap().into_inner()
+}
+
+#[tokio::test]
+async fn a_bundle_whose_file_inflates_hugely_is_refused_while_the_server_stays_answerable() {
+    // A few hundred KiB whose source map inflates to 256 MiB: past the ratio (200) and
+    // its floor (64 MiB).
+    let bomb = bundle_with_a_huge_map(256 << 20);
+    assert!(bomb.len() < 1 << 20, "{} bytes", bomb.len());
+    let (base, _sentry) = start_sentry_with(bomb).await;
+    let server = Server::start("");
+    let (status, _) = server.get("/healthcheck").await;
+    assert_eq!(status, StatusCode::OK);
+    let before = common::peak_rss_kib(server.pid());
+
+    let body = request(
+        raw_frames(BASE, "debugid.min.js"),
+        json!({"source": {"type": "sentry", "id": "sentry:project", "url": format!("{base}/lookup"), "token": "t"}}),
+    );
+    // Two at once, while the healthcheck is asked again and again.
+    let requests = futures::future::join(
+        server.post("/symbolicate-js", &body),
+        server.post("/symbolicate-js", &body),
+    );
+    tokio::pin!(requests);
+    let mut slowest = std::time::Duration::ZERO;
+    let ((_, response), _) = loop {
+        tokio::select! {
+            done = &mut requests => break done,
+            _ = tokio::time::sleep(std::time::Duration::from_millis(20)) => {
+                let asked = std::time::Instant::now();
+                let (status, _) = server.get("/healthcheck").await;
+                assert_eq!(status, StatusCode::OK);
+                slowest = slowest.max(asked.elapsed());
+            }
+        }
+    };
+
+    // The bundle is refused: nothing comes from it, and the frames say their file is
+    // missing, as for any bundle that does not open.
+    let frame = &response["stacktraces"][0]["frames"][0];
+    assert!(frame["data"]["sourcemap_origin"].is_null(), "{response:#}");
+    assert_ne!(frame["data"]["symbolicated"], true, "{frame:#}");
+    let errors = response["errors"].as_array().unwrap();
+    assert!(
+        errors.iter().any(|e| e["type"] == "missing_source"),
+        "{response:#}"
+    );
+    assert!(
+        slowest < std::time::Duration::from_secs(1),
+        "a healthcheck took {slowest:?}"
+    );
+    let grown = common::peak_rss_kib(server.pid()).saturating_sub(before);
+    assert!(grown < 96 << 10, "peak RSS grew by {grown} KiB");
 }
 
 /// omnisym's extension: the same debug-id lookup on the request's own sources, in the

@@ -118,6 +118,34 @@ async fn decompression_bomb_is_malformed_without_filling_the_disk() {
     assert!(disk_usage(&server.cache_dir) < 1 << 20);
 }
 
+#[tokio::test]
+async fn a_compressed_section_bomb_is_malformed_without_inflating_it() {
+    // Some 300 KiB whose `.debug_str` claims, and truly inflates to, 256 MiB: past the
+    // ratio (200) and its floor (64 MiB).
+    let bomb = common::section_bomb(256 << 20);
+    assert!(bomb.len() < 1 << 20, "{} bytes", bomb.len());
+    let symbols = SymbolServer::start().await;
+    symbols.put_bytes(&elf_debug_path(), &bomb);
+    let server = Server::start("");
+    let (status, _) = server.get("/healthcheck").await;
+    assert_eq!(status, 200);
+    let before = common::peak_rss_kib(server.pid());
+
+    let sources = json!([{"type": "http", "id": "bombs", "url": symbols.url}]);
+    let (_, response) = server.post("/symbolicate", &elf_request(sources)).await;
+
+    assert_eq!(response["status"], "completed", "{response}");
+    assert_eq!(
+        response["modules"][0]["debug_status"], "malformed",
+        "{response:#}"
+    );
+    let bomb = debug_file_candidate(&response);
+    assert_eq!(bomb["download"]["status"], "malformed", "{bomb}");
+    // Neither the lazy reader nor the conversion inflated the section.
+    let grown = common::peak_rss_kib(server.pid()).saturating_sub(before);
+    assert!(grown < 96 << 10, "peak RSS grew by {grown} KiB");
+}
+
 // ---------------------------------------------------------------------------------------
 // Credentials in source URLs
 

@@ -14,7 +14,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use omnisym::error::{CacheResult, isolate};
-use omnisym::js::bundle::{ArtifactBundle, ArtifactBundles};
+use omnisym::fetch::DecompressLimits;
+use omnisym::js::bundle::{ArtifactBundle, ArtifactBundles, BundleLimits};
 use omnisym::js::discovery::SourceMapUrl;
 use omnisym::js::interface::{FileKey, ResolvedWith};
 use omnisym::js::sourcemap_cache::{OwnedSourceMapCache, load, write_sourcemap_cache};
@@ -25,13 +26,24 @@ use symbolic::sourcemapcache::SourcePosition;
 const ABS_PATH: &str = "https://example.com/static/app.min.js";
 const DEBUG_ID: &str = "2f259f80-58b7-44cb-bb4d-cd0b4e3e8a0b";
 
+/// The server's limits, with the largest file far below its 1 GiB, so that an input
+/// whose file would inflate further hits the limit rather than the fuzzer's RSS limit.
+const BUNDLE_LIMITS: BundleLimits = BundleLimits {
+    max_entries: 100_000,
+    entries: DecompressLimits {
+        max_size: 16 << 20,
+        max_ratio: 200,
+        ratio_floor: 1 << 20,
+    },
+};
+
 fuzz_target!(init: install_isolating_hook(), |data: &[u8]| {
     isolating("artifact_bundle", data, run);
 });
 
 fn run(data: &[u8]) {
     let bundle = isolate("artifact_bundle", || {
-        ArtifactBundle::parse(ByteView::from_vec(data.to_vec()))
+        ArtifactBundle::parse(ByteView::from_vec(data.to_vec()), &BUNDLE_LIMITS)
     });
     let mut bundles = ArtifactBundles::new();
     bundles.insert(

@@ -172,6 +172,12 @@ impl<F: DerivedFormat> DerivedCache<F> {
         F::KIND
     }
 
+    /// The conversion budget its builds take their memory from, for what reads the same
+    /// inputs beside them (lazy readers).
+    pub fn budget(&self) -> &Arc<ConversionBudget> {
+        &self.budget
+    }
+
     /// The key of the cache built from the files `parents` name, in that order.
     pub fn key(parents: &[&CacheKey]) -> CacheKey {
         CacheKey::derived_from(parents, F::KIND.name)

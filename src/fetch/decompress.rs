@@ -85,10 +85,29 @@ impl DecompressLimits {
     }
 
     /// The payload bytes allowed for `compressed` bytes of input.
-    fn ratio_cap(&self, compressed: u64) -> u64 {
+    pub fn ratio_cap(&self, compressed: u64) -> u64 {
         compressed
             .saturating_mul(self.max_ratio)
             .max(self.ratio_floor)
+    }
+
+    /// Why a part of a file (a section, an archive entry) that holds `compressed` bytes
+    /// and claims to inflate to `inflated` is refused before it is inflated, or `None`;
+    /// `size_key` is the setting that `max_size` comes from.
+    pub fn refuse(&self, compressed: u64, inflated: u64, size_key: &str) -> Option<String> {
+        if inflated > self.max_size {
+            return Some(format!(
+                "inflates to {inflated} bytes, past {size_key} ({})",
+                self.max_size
+            ));
+        }
+        (inflated > self.ratio_cap(compressed)).then(|| {
+            format!(
+                "inflates from {compressed} to {inflated} bytes, more than {} times \
+                 (max_decompression_ratio); a decompression bomb",
+                self.max_ratio
+            )
+        })
     }
 }
 

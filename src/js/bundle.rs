@@ -5,8 +5,11 @@
 //! searched in a stable order, as upstream searches them.
 
 use std::collections::BTreeMap;
+use std::io::{Cursor, Read};
+use std::sync::Arc;
 
 use symbolic::common::{ByteView, DebugId, SelfCell};
+use symbolic::debuginfo::ParseObjectOptions;
 use symbolic::debuginfo::sourcebundle::{
     SourceBundle, SourceBundleDebugSession, SourceBundleWriter, SourceFileDescriptor,
     SourceFileInfo, SourceFileType,
@@ -16,10 +19,35 @@ use super::discovery::SourceMapUrl;
 use super::interface::{CachedFileUri, FileKey, ResolvedWith};
 use super::paths::release_file_candidate_urls;
 use crate::error::{CacheError, CacheResult, isolate};
+use crate::fetch::DecompressLimits;
+
+/// What one artifact bundle may hold: its entries are inflated on demand, each into a
+/// string of its declared size, so a small bundle could otherwise claim gigabytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BundleLimits {
+    /// Files in the zip, the manifest included.
+    pub max_entries: usize,
+    /// How far one entry may inflate: `object_file_max_decompressed_source_size`, and
+    /// `max_decompression_ratio` above `decompression_ratio_floor`.
+    pub entries: DecompressLimits,
+}
+
+impl Default for BundleLimits {
+    fn default() -> Self {
+        let objects = crate::lookup::ObjectLimits::default();
+        BundleLimits {
+            max_entries: 100_000,
+            entries: objects.sources(),
+        }
+    }
+}
 
 /// One opened artifact bundle.
+#[derive(Clone)]
 pub struct ArtifactBundle {
-    session: SelfCell<ByteView<'static>, SourceBundleDebugSession<'static>>,
+    session: Arc<SelfCell<ByteView<'static>, SourceBundleDebugSession<'static>>>,
+    /// The largest entry's inflated size: what one lookup may read into memory.
+    largest_entry: u64,
 }
 
 impl std::fmt::Debug for ArtifactBundle {
@@ -29,6 +57,61 @@ impl std::fmt::Debug for ArtifactBundle {
             .finish()
     }
 }
+
+/// Checks what the zip of a bundle declares against `limits`, before symbolic reads any
+/// of it; returns the largest file's inflated size.
+fn check_entries(data: &[u8], limits: &BundleLimits) -> CacheResult<u64> {
+    let malformed = |msg: String| CacheError::Malformed(format!("artifact bundle: {msg}"));
+    let mut archive =
+        zip::ZipArchive::new(Cursor::new(data)).map_err(|e| malformed(e.to_string()))?;
+    if archive.len() > limits.max_entries {
+        return Err(malformed(format!(
+            "{} files, more than max_artifact_bundle_entries ({})",
+            archive.len(),
+            limits.max_entries
+        )));
+    }
+    // symbolic finds files by name with a zip reader of its own: with one entry per
+    // name, both see the same entries, and the sizes checked here are those it reads.
+    if archive.has_duplicate_names() {
+        return Err(malformed("two files of one name".into()));
+    }
+    let mut largest_entry = 0;
+    for index in 0..archive.len() {
+        let entry = archive
+            .by_index_data(index)
+            .map_err(|e| malformed(e.to_string()))?;
+        let (size, compressed) = (entry.size(), entry.compressed_size());
+        let name = entry.name().map_err(|e| malformed(e.to_string()))?;
+        let why =
+            limits
+                .entries
+                .refuse(compressed, size, "object_file_max_decompressed_source_size");
+        if let Some(why) = why {
+            return Err(malformed(format!("{name} {why}")));
+        }
+        largest_entry = largest_entry.max(size);
+    }
+    // symbolic reads every other entry up to its declared size, but parses the manifest
+    // from the whole stream: it must really end where it says.
+    let mut manifest = archive
+        .by_name(MANIFEST)
+        .map_err(|e| malformed(format!("{MANIFEST}: {e}")))?;
+    let declared = manifest.size();
+    let inflated = std::io::copy(
+        &mut (&mut manifest).take(declared.saturating_add(1)),
+        &mut std::io::sink(),
+    )
+    .map_err(|e| malformed(format!("{MANIFEST}: {e}")))?;
+    if inflated != declared {
+        return Err(malformed(format!(
+            "{MANIFEST} inflates to more than its declared {declared} bytes"
+        )));
+    }
+    Ok(largest_entry)
+}
+
+const MANIFEST: &str = "manifest.json";
 
 /// A file of a bundle, with what its manifest entry says about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,19 +153,44 @@ impl BundleFile {
 }
 
 impl ArtifactBundle {
-    /// Opens a bundle; anything that is not a readable source bundle is `Malformed`.
-    pub fn parse(data: ByteView<'static>) -> CacheResult<Self> {
+    /// Opens a bundle; anything that is not a readable source bundle, or that declares
+    /// more files than `limits` or a file inflating past them, is `Malformed`. Reads the
+    /// zip's directory and inflates the manifest: call it on a blocking thread, with
+    /// [`ArtifactBundle::open_size`] of the conversion budget.
+    pub fn parse(data: ByteView<'static>, limits: &BundleLimits) -> CacheResult<Self> {
         if !SourceBundle::test(&data) {
             return Err(CacheError::Malformed("not an artifact bundle".into()));
         }
+        let mut options = ParseObjectOptions::default();
+        options.max_decompressed_embedded_source_size =
+            Some(usize::try_from(limits.entries.max_size).unwrap_or(usize::MAX));
         isolate("artifact bundle", || {
+            let largest_entry = check_entries(&data, limits)?;
             let session = SelfCell::try_new(data, |bytes| {
-                let bundle = SourceBundle::parse(unsafe { &*bytes })?;
+                let bundle = SourceBundle::parse_with_opts(unsafe { &*bytes }, options)?;
                 bundle.debug_session()
             })
             .map_err(|e| CacheError::Malformed(e.to_string()))?;
-            Ok(ArtifactBundle { session })
+            Ok(ArtifactBundle {
+                session: Arc::new(session),
+                largest_entry,
+            })
         })
+    }
+
+    /// What opening `data` holds in memory at most, for the conversion budget: the file
+    /// and its manifest (as declared; [`ArtifactBundle::parse`] refuses a manifest that
+    /// inflates further).
+    pub fn open_size(data: &[u8], limits: &BundleLimits) -> u64 {
+        let manifest = zip::ZipArchive::new(Cursor::new(data))
+            .ok()
+            .and_then(|archive| {
+                let index = archive.index_for_name(MANIFEST)?;
+                let size = archive.by_index_data(index).ok()?.size();
+                Some(size.min(limits.entries.max_size))
+            })
+            .unwrap_or(0);
+        (data.len() as u64).saturating_add(manifest)
     }
 
     /// The file listed under exactly this URL.
@@ -129,8 +237,8 @@ pub struct FoundInBundle {
 
 /// The bundles a request has opened, by URI. Later URIs (in string order) are searched
 /// first, as upstream does, so the answer does not depend on the order the lookup API
-/// listed them in.
-#[derive(Debug, Default)]
+/// listed them in. Cloning shares the opened bundles.
+#[derive(Clone, Debug, Default)]
 pub struct ArtifactBundles {
     bundles: BTreeMap<String, CacheResult<(ArtifactBundle, ResolvedWith)>>,
 }
@@ -162,6 +270,15 @@ impl ArtifactBundles {
         }
         self.bundles.insert(uri, bundle.map(|b| (b, resolved_with)));
         true
+    }
+
+    /// What one [`ArtifactBundles::find`] may read into memory: the largest file of any
+    /// opened bundle (it reads one file, where it finds it).
+    pub fn largest_entry(&self) -> u64 {
+        self.opened()
+            .map(|(_, bundle, _)| bundle.largest_entry)
+            .max()
+            .unwrap_or(0)
     }
 
     fn opened(&self) -> impl Iterator<Item = (&String, &ArtifactBundle, ResolvedWith)> {
@@ -236,7 +353,7 @@ mod tests {
     const ID: &str = "5943c33d-70f5-499d-b4e1-9b5d5cac3781";
 
     fn bundle(entries: &[Entry<'_>]) -> ArtifactBundle {
-        ArtifactBundle::parse(write_bundle(entries).unwrap()).unwrap()
+        ArtifactBundle::parse(write_bundle(entries).unwrap(), &BundleLimits::default()).unwrap()
     }
 
     fn minified(url: &'static str, contents: &'static str) -> Entry<'static> {
@@ -311,10 +428,58 @@ mod tests {
     }
 
     #[test]
+    fn bundles_past_their_limits_are_malformed() {
+        let zeros = "\0".repeat(256 << 10);
+        let data = write_bundle(&[
+            minified("~/a.js", "a();"),
+            Entry {
+                url: "~/zeros.js",
+                ty: SourceFileType::MinifiedSource,
+                contents: &zeros,
+                headers: &[],
+            },
+        ])
+        .unwrap();
+        assert!(data.len() < 16 << 10, "{} bytes", data.len());
+        let limits = |max_entries, max_size, max_ratio| BundleLimits {
+            max_entries,
+            entries: DecompressLimits {
+                max_size,
+                max_ratio,
+                ratio_floor: 0,
+            },
+        };
+        let refused = |limits: BundleLimits, because: &str| match ArtifactBundle::parse(
+            data.clone(),
+            &limits,
+        ) {
+            Err(CacheError::Malformed(msg)) => assert!(msg.contains(because), "{msg}"),
+            other => panic!("{other:?}"),
+        };
+        // Two files and the manifest.
+        let roomy = limits(3, 1 << 20, 1000);
+        let bundle = ArtifactBundle::parse(data.clone(), &roomy).unwrap();
+        assert_eq!(bundle.largest_entry, 256 << 10);
+        assert_eq!(bundle.file_by_url("~/zeros.js").unwrap().contents, zeros);
+        refused(limits(2, 1 << 20, 1000), "max_artifact_bundle_entries");
+        refused(
+            limits(3, 128 << 10, 1000),
+            "object_file_max_decompressed_source_size",
+        );
+        refused(limits(3, 1 << 20, 100), "max_decompression_ratio");
+        // What opening costs: the file and its manifest.
+        let size = ArtifactBundle::open_size(&data, &roomy);
+        assert!(
+            size > data.len() as u64 && size < data.len() as u64 + (4 << 10),
+            "{size}"
+        );
+    }
+
+    #[test]
     fn junk_is_malformed() {
         for data in [&b""[..], b"PK\x03\x04", b"SYSB\x02\x00\x00\x00garbage"] {
             assert!(matches!(
-                ArtifactBundle::parse(ByteView::from_slice(data)),
+                ArtifactBundle::parse(ByteView::from_slice(data), &BundleLimits::default()),
                 Err(CacheError::Malformed(_))
             ));
         }

@@ -11,10 +11,11 @@ use url::Url;
 
 use serde::Deserialize;
 
-use super::interface::{ResolvedWith, ScrapingConfig};
+use super::bundle::{ArtifactBundle, ArtifactBundles, BundleLimits, FoundInBundle};
+use super::interface::{FileKey, ResolvedWith, ScrapingConfig};
 use super::sourcemap_cache::{OwnedSourceMapCache, SourceMapCacheFormat, SourceMapCacheInput};
-use crate::cache::{CacheKey, CacheKind, Caches, DerivedCache, Scope};
-use crate::error::{CacheError, CacheResult};
+use crate::cache::{CacheKey, CacheKind, Caches, ConversionBudget, DerivedCache, Scope};
+use crate::error::{CacheError, CacheResult, isolate_blocking};
 use crate::fetch::{Downloader, RemoteFile};
 use crate::lookup::{Downloads, Plain, PlainFormat};
 use crate::sources::{
@@ -45,6 +46,9 @@ type LookupAnswers = moka::future::Cache<(Url, Secret), Arc<[LookupResult]>>;
 
 pub struct JsFiles {
     downloader: Downloader,
+    /// Opening bundles and reading their files share the conversions' memory budget.
+    budget: Arc<ConversionBudget>,
+    bundle_limits: BundleLimits,
     files: Downloads<Plain<JsFile>>,
     smcaches: DerivedCache<SourceMapCacheFormat>,
     /// Per lookup URL and token, so two projects never see each other's answers.
@@ -52,7 +56,7 @@ pub struct JsFiles {
 }
 
 impl JsFiles {
-    pub fn new(caches: &Caches, downloader: Downloader) -> Self {
+    pub fn new(caches: &Caches, downloader: Downloader, bundle_limits: BundleLimits) -> Self {
         let config = downloader.config();
         let lookups = moka::future::Cache::builder()
             .max_capacity(config.sentry_index_capacity)
@@ -63,7 +67,42 @@ impl JsFiles {
             smcaches: DerivedCache::new(caches),
             lookups,
             downloader,
+            budget: caches.conversions(),
+            bundle_limits,
         }
+    }
+
+    /// Opens a downloaded artifact bundle within the limits, on a blocking thread,
+    /// holding what opening it costs of the conversion budget.
+    pub(super) async fn open_bundle(&self, data: ByteView<'static>) -> CacheResult<ArtifactBundle> {
+        let limits = self.bundle_limits;
+        // The zip's directory only, to learn the manifest's size.
+        let size = isolate_blocking("artifact bundle", {
+            let data = data.clone();
+            move || Ok(ArtifactBundle::open_size(&data, &limits))
+        })
+        .await?;
+        let _permit = self.budget.acquire(size).await;
+        isolate_blocking("artifact bundle", move || {
+            ArtifactBundle::parse(data, &limits)
+        })
+        .await
+    }
+
+    /// [`ArtifactBundles::find`] on a blocking thread, holding what reading the file it
+    /// finds may cost of the conversion budget: inflating a file must not stall the
+    /// async workers that answer other requests.
+    pub(super) async fn find_in_bundles(
+        &self,
+        bundles: &ArtifactBundles,
+        key: &FileKey,
+    ) -> Option<FoundInBundle> {
+        let (bundles, key) = (bundles.clone(), key.clone());
+        let _permit = self.budget.acquire(bundles.largest_entry()).await;
+        isolate_blocking("artifact bundle", move || Ok(bundles.find(&key)))
+            .await
+            .ok()
+            .flatten()
     }
 
     pub(super) async fn fetch_file(

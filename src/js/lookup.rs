@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use symbolic::common::{ByteView, DebugId};
 use url::Url;
 
-use super::bundle::{ArtifactBundle, ArtifactBundles};
+use super::bundle::ArtifactBundles;
 use super::discovery::{SourceMapUrl, discover_debug_id, resolve_sourcemap_url, sourcemap_comment};
 use super::files::{JsFiles, LookupResult};
 use super::interface::{
@@ -121,12 +121,12 @@ impl<'a> RequestLookup<'a> {
     }
 
     async fn find_file(&mut self, key: &FileKey) -> FileEntry {
-        let mut found = self.in_bundles(key);
+        let mut found = self.in_bundles(key).await;
         if found.is_none() {
             found = self.in_artifacts(key).await;
         }
         if found.is_none() && self.query_api(key).await {
-            found = self.in_bundles(key);
+            found = self.in_bundles(key).await;
             if found.is_none() {
                 found = self.in_artifacts(key).await;
             }
@@ -144,11 +144,11 @@ impl<'a> RequestLookup<'a> {
         self.scrape(key).await
     }
 
-    fn in_bundles(&self, key: &FileKey) -> Option<FileEntry> {
+    async fn in_bundles(&self, key: &FileKey) -> Option<FileEntry> {
         if self.bundles.is_empty() {
             return None;
         }
-        let found = self.bundles.find(key)?;
+        let found = self.service.find_in_bundles(&self.bundles, key).await?;
         let entry = match found.file.sourcemap_reference.as_deref() {
             Some(reference) => match key.abs_path() {
                 // A map never names another map, so only a minified file gets here.
@@ -277,11 +277,10 @@ impl<'a> RequestLookup<'a> {
                     if self.bundles.contains(file.uri()) {
                         continue;
                     }
-                    let bundle = self
-                        .service
-                        .fetch_file(&file, &self.scope)
-                        .await
-                        .and_then(ArtifactBundle::parse);
+                    let bundle = match self.service.fetch_file(&file, &self.scope).await {
+                        Ok(data) => self.service.open_bundle(data).await,
+                        Err(err) => Err(err),
+                    };
                     new |= self.bundles.insert(file.uri(), bundle, *resolved_with);
                 }
             }

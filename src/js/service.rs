@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use symbolic::common::DebugId;
 
+use super::bundle::BundleLimits;
 use super::files::JsFiles;
 use super::interface::{CompletedJsSymbolicationResponse, JsSymbolicationRequest};
 use super::lookup::{LookupParams, RequestLookup};
@@ -20,9 +21,9 @@ pub struct JsService {
 }
 
 impl JsService {
-    pub fn new(caches: &Caches, downloader: Downloader) -> Self {
+    pub fn new(caches: &Caches, downloader: Downloader, bundle_limits: BundleLimits) -> Self {
         JsService {
-            files: JsFiles::new(caches, downloader),
+            files: JsFiles::new(caches, downloader, bundle_limits),
         }
     }
 

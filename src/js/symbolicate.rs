@@ -708,7 +708,7 @@ mod tests {
         ])
         .unwrap();
         let mut bundles = ArtifactBundles::new();
-        let bundle = ArtifactBundle::parse(data);
+        let bundle = ArtifactBundle::parse(data, &Default::default());
         bundles.insert(
             "sentry://project_debug_file/9",
             bundle,

@@ -8,7 +8,7 @@ use tokio::task::JoinHandle;
 
 use super::object_file::ObjectHandle;
 use super::objects::{FoundObject, ObjectPurpose, ObjectsActor};
-use crate::cache::{Caches, DerivedCache, DerivedFormat, Scope};
+use crate::cache::{Caches, ConversionBudget, DerivedCache, DerivedFormat, Scope};
 use crate::error::{CacheError, CacheResult};
 use crate::sources::{FileType, ObjectId, ObjectType, SourceConfig};
 use crate::telemetry::RequestStats;
@@ -80,6 +80,11 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
             objects,
             cache: DerivedCache::new(caches),
         }
+    }
+
+    /// The budget its conversions share with lazy reads of the same files.
+    pub fn budget(&self) -> &Arc<ConversionBudget> {
+        self.cache.budget()
     }
 
     pub async fn fetch(

@@ -9,6 +9,7 @@
 //!
 //! Pipelines (`native`, `js`, `jvm`) call this module; it never calls them.
 
+mod compressed_sections;
 mod derived;
 mod downloads;
 mod embedded_sources;

@@ -12,10 +12,12 @@ use symbolic::cfi::FromObjectOptions;
 use symbolic::common::{Arch, ByteView, SelfCell};
 use symbolic::debuginfo::{Archive, Object, ParseObjectOptions};
 
+use super::compressed_sections::{CompressedSection, check_sections, compressed_sections};
 use super::downloads::FileFormat;
 use super::embedded_sources::{embedded_sources, has_embedded_sources};
 use crate::cache::CacheKind;
 use crate::error::{CacheError, CacheResult, isolate};
+use crate::fetch::DecompressLimits;
 use crate::sources::ObjectId;
 use crate::types::{ObjectFeatures, SrcSrvVcs};
 
@@ -26,28 +28,54 @@ pub const OBJECTS: CacheKind = CacheKind {
 };
 /// What reading one object file may cost, beyond its own size: the keys upstream has
 /// for symbolic's readers (`object_file_max_decompressed_section_size`,
-/// `object_file_max_decompressed_source_size`, `max_unwind_chain_len`). A few KiB of
-/// compressed DWARF section or embedded source could otherwise claim gigabytes, and a
-/// PE's chained unwind info could be followed without end.
+/// `object_file_max_decompressed_source_size`, `max_unwind_chain_len`), and the ratio
+/// downloads are held to, for compressed sections too (`max_decompression_ratio` above
+/// `decompression_ratio_floor`). A few KiB of compressed DWARF section or embedded source
+/// could otherwise claim gigabytes, and a PE's chained unwind info could be followed
+/// without end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ObjectLimits {
     pub max_decompressed_section_size: u64,
     pub max_decompressed_source_size: u64,
     pub max_unwind_chain_len: usize,
+    /// `u64::MAX`: no limit.
+    pub max_decompression_ratio: u64,
+    pub decompression_ratio_floor: u64,
 }
 
 impl Default for ObjectLimits {
-    /// Upstream's defaults.
+    /// Upstream's defaults, and the download limits' ratio.
     fn default() -> Self {
+        let fetch = crate::fetch::FetchConfig::default();
         ObjectLimits {
             max_decompressed_section_size: 4 << 30,
             max_decompressed_source_size: 1 << 30,
             max_unwind_chain_len: 128,
+            max_decompression_ratio: fetch.max_decompression_ratio,
+            decompression_ratio_floor: fetch.decompression_ratio_floor,
         }
     }
 }
 
 impl ObjectLimits {
+    /// How far one compressed section may inflate.
+    pub fn sections(&self) -> DecompressLimits {
+        DecompressLimits {
+            max_size: self.max_decompressed_section_size,
+            max_ratio: self.max_decompression_ratio,
+            ratio_floor: self.decompression_ratio_floor,
+        }
+    }
+
+    /// How far one embedded source file (or artifact bundle entry) may inflate.
+    pub fn sources(&self) -> DecompressLimits {
+        DecompressLimits {
+            max_size: self.max_decompressed_source_size,
+            max_ratio: self.max_decompression_ratio,
+            ratio_floor: self.decompression_ratio_floor,
+        }
+    }
+
     fn parse_options(&self) -> ParseObjectOptions {
         let mut options = ParseObjectOptions::default();
         options.max_decompressed_section_size = as_limit(self.max_decompressed_section_size);
@@ -80,6 +108,8 @@ pub struct ObjectHint {
 pub struct ObjectHandle {
     inner: SelfCell<ByteView<'static>, Object<'static>>,
     limits: ObjectLimits,
+    /// What symbolic inflates when it reads the file's compressed ELF sections.
+    compressed: Vec<CompressedSection>,
     /// Read on first use: most handles are never asked for sources.
     embedded_sources: OnceLock<HashMap<String, String>>,
     /// A PDB's SRCSRV stream, read on first use.
@@ -97,9 +127,17 @@ impl ObjectHandle {
             Object::parse_with_opts(unsafe { &*bytes }, options)
         })
         .map_err(|err| CacheError::Malformed(err.to_string()))?;
+        // Checked here, where every reader of the file starts (lazy readers, SymCache and
+        // CFI conversions, embedded sources), before any of them inflates a section.
+        let compressed = match inner.get() {
+            Object::Elf(elf) => compressed_sections(elf.data()),
+            _ => Vec::new(),
+        };
+        check_sections(&compressed, &limits.sections())?;
         Ok(ObjectHandle {
             inner,
             limits,
+            compressed,
             embedded_sources: OnceLock::new(),
             srcsrv: OnceLock::new(),
             srcsrv_urls: Mutex::new(HashMap::new()),
@@ -120,6 +158,22 @@ impl ObjectHandle {
     /// Bytes of the file (decompressed, as downloaded).
     pub fn size(&self) -> u64 {
         self.inner.owner().len() as u64
+    }
+
+    /// Bytes the compressed sections named in `names` (as symbolic names them:
+    /// `debug_info`) inflate to; all of them for `None`. What reading them adds to the
+    /// file's own size in memory.
+    pub fn inflated_size(&self, names: Option<&[&str]>) -> u64 {
+        self.compressed
+            .iter()
+            .filter(|s| names.is_none_or(|names| names.contains(&s.name.as_str())))
+            .fold(0, |sum, s| sum.saturating_add(s.inflated))
+    }
+
+    /// What converting the whole file holds in memory: the file and every section it
+    /// inflates, for the conversion budget.
+    pub fn conversion_size(&self) -> u64 {
+        self.size().saturating_add(self.inflated_size(None))
     }
 
     pub fn object(&self) -> &Object<'_> {
@@ -332,13 +386,23 @@ mod tests {
         let data = compressed_debug_file();
         let roomy = ObjectHandle::parse(data.clone(), ObjectLimits::default()).unwrap();
         assert!(functions_with_lines(&roomy) > 0);
+        assert!(roomy.inflated_size(Some(&["debug_info"])) > 0);
+        assert!(
+            roomy.conversion_size() > roomy.size() + roomy.inflated_size(Some(&["debug_info"]))
+        );
         let tight = ObjectLimits {
             max_decompressed_section_size: 64,
             ..ObjectLimits::default()
         };
-        // Over the limit the sections read as absent: the file loads, without DWARF.
-        let handle = ObjectHandle::parse(data, tight).unwrap();
-        assert_eq!(functions_with_lines(&handle), 0);
-        assert_eq!(handle.limits(), &tight);
+        // Over the limit the file is malformed before any section is inflated.
+        match ObjectHandle::parse(data, tight) {
+            Err(CacheError::Malformed(msg)) => {
+                assert!(
+                    msg.contains("object_file_max_decompressed_section_size"),
+                    "{msg}"
+                )
+            }
+            other => panic!("{:?}", other.map(|h| h.size())),
+        }
     }
 }

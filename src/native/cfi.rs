@@ -77,7 +77,7 @@ impl DerivedFormat for CfiFormat {
     const MEMORY_FACTOR: u32 = 8;
 
     fn input_size(input: &Arc<ObjectHandle>) -> u64 {
-        input.size()
+        input.conversion_size()
     }
 
     fn convert(input: Arc<ObjectHandle>, out: &mut BufWriter<File>) -> CacheResult<()> {

@@ -34,6 +34,9 @@ use symbolic::debuginfo::Object;
 use symbolic::debuginfo::dwarf::Dwarf;
 use symbolic::debuginfo::elf::ElfObject;
 
+use super::lazy::LAZY_READ_SHARE;
+use crate::cache::ConversionBudget;
+use crate::error::isolate_blocking;
 use crate::lookup::ObjectHandle;
 
 type Slice<'a> = EndianSlice<'a, RunTimeEndian>;
@@ -216,6 +219,26 @@ pub struct LazyUnwinder {
 }
 
 impl LazyUnwinder {
+    /// [`open`](Self::open) on a blocking thread (a panic there only means "no
+    /// unwinder"), holding its share of the conversion budget while it inflates and
+    /// indexes the CFI sections, as `lazy::open_within` does for symbols.
+    pub async fn open_within(budget: &ConversionBudget, object: Arc<ObjectHandle>) -> Option<Self> {
+        if !matches!(object.object(), Object::Elf(_)) {
+            return None;
+        }
+        let weight =
+            (object.size() / LAZY_READ_SHARE).saturating_add(object.inflated_size(Some(&[
+                "debug_frame",
+                "eh_frame",
+                "eh_frame_hdr",
+            ])));
+        let _permit = budget.acquire(weight).await;
+        isolate_blocking("lazy unwinder", move || Ok(Self::open(object)))
+            .await
+            .ok()
+            .flatten()
+    }
+
     /// An unwinder for an ELF file with DWARF CFI for x86_64 or AArch64; `None` for
     /// anything else (the caller waits for the CFI cache then). Reads the section headers
     /// and, without an `.eh_frame_hdr` table, indexes every FDE: call it isolated from

@@ -287,7 +287,7 @@ impl NativeService {
                 .collect();
             return (lookup, symbolicated);
         };
-        let permit = self.conversions.acquire(lazy_bytes / LAZY_READ_SHARE).await;
+        let permit = self.conversions.acquire(lazy_bytes).await;
         let lookup = Arc::new(lookup);
         let task = tokio::task::spawn_blocking({
             let (demangle, lookup) = (self.demangle.clone(), lookup.clone());
@@ -319,10 +319,6 @@ impl NativeService {
         (lookup, symbolicated)
     }
 }
-
-/// A lazy reader parses only what its addresses need: a small part of the file, so it
-/// takes this fraction of the file's size from the conversion budget.
-const LAZY_READ_SHARE: u64 = 16;
 
 /// One native symbolication: the modules and stack traces to symbolicate, where to
 /// look, and how.

@@ -290,12 +290,7 @@ impl Provider<'_> {
                         // Opening reads section headers and may index every FDE of a
                         // hostile file: on a blocking thread, and a panic there only
                         // means "no lazy unwinder".
-                        let unwinder = isolate_blocking("lazy unwinder", move || {
-                            Ok(LazyUnwinder::open(object))
-                        })
-                        .await
-                        .ok()
-                        .flatten();
+                        let unwinder = LazyUnwinder::open_within(self.cfi.budget(), object).await;
                         // Unlike symbolication, the walk takes the file even when the build
                         // has just finished: both give the same rules (see
                         // lazy_unwind.rs), and a cold walk does not depend on a race.
@@ -329,12 +324,9 @@ impl Provider<'_> {
                 };
                 // As `settle` in symbolicate.rs: a lazy reader when one opens before the
                 // build is done, else the build.
-                let reader = isolate_blocking("lazy reader", move || Ok(lazy::open(&object)))
-                    .await
-                    .ok()
-                    .flatten();
+                let reader = lazy::open_within(self.symcaches.budget(), object).await;
                 match reader {
-                    Some(reader) if !build.is_finished() => Ok(ModuleSymbols::Lazy(reader)),
+                    Some((reader, _)) if !build.is_finished() => Ok(ModuleSymbols::Lazy(reader)),
                     _ => join_build(build).await.map(ModuleSymbols::SymCache),
                 }
             })

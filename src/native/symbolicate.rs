@@ -16,8 +16,8 @@ use super::ppdb::{OwnedPpdbCache, PpdbCacheActor, symbolicate_dotnet_frame};
 use crate::lookup::{FoundObject, ObjectHandle, Progress, SymbfileStore, join_build};
 
 use super::symcache::{OwnedSymCache, SymCacheActor};
-use crate::cache::Scope;
-use crate::error::{CacheError, CacheResult, isolate_blocking, panicked};
+use crate::cache::{ConversionBudget, Scope};
+use crate::error::{CacheError, CacheResult, panicked};
 use crate::sources::{FileId, ObjectId, ObjectType, SourceConfig};
 use crate::types::{
     AddrMode, CompleteObjectInfo, CompleteStacktrace, FrameStatus, FrameTrust, HexValue,
@@ -73,8 +73,8 @@ enum ModuleCache {
     SymCache(OwnedSymCache),
     Lazy {
         reader: OwnedLazySymbolizer,
-        /// Bytes of the file it reads, for the conversion budget.
-        file_size: u64,
+        /// What it holds and reads, for the conversion budget (`lazy::budget_weight`).
+        weight: u64,
     },
     Ppdb(OwnedPpdbCache),
 }
@@ -82,22 +82,18 @@ enum ModuleCache {
 /// A native module's lookup table: the SymCache if it exists; while it is being built,
 /// a lazy reader of the downloaded file, unless the build finished first or the format
 /// has no lazy reader (then the build is awaited).
-async fn settle(progress: Progress<OwnedSymCache>) -> CacheResult<ModuleCache> {
+async fn settle(
+    progress: Progress<OwnedSymCache>,
+    budget: &ConversionBudget,
+) -> CacheResult<ModuleCache> {
     let (object, build) = match progress {
         Progress::Ready(symcache) => return Ok(ModuleCache::SymCache(symcache)),
         Progress::Building { object, build } => (object, build),
     };
-    let file_size = object.size();
-    // Opening reads headers and indexes of a hostile file: on a blocking thread, and a
-    // panic there only means "no lazy reader".
-    let reader = isolate_blocking("lazy reader", move || Ok(lazy::open(&object)))
-        .await
-        .ok()
-        .flatten();
-    match reader {
-        Some(reader) if !build.is_finished() => {
+    match lazy::open_within(budget, object).await {
+        Some((reader, weight)) if !build.is_finished() => {
             metrics::counter!(crate::telemetry::LAZY_ANSWERS).increment(1);
-            Ok(ModuleCache::Lazy { reader, file_size })
+            Ok(ModuleCache::Lazy { reader, weight })
         }
         _ => join_build(build).await.map(ModuleCache::SymCache),
     }
@@ -282,7 +278,7 @@ impl ModuleLookup {
                         m.info.features.merge(&result.features);
                         m.info.candidates.merge(result.candidates);
                         let cache = match result.cache {
-                            Ok(progress) => settle(progress).await,
+                            Ok(progress) => settle(progress, symcaches.budget()).await,
                             Err(err) => Err(err),
                         };
                         m.info.debug_status = ObjectFileStatus::from_result(&cache);
@@ -304,12 +300,13 @@ impl ModuleLookup {
         future::join_all(jobs).await;
     }
 
-    /// Bytes of the files that lazy readers answer from, when any module has one.
+    /// What the lazy readers of the modules weigh on the conversion budget, when any
+    /// module has one.
     pub fn lazy_bytes(&self) -> Option<u64> {
         self.modules
             .iter()
             .filter_map(|m| match &m.cache {
-                Ok(ModuleCache::Lazy { file_size, .. }) => Some(*file_size),
+                Ok(ModuleCache::Lazy { weight, .. }) => Some(*weight),
                 _ => None,
             })
             .fold(None, |sum: Option<u64>, size| {

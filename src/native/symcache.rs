@@ -30,7 +30,7 @@ impl DerivedFormat for SymCacheFormat {
     const KIND: CacheKind = SYMCACHES;
 
     fn input_size(input: &Arc<ObjectHandle>) -> u64 {
-        input.size()
+        input.conversion_size()
     }
 
     fn convert(input: Arc<ObjectHandle>, out: &mut BufWriter<File>) -> CacheResult<()> {

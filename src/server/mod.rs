@@ -35,6 +35,7 @@ use crate::cache::{Caches, Scope};
 use crate::config::{Config, Front};
 use crate::fetch::Downloader;
 use crate::js::JsService;
+use crate::js::bundle::BundleLimits;
 use crate::jvm::JvmService;
 use crate::lookup::{Lookup, SymbfileStore};
 use crate::native::NativeService;
@@ -104,7 +105,11 @@ impl AppState {
         );
         let native = NativeService::new(&caches, &lookup);
         let jvm = JvmService::new(&caches, &lookup);
-        let js = JsService::new(&caches, downloader.clone());
+        let bundle_limits = BundleLimits {
+            max_entries: config.max_artifact_bundle_entries,
+            entries: config.object_limits().sources(),
+        };
+        let js = JsService::new(&caches, downloader.clone(), bundle_limits);
         // Results waiting to be polled may hold at most 64 MiB.
         let service = RequestService::new(config.max_concurrent_requests, 64 * 1024 * 1024);
         let native = Arc::new(native);

@@ -544,3 +544,61 @@ fn file_response(root: &Path, path: &str) -> Response {
         Err(_) => StatusCode::NOT_FOUND.into_response(),
     }
 }
+
+/// The ELF fixture's debug file with its DWARF compressed by objcopy, and `.debug_str`
+/// replaced by a GNU-style `.zdebug_str` ("ZLIB", the size, a zlib stream) of `inflated`
+/// zero bytes: zeros deflate about 1000 to 1, so 256 MiB take some 256 KiB. The same
+/// file `fixtures/native/section_bomb.sh` makes for measuring a release build.
+pub fn section_bomb(inflated: u64) -> Vec<u8> {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let payload = dir.path().join("zdebug_str");
+    let mut encoder = flate2::write::ZlibEncoder::new(
+        std::fs::File::create(&payload).unwrap(),
+        flate2::Compression::best(),
+    );
+    let zeros = vec![0u8; 1 << 20];
+    let mut left = inflated;
+    while left > 0 {
+        let n = left.min(zeros.len() as u64);
+        encoder.write_all(&zeros[..n as usize]).unwrap();
+        left -= n;
+    }
+    encoder.finish().unwrap();
+    let stream = std::fs::read(&payload).unwrap();
+    let mut section = b"ZLIB".to_vec();
+    section.extend_from_slice(&inflated.to_be_bytes());
+    section.extend_from_slice(&stream);
+    std::fs::write(&payload, &section).unwrap();
+
+    let compressed = dir.path().join("compressed.debug");
+    let bomb = dir.path().join("bomb.debug");
+    let objcopy = |args: &[&std::ffi::OsStr]| {
+        let status = Command::new("objcopy")
+            .args(args)
+            .status()
+            .expect("objcopy (binutils) runs");
+        assert!(status.success(), "objcopy {args:?}");
+    };
+    objcopy(&[
+        "--compress-debug-sections=zlib".as_ref(),
+        fixtures().join("native/elf/crash.debug").as_os_str(),
+        compressed.as_os_str(),
+    ]);
+    let add = format!(".zdebug_str={}", payload.display());
+    objcopy(&[
+        "--remove-section=.debug_str".as_ref(),
+        "--add-section".as_ref(),
+        add.as_ref(),
+        compressed.as_os_str(),
+        bomb.as_os_str(),
+    ]);
+    std::fs::read(&bomb).unwrap()
+}
+
+/// `VmHWM` (the peak resident set) of process `pid`, in KiB.
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}

@@ -45,7 +45,7 @@ const MEMO_MAX_BYTES: usize = 24 << 20;
 const UNIT_BYTES: usize = 16 << 10;
 
 /// The DWARF sections symbolic's debug session reads; the rest stay empty.
-const SECTIONS: &[gimli::SectionId] = &[
+pub const SECTIONS: &[gimli::SectionId] = &[
     gimli::SectionId::DebugAbbrev,
     gimli::SectionId::DebugAddr,
     gimli::SectionId::DebugAranges,

@@ -11,6 +11,8 @@ use symbolic::common::{Arch, Language, Name, NameMangling};
 use symbolic::debuginfo::FileFormat;
 use symbolic::symcache::SymCache;
 
+use crate::cache::ConversionBudget;
+use crate::error::isolate_blocking;
 use crate::lookup::ObjectHandle;
 
 #[cfg(test)]
@@ -76,8 +78,62 @@ pub trait LazySymbolizer: Send + Sync {
 
 pub type OwnedLazySymbolizer = Arc<dyn LazySymbolizer>;
 
+/// A lazy read parses only what its addresses need: a small part of the file, so it
+/// takes this fraction of the file's size from the conversion budget (beside what it
+/// holds in full: inflated sections, copied PDB streams).
+pub const LAZY_READ_SHARE: u64 = 16;
+
+/// What a lazy reader of `object` holds in memory, for the conversion budget: its share
+/// of the file, and every section it inflates in full (DWARF in ELF). A PDB reader copies
+/// the streams it reads out of the file (type and id information, symbols, module
+/// lists), which make up most of a PDB, so it counts the whole file. 0 for formats
+/// without a lazy reader.
+pub fn budget_weight(object: &ObjectHandle) -> u64 {
+    match object.object().file_format() {
+        FileFormat::Elf | FileFormat::MachO | FileFormat::Wasm => {
+            let names: Vec<&str> = dwarf::SECTIONS.iter().map(|id| &id.name()[1..]).collect();
+            (object.size() / LAZY_READ_SHARE).saturating_add(object.inflated_size(Some(&names)))
+        }
+        FileFormat::Pdb => object.size(),
+        _ => 0,
+    }
+}
+
+/// [`open`] on a blocking thread (a panic there only means "no reader"), holding
+/// [`budget_weight`] of the budget while it opens: opening is where sections are
+/// inflated and PDB streams copied, so many cold files opening at once queue here like
+/// conversions do. The permit ends with the open, not the reader: a request opens
+/// readers for several modules one by one and takes the budget again for all of its
+/// lookups at once, so holding one reader's share while waiting for the next could
+/// deadlock requests against each other (or against themselves). Returns the reader and
+/// its weight, which the lookups take again.
+pub async fn open_within(
+    budget: &ConversionBudget,
+    object: Arc<ObjectHandle>,
+) -> Option<(OwnedLazySymbolizer, u64)> {
+    if !has_reader(&object) {
+        return None;
+    }
+    let weight = budget_weight(&object);
+    let permit = budget.acquire(weight).await;
+    let reader = isolate_blocking("lazy reader", move || Ok(open(&object)))
+        .await
+        .ok()
+        .flatten();
+    drop(permit);
+    reader.map(|reader| (reader, weight))
+}
+
+fn has_reader(object: &ObjectHandle) -> bool {
+    matches!(
+        object.object().file_format(),
+        FileFormat::Elf | FileFormat::MachO | FileFormat::Wasm | FileFormat::Pdb
+    )
+}
+
 /// A lazy reader for `object`, or `None` when its format has none (the caller waits
-/// for the SymCache then). Requests that need the same cold file at the same time share
+/// for the SymCache then). Call it through [`open_within`], which takes its share of the
+/// conversion budget first. Requests that need the same cold file at the same time share
 /// one reader (and what it has parsed): `object` is the same handle for all of them
 /// while the downloaded file is in memory.
 pub fn open(object: &Arc<ObjectHandle>) -> Option<OwnedLazySymbolizer> {
@@ -115,3 +171,83 @@ pub fn open(object: &Arc<ObjectHandle>) -> Option<OwnedLazySymbolizer> {
 /// handle, so no other handle can have that address while its entry is alive.
 type Slot = Arc<Mutex<Option<Weak<dyn LazySymbolizer>>>>;
 static OPEN: LazyLock<Mutex<HashMap<usize, Slot>>> = LazyLock::new(Default::default);
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+    use std::time::Duration;
+
+    use symbolic::common::ByteView;
+
+    use super::*;
+
+    fn fixture(path: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures")
+            .join(path)
+    }
+
+    /// The native ELF fixture's debug file with its DWARF compressed by objcopy.
+    fn compressed_elf() -> Arc<ObjectHandle> {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("crash.debug");
+        let status = std::process::Command::new("objcopy")
+            .arg("--compress-debug-sections=zlib")
+            .arg(fixture("native/elf/crash.debug"))
+            .arg(&out)
+            .status()
+            .expect("objcopy (binutils) runs");
+        assert!(status.success());
+        let data = ByteView::read(std::fs::File::open(&out).unwrap()).unwrap();
+        Arc::new(ObjectHandle::from_bytes_for_test(data).unwrap())
+    }
+
+    #[test]
+    fn readers_weigh_what_they_inflate_and_copy() {
+        let elf = compressed_elf();
+        let inflated = elf.inflated_size(Some(&["debug_info", "debug_line", "debug_str"]));
+        assert!(inflated > 1024, "{inflated} bytes");
+        assert!(budget_weight(&elf) >= elf.size() / LAZY_READ_SHARE + inflated);
+        let data = ByteView::open(fixture("native/pe/crash.pdb")).unwrap();
+        let pdb = ObjectHandle::from_bytes_for_test(data).unwrap();
+        assert_eq!(budget_weight(&pdb), pdb.size());
+        let data = ByteView::open(fixture("native/pe/crash.exe")).unwrap();
+        let pe = Arc::new(ObjectHandle::from_bytes_for_test(data).unwrap());
+        assert_eq!(budget_weight(&pe), 0);
+    }
+
+    #[tokio::test]
+    async fn a_lazy_open_waits_for_its_share_of_the_budget() {
+        for handle in [
+            compressed_elf(),
+            Arc::new(
+                ObjectHandle::from_bytes_for_test(
+                    ByteView::open(fixture("native/pe/crash.pdb")).unwrap(),
+                )
+                .unwrap(),
+            ),
+        ] {
+            let weight = budget_weight(&handle);
+            let budget = ConversionBudget::new(weight * 4);
+            let total = budget.available_kib();
+            let everything = budget.acquire(u64::MAX).await;
+            let open = open_within(&budget, handle.clone());
+            tokio::pin!(open);
+            assert!(
+                tokio::time::timeout(Duration::from_millis(200), &mut open)
+                    .await
+                    .is_err(),
+                "opened with the budget exhausted"
+            );
+            drop(everything);
+            let (reader, taken) = tokio::time::timeout(Duration::from_secs(30), open)
+                .await
+                .expect("opens once the budget is free")
+                .expect("a reader");
+            assert_eq!(taken, weight);
+            // The share ends with the open: lookups take it again, all at once.
+            assert_eq!(budget.available_kib(), total);
+            drop(reader);
+        }
+    }
+}
