@@ -34,7 +34,6 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 use tower::ServiceExt;
 
-use super::error::ApiError;
 use crate::config::Config;
 
 /// What the listener allows one client.
@@ -185,17 +184,18 @@ fn is_healthcheck<B>(request: &hyper::Request<B>) -> bool {
         && request.uri().path() == "/healthcheck"
 }
 
-/// What a health-only connection answers to anything but `/healthcheck`.
+/// What a health-only connection answers to anything but `/healthcheck`, in the shape
+/// of every other error answer (`{"error": ...}`; `ApiError` is not used here, as the
+/// error module imports this one).
 fn connections_exhausted() -> axum::response::Response {
-    let mut response = ApiError {
-        status: StatusCode::SERVICE_UNAVAILABLE,
-        message: "maximum number of connections reached (max_connections)".into(),
-    }
-    .into_response();
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-    response
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::RETRY_AFTER, "1")],
+        axum::Json(serde_json::json!({
+            "error": "maximum number of connections reached (max_connections)"
+        })),
+    )
+        .into_response()
 }
 
 /// A failed `accept` ends no more than that connection; running out of file descriptors
