@@ -946,3 +946,71 @@ fn remove_dir_all(dir: &Path) -> io::Result<()> {
 fn sync_dir(dir: &Path) -> io::Result<()> {
     fs::File::open(dir)?.sync_all()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending_bytes(store: &SymbfileStore) -> u64 {
+        store.disk.pending.bytes.load(Ordering::Relaxed)
+    }
+
+    async fn send(store: &SymbfileStore, part: u32, body: &[u8]) -> Result<Upload, UploadError> {
+        let mut writer = store
+            .begin_part(FileId(7), SymbfileKind::Ranges, part, 3)
+            .await?;
+        writer.write(body).await?;
+        writer.finish().await
+    }
+
+    /// What unfinished uploads hold is what their parts on disk hold, through parts sent
+    /// again, parts dropped half-way, expiry and a restart.
+    #[tokio::test]
+    async fn pending_bytes_follow_the_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = SymbfileConfig::default();
+        let store = SymbfileStore::open(dir.path().to_owned(), &config).unwrap();
+        let head = [MAGIC.as_slice(), &[0; 92]].concat();
+        assert_eq!(
+            send(&store, 0, &head).await.unwrap(),
+            Upload::Partial {
+                received: 1,
+                parts: 3
+            }
+        );
+        send(&store, 1, &[1; 40]).await.unwrap();
+        assert_eq!(pending_bytes(&store), 140);
+        send(&store, 1, &[1; 10]).await.unwrap();
+        assert_eq!(
+            pending_bytes(&store),
+            110,
+            "a part sent again replaces the first"
+        );
+
+        let mut dropped = store
+            .begin_part(FileId(7), SymbfileKind::Ranges, 2, 3)
+            .await
+            .unwrap();
+        dropped.write(&[2; 1000]).await.unwrap();
+        assert_eq!(pending_bytes(&store), 1110);
+        drop(dropped);
+        assert_eq!(pending_bytes(&store), 110);
+
+        // Another process may be writing a young temp file; an old one is abandoned.
+        let tmp = dir.path().join(TMP_DIR);
+        let (young, old) = (tmp.join(".part-young"), tmp.join(".part-old"));
+        for path in [&young, &old] {
+            fs::write(path, b"symb").unwrap();
+        }
+        let file = fs::File::options().append(true).open(&old).unwrap();
+        file.set_modified(SystemTime::now() - TEMP_GRACE).unwrap();
+        let reopened = SymbfileStore::open(dir.path().to_owned(), &config).unwrap();
+        assert!(young.exists() && !old.exists());
+        assert_eq!(pending_bytes(&reopened), 110);
+        let later = SystemTime::now() + config.pending_upload_timeout * 2;
+        let live = (reopened.disk)
+            .live_pending_uploads(later, config.pending_upload_timeout)
+            .unwrap();
+        assert_eq!((live, pending_bytes(&reopened)), (0, 0));
+    }
+}
