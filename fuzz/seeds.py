@@ -459,6 +459,72 @@ def artifact_bundle():
     ], zipfile.ZIP_STORED))
 
 
+# ------------------------------------------------------------------- symbfile uploads
+
+def varint(value):
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def sym_record(ty, body):
+    return varint(len(body)) + varint(ty) + body
+
+
+def sym_field(number, wire, payload):
+    return varint(number << 3 | wire) + payload
+
+
+def sym_bytes(number, data):
+    return sym_field(number, 2, varint(len(data)) + data)
+
+
+def sym_file(*records):
+    return b"symbfile" + sym_record(1, b"") + b"".join(records)
+
+
+def sym_strings(*strings):
+    return sym_record(4, b"".join(sym_bytes(1, s.encode()) for s in strings))
+
+
+def sym_range(start, length, depth, func, line=0, call_line=0, relative=False):
+    body = sym_field(1, 0, varint(start << 1)) if relative else sym_field(12, 0, varint(start))
+    body += sym_field(2, 0, varint(length)) + sym_field(9, 0, varint(func))
+    body += sym_field(10, 0, varint(1)) + sym_field(5, 0, varint(call_line))
+    body += sym_field(7, 0, varint(depth))
+    body += sym_bytes(8, sym_bytes(1, varint(0) + varint(4)) + sym_bytes(2, varint(line) + varint(line + 1)))
+    return sym_record(2, body)
+
+
+def sym_pad(addr, frames):
+    packed = lambda values: b"".join(varint(v) for v in values)
+    body = sym_field(5, 0, varint(addr))
+    body += sym_bytes(2, packed([f % 3 for f in range(frames)]))
+    body += sym_bytes(3, packed([1] * frames))
+    body += sym_bytes(4, packed(range(1, frames + 1)))
+    return sym_record(3, body)
+
+
+def symbfile():
+    """Control byte (see fuzz_targets/symbfile.rs), then a symbfile."""
+    ranges = fixture("symbfile/ranges.symbfile")
+    pads = fixture("symbfile/returnpads.symbfile")
+    write("symbfile", "ranges", b"\x00" + ranges)
+    write("symbfile", "ranges-3-parts-16-byte-chunks", b"\x02" + ranges)
+    write("symbfile", "returnpads-2-parts", b"\x05" + pads)
+    write("symbfile", "both-kinds", b"\x58" + ranges)
+    strings = sym_strings("main", "a.c", "inlined")
+    nested = [sym_range(0x1000 + d, 0x100 - 2 * d, d, d % 3, 10 + d, 20 + d) for d in range(40)]
+    write("symbfile", "nested-ranges", b"\x08" + sym_file(strings, *nested))
+    write("symbfile", "pads-at-the-limit", b"\x04" + sym_file(strings, sym_pad(0x2000, 128), sym_pad(0x2010, 3)))
+    write("symbfile", "pad-too-deep", b"\x04" + sym_file(strings, sym_pad(0x2000, 129)))
+    relative = [sym_range(0x10, 8, 0, 0, 5), sym_range(4, 2, 1, 2, 6, 7, relative=True)]
+    write("symbfile", "relative-and-two-files", b"\x01" + sym_file(strings, *relative) + sym_file(strings, sym_pad(0x3000, 2)))
+
+
 # ------------------------------------------------------------------- JVM
 
 def mozilla_body():
@@ -495,6 +561,7 @@ def main():
         "artifact_bundle": artifact_bundle,
         "proguard": proguard,
         "mozilla_body": mozilla_body,
+        "symbfile": symbfile,
     }
     for target in makers:
         shutil.rmtree(CORPUS / target, ignore_errors=True)

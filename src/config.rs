@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use crate::cache::{CachesConfig, SharedCacheConfig};
 use crate::fetch::{DenyListConfig, FetchConfig};
-use crate::lookup::{ObjectLimits, SymbfileConfig};
+use crate::lookup::{MAX_INLINE_DEPTH, ObjectLimits, SymbfileConfig};
 use crate::sources::{Secret, SourceConfig};
 use crate::telemetry::MetricsConfig;
 use crate::types::RequestLimits;
@@ -521,6 +521,18 @@ impl Config {
             if value == 0 {
                 return Err(ConfigError::Semantic(format!("{key} must be at least 1")));
             }
+        }
+        if !(1..=MAX_INLINE_DEPTH).contains(&self.symbfile.max_inline_depth) {
+            return Err(ConfigError::Semantic(format!(
+                "symbfile.max_inline_depth must be between 1 and {MAX_INLINE_DEPTH}"
+            )));
+        }
+        if self.symbfile.max_pending_size < self.symbfile.max_file_size {
+            return Err(ConfigError::Semantic(
+                "symbfile.max_pending_size must be at least symbfile.max_file_size: \
+                 an upload that fits one cannot be held by the other"
+                    .into(),
+            ));
         }
         let mut ids = std::collections::HashSet::new();
         for source in &self.sources {
@@ -1046,6 +1058,8 @@ max_download_size: 16106127360
         let documented = &example.symbfile;
         assert_eq!(documented.max_file_size, defaults.max_file_size);
         assert_eq!(documented.max_parts, defaults.max_parts);
+        assert_eq!(documented.max_pending_size, defaults.max_pending_size);
+        assert_eq!(documented.max_inline_depth, defaults.max_inline_depth);
         assert_eq!(documented.max_pending_uploads, defaults.max_pending_uploads);
         assert_eq!(
             documented.pending_upload_timeout,
@@ -1069,5 +1083,20 @@ max_download_size: 16106127360
         );
         let err = Config::from_yaml("symbfile:\n  max_parts: 0\n").unwrap_err();
         assert!(err.to_string().contains("symbfile.max_parts"), "{err}");
+        for bad in [
+            "max_inline_depth: 0",
+            "max_inline_depth: 100000",
+            "max_pending_size: 1MiB",
+            "max_file_size: null",
+        ] {
+            let err = Config::from_yaml(&format!("symbfile:\n  {bad}\n")).unwrap_err();
+            let key = bad.split(':').next().unwrap();
+            let key = if key == "max_file_size" {
+                "max_pending_size"
+            } else {
+                key
+            };
+            assert!(err.to_string().contains(key), "{bad}: {err}");
+        }
     }
 }

@@ -174,6 +174,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
             &state.caches.kinds(),
             false,
         )
+        .with_symbfiles(config.symbfile_dir())
         .spawn_periodic(interval);
     }
     let app = router(state, &config);
@@ -235,14 +236,18 @@ async fn cleanup(
                 "--repeat without an interval needs cache_cleanup_interval in the config",
             )?),
         };
-    // The server's own set-up registers every cache kind with its live versions.
-    let state = AppState::new(&config)?;
+    // The server's own set-up registers every cache kind with its live versions. It
+    // is the offline one: opening the symbfile store to receive uploads would take
+    // temp files and unfinished uploads from under a running server.
+    let downloader = omnisym::fetch::Downloader::new(config.fetch_config())?;
+    let state = AppState::offline(&config, downloader)?;
     let cleanup = Cleanup::new(
         &config.cache_dir,
         &config.caches,
         &state.caches.kinds(),
         dry_run,
-    );
+    )
+    .with_symbfiles(config.symbfile_dir());
     let prefix = if dry_run {
         "dry run, nothing deleted: "
     } else {

@@ -214,3 +214,266 @@ async fn uploads_and_unfinished_parts_survive_a_restart() {
     let (_, response) = server.post("/symbolicate", &probe_request(second)).await;
     assert_probes(&response);
 }
+
+fn varint(mut value: u64, out: &mut Vec<u8>) {
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// A framed record of `ty` around a protobuf `body`.
+fn record(ty: u64, body: &[u8], out: &mut Vec<u8>) {
+    varint(body.len() as u64, out);
+    varint(ty, out);
+    out.extend_from_slice(body);
+}
+
+/// A return-pad symbfile whose one pad holds a chain of `frames` functions, each
+/// frame one byte per column: 200,000 frames are 600 KB.
+fn deep_return_pad(frames: usize) -> Vec<u8> {
+    let mut out = b"symbfile".to_vec();
+    record(1, &[], &mut out);
+    // StringTableV1 { strings: ["f", "a.c"] }
+    record(4, b"\x0a\x01f\x0a\x03a.c", &mut out);
+    let mut pad = vec![0x28]; // setElfVA
+    varint(0x1000, &mut pad);
+    for (tag, value) in [(0x12, 0u8), (0x1a, 1), (0x22, 7)] {
+        // func, file and line, packed
+        pad.push(tag);
+        varint(frames as u64, &mut pad);
+        pad.extend(std::iter::repeat_n(value, frames));
+    }
+    record(3, &pad, &mut out);
+    out
+}
+
+#[tokio::test]
+async fn a_chain_too_deep_is_refused_and_the_server_stays_up() {
+    let server = Server::start(&config(""));
+    let id = file_id();
+    let deep = deep_return_pad(200_000);
+    assert!(deep.len() > 600_000);
+
+    // Whole, and sent again: the same clear refusal each time.
+    for _ in 0..2 {
+        let answer = Part::return_pads(&id, 0, 1, &deep).send(&server).await;
+        let text = answer.1["error"]["Text"].as_str().unwrap().to_owned();
+        assert!(
+            text.contains("200000 functions") && text.contains("symbfile.max_inline_depth (128)")
+                || text.contains("(128, symbfile.max_inline_depth)"),
+            "{text}"
+        );
+        assert_eq!(refused(answer, StatusCode::BAD_REQUEST), "1004");
+    }
+    // In parts: the last part is refused, and so is that part sent again, rather than
+    // a success for an upload that can never complete.
+    let halves = split(&deep, 2);
+    Part::return_pads(&id, 0, 2, halves[0])
+        .accepted(&server)
+        .await;
+    for _ in 0..2 {
+        let answer = Part::return_pads(&id, 1, 2, halves[1]).send(&server).await;
+        assert_eq!(refused(answer, StatusCode::BAD_REQUEST), "1004");
+    }
+    let (status, _) = server.get("/healthcheck").await;
+    assert_eq!(status, StatusCode::OK);
+
+    // A good upload of the same executable (the same parts count) is served.
+    upload_all(&server, &id).await;
+    let (_, response) = server.post("/symbolicate", &probe_request(&id)).await;
+    assert_probes(&response);
+}
+
+#[tokio::test]
+async fn uploads_are_counted_as_their_bytes_arrive() {
+    let server = Server::start(&config("  max_file_size: 1000\n  max_pending_size: 1500\n"));
+    let id = file_id();
+    let ranges = symbfile("ranges.symbfile");
+    assert!(ranges.len() > 800 && ranges.len() <= 1000);
+
+    // One upload past max_file_size is refused at the part that passes it, not at its
+    // last part, and so is that part sent again.
+    let other = "AQEBAQEBAQEBAQEBAQEBAQ";
+    Part::ranges(other, 0, 3, &ranges[..600])
+        .accepted(&server)
+        .await;
+    for _ in 0..2 {
+        let answer = Part::ranges(other, 1, 3, &ranges[..600])
+            .send(&server)
+            .await;
+        assert_eq!(refused(answer, StatusCode::PAYLOAD_TOO_LARGE), "1005");
+    }
+
+    // Unfinished uploads together: 600 + 800 + 800 bytes pass max_pending_size.
+    let (head, tail) = ranges.split_at(800);
+    Part::ranges(&id, 0, 2, head).accepted(&server).await;
+    let second = "AAAAAAAAAAAAAAAAAAAAAA";
+    let answer = Part::ranges(second, 0, 2, head).send(&server).await;
+    let text = answer.1["error"]["Text"].as_str().unwrap().to_owned();
+    assert!(text.contains("symbfile.max_pending_size"), "{text}");
+    assert_eq!(refused(answer, StatusCode::TOO_MANY_REQUESTS), "1006");
+
+    // The first upload completes and frees its bytes: the second goes through.
+    Part::ranges(&id, 1, 2, tail).accepted(&server).await;
+    Part::ranges(second, 0, 2, head).accepted(&server).await;
+    Part::ranges(second, 1, 2, tail).accepted(&server).await;
+    for file_id in [id.as_str(), second] {
+        let (_, response) = server.post("/symbolicate", &probe_request(file_id)).await;
+        assert_probes(&response);
+    }
+}
+
+/// A tmpfs of `size` mounted on `dir` for as long as it lives.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    /// `None`, saying why, where mounting is not permitted.
+    fn mount(dir: &std::path::Path, size: &str) -> Option<Tmpfs> {
+        std::fs::create_dir_all(dir).unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output();
+        match out {
+            Ok(out) if out.status.success() => Some(Tmpfs(dir.to_owned())),
+            Ok(out) => {
+                eprintln!(
+                    "skipped: cannot mount a tmpfs: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+                None
+            }
+            Err(err) => {
+                eprintln!("skipped: cannot run mount: {err}");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .args(["-l"])
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Fills the file system of `path` with it, then frees `keep` bytes again.
+fn fill_leaving(path: &std::path::Path, keep: u64) {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path).unwrap();
+    let page = [0xaa; 4096];
+    loop {
+        match file.write_all(&page).and_then(|()| file.flush()) {
+            Ok(()) => {}
+            Err(err) if err.raw_os_error() == Some(libc::ENOSPC) => break,
+            Err(err) => panic!("filling {}: {err}", path.display()),
+        }
+    }
+    let len = file.metadata().unwrap().len() / 4096 * 4096;
+    file.set_len(len.saturating_sub(keep)).unwrap();
+}
+
+#[tokio::test]
+async fn a_full_disk_keeps_the_parts_and_the_retry_completes_the_upload() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("symbfiles");
+    let Some(_tmpfs) = Tmpfs::mount(&store, "1m") else {
+        return;
+    };
+    let server = Server::start_in(
+        dir.path(),
+        &dir.path().join("cache"),
+        &config(&format!("  dir: {}\n", store.display())),
+    );
+    let id = file_id();
+    let ranges = symbfile("ranges.symbfile");
+    let parts = split(&ranges, 3);
+    Part::ranges(&id, 0, 3, parts[0]).accepted(&server).await;
+    Part::ranges(&id, 1, 3, parts[1]).accepted(&server).await;
+
+    // Room for the last part, none to join the parts.
+    let filler = store.join("filler");
+    fill_leaving(&filler, 4096);
+    let answer = Part::ranges(&id, 2, 3, parts[2]).send(&server).await;
+    let text = answer.1["error"]["Text"].as_str().unwrap().to_owned();
+    assert!(text.contains("disk is full"), "{text}");
+    assert_eq!(refused(answer, StatusCode::INSUFFICIENT_STORAGE), "1007");
+    let (_, response) = server.post("/symbolicate", &probe_request(&id)).await;
+    assert_eq!(response["modules"][0]["debug_status"], "missing");
+
+    // Space again: sending the last part again completes the upload.
+    std::fs::remove_file(&filler).unwrap();
+    Part::ranges(&id, 2, 3, parts[2]).accepted(&server).await;
+    let (_, response) = server.post("/symbolicate", &probe_request(&id)).await;
+    assert_probes(&response);
+    drop(server);
+}
+
+#[tokio::test]
+async fn cleanup_leaves_an_upload_in_progress_alone() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let dir = tempfile::tempdir().unwrap();
+    let cache_dir = dir.path().join("cache");
+    let server = Server::start_in(dir.path(), &cache_dir, &config(""));
+    let id = file_id();
+    let ranges = symbfile("ranges.symbfile");
+    let (head, tail) = ranges.split_at(ranges.len() / 2);
+
+    // The first half of the body is in; the rest is still to come.
+    let addr = server.url.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST /api/symbols-ranges HTTP/1.1\r\nHost: {addr}\r\nFileID: {id}\r\nFilePart: 0\r\n\
+         FileParts: 1\r\nAuthorization: APIKey {KEY}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        ranges.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    stream.write_all(head).await.unwrap();
+    stream.flush().await.unwrap();
+    let tmp = cache_dir.join("symbfiles/tmp");
+    let receiving = || {
+        std::fs::read_dir(&tmp)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(".part"))
+    };
+    let started = std::time::Instant::now();
+    while !receiving() {
+        assert!(started.elapsed().as_secs() < 30, "the part never began");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
+    let config_path = dir.path().join("cleanup.yml");
+    std::fs::write(
+        &config_path,
+        format!("cache_dir: {}\n{}", cache_dir.display(), config("")),
+    )
+    .unwrap();
+    let cleanup = std::process::Command::new(env!("CARGO_BIN_EXE_omnisym"))
+        .args(["cleanup", "--config"])
+        .arg(&config_path)
+        .output()
+        .unwrap();
+    assert!(cleanup.status.success(), "{cleanup:?}");
+    assert!(receiving(), "cleanup removed the part being received");
+
+    stream.write_all(tail).await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        answer.ends_with(r#"{"status":200,"success":true}"#),
+        "{answer}"
+    );
+    let (_, response) = server.post("/symbolicate", &probe_request(&id)).await;
+    assert_probes(&response);
+}

@@ -6,6 +6,10 @@
 //! It never takes a lock with the server: a reader has its file memory-mapped (an
 //! unlinked file stays readable), writers publish by rename, and directories are never
 //! removed except those of dead versions, which nobody writes to.
+//!
+//! Uploaded symbfiles are data, not cache: cleanup removes only their abandoned temp
+//! files. When they lie inside `cache_dir`, their bytes count towards the disk budget,
+//! so that cache files make room for them.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -38,6 +42,8 @@ pub struct Cleanup {
     /// `caches.diagnostics.retention`, never below [`TEMP_GRACE`]).
     pub crash_file_retention: Duration,
     pub max_disk_size: Option<u64>,
+    /// The symbfile store's directory (`symbfile.dir`).
+    pub symbfiles: Option<PathBuf>,
     pub dry_run: bool,
 }
 
@@ -50,6 +56,8 @@ pub struct CleanupReport {
     pub evicted_files: u64,
     pub kept_files: u64,
     pub kept_bytes: u64,
+    /// Uploaded symbfiles in `cache_dir`: never removed, counted in the disk budget.
+    pub upload_bytes: u64,
     pub errors: u64,
 }
 
@@ -57,12 +65,13 @@ impl std::fmt::Display for CleanupReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "removed {} files ({} bytes, {} of them to fit the disk budget), kept {} files ({} bytes), {} errors",
+            "removed {} files ({} bytes, {} of them to fit the disk budget), kept {} files ({} bytes) and {} bytes of uploads, {} errors",
             self.removed_files,
             self.removed_bytes,
             self.evicted_files,
             self.kept_files,
             self.kept_bytes,
+            self.upload_bytes,
             self.errors
         )
     }
@@ -93,8 +102,15 @@ impl Cleanup {
             derived: config.derived.clone(),
             crash_file_retention: config.diagnostics.retention.max(TEMP_GRACE),
             max_disk_size: config.max_disk_size,
+            symbfiles: None,
             dry_run,
         }
+    }
+
+    /// Also looks after the symbfile store at `dir`.
+    pub fn with_symbfiles(mut self, dir: PathBuf) -> Self {
+        self.symbfiles = Some(dir);
+        self
     }
 
     /// One pass over `cache_dir`, as if the time were `now`.
@@ -125,8 +141,28 @@ impl Cleanup {
                 }
             }
         }
-        self.enforce_budget(kept, &mut report);
+        let uploads = self.clean_symbfiles(now, &mut report);
+        self.enforce_budget(kept, uploads, &mut report);
         report
+    }
+
+    /// Removes the symbfile store's abandoned temp files; the bytes of the store that
+    /// count towards the disk budget.
+    fn clean_symbfiles(&self, now: SystemTime, report: &mut CleanupReport) -> u64 {
+        let Some(dir) = &self.symbfiles else {
+            return 0;
+        };
+        // The store's own layout (lookup/symbfile/store.rs): temp files are the only
+        // files that are not uploads or the indexes built from them.
+        for (path, meta) in files(&dir.join("tmp")) {
+            if age(&meta, now) >= TEMP_GRACE {
+                self.remove(&path, meta.len(), report);
+            }
+        }
+        if !dir.starts_with(&self.cache_dir) {
+            return 0;
+        }
+        walk_files(dir).iter().map(|(_, meta)| meta.len()).sum()
     }
 
     fn clean_crash_files(&self, dir: &Path, now: SystemTime, report: &mut CleanupReport) {
@@ -177,8 +213,8 @@ impl Cleanup {
 
     /// Least recently used first, and all originals before any derived cache: an
     /// original is only needed to build derived caches, which are smaller and hotter.
-    fn enforce_budget(&self, mut kept: Vec<Kept>, report: &mut CleanupReport) {
-        let mut total: u64 = kept.iter().map(|k| k.len).sum();
+    fn enforce_budget(&self, mut kept: Vec<Kept>, uploads: u64, report: &mut CleanupReport) {
+        let mut total: u64 = kept.iter().map(|k| k.len).sum::<u64>() + uploads;
         if let Some(budget) = self.max_disk_size {
             kept.sort_by_key(|k| (k.family == Family::Derived, k.modified));
             let mut survivors = Vec::with_capacity(kept.len());
@@ -196,6 +232,7 @@ impl Cleanup {
         }
         report.kept_files = kept.len() as u64;
         report.kept_bytes = kept.iter().map(|k| k.len).sum();
+        report.upload_bytes = uploads;
     }
 
     fn remove_tree(&self, dir: &Path, report: &mut CleanupReport) {
@@ -361,6 +398,7 @@ mod tests {
                 derived: CacheConfig::default(),
                 crash_file_retention: DAY,
                 max_disk_size,
+                symbfiles: Some(self.dir.path().join("symbfiles")),
                 dry_run,
             }
         }
@@ -433,6 +471,30 @@ mod tests {
         let real = t.cleanup(None, false).run(t.now);
         assert_eq!(dry.removed_files, real.removed_files);
         assert_eq!(dry.removed_bytes, real.removed_bytes);
+    }
+
+    #[test]
+    fn uploads_count_towards_the_budget_and_only_their_abandoned_temps_go() {
+        let t = Tree::new();
+        let data = [0u8; 100];
+        let object = t.put("objects/1/global/o", &data, 3 * DAY);
+        let derived = t.put("symcaches/2/global/d", &data, DAY);
+        let upload = t.put("symbfiles/files/ab/ab00/ranges.symbfile", &data, 30 * DAY);
+        let part = t.put(
+            "symbfiles/pending/ranges-ab00-2/part-00000000",
+            &data,
+            2 * DAY,
+        );
+        let writing = t.put("symbfiles/tmp/.partwriting", &data, MIN);
+        let abandoned = t.put("symbfiles/tmp/.partabandoned", &data, 31 * MIN);
+
+        let report = t.cleanup(Some(400), false).run(t.now);
+        assert!(!abandoned.exists());
+        assert!(upload.exists() && part.exists() && writing.exists());
+        // 300 bytes of uploads leave room for one cache file: the original goes first.
+        assert!(!object.exists() && derived.exists());
+        assert_eq!(report.upload_bytes, 300);
+        assert_eq!((report.evicted_files, report.kept_bytes), (1, 100));
     }
 
     #[test]

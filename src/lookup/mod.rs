@@ -28,7 +28,9 @@ pub use locate::Locator;
 pub use object_file::{ObjectFile, ObjectHandle, ObjectHint, ObjectLimits, ObjectMeta};
 pub use objects::{FindResult, FoundObject, OBJECT_META, ObjectPurpose, ObjectsActor};
 pub use source_files::{SourceFiles, context_lines, fetchable_link, sourcelink_candidate};
-pub use symbfile::{FormatError, PartWriter, SymbfileConfig, SymbfileStore, Upload, UploadError};
+pub use symbfile::{
+    FormatError, MAX_INLINE_DEPTH, PartWriter, SymbfileConfig, SymbfileStore, Upload, UploadError,
+};
 
 use crate::cache::Caches;
 use crate::fetch::Downloader;

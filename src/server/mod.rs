@@ -78,13 +78,26 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The server's state: the symbfile store is opened to receive uploads.
     pub fn new(config: &Config) -> anyhow::Result<Self> {
-        Self::with_downloader(config, Downloader::new(config.fetch_config())?)
+        let symbfiles = SymbfileStore::open(config.symbfile_dir(), &config.symbfile)
+            .with_context(|| format!("symbfile store {}", config.symbfile_dir().display()))?;
+        Self::build(config, Downloader::new(config.fetch_config())?, symbfiles)
     }
 
-    /// The state around a given downloader: the offline CLI hands in one that reports
-    /// download progress.
-    pub fn with_downloader(config: &Config, downloader: Downloader) -> anyhow::Result<Self> {
+    /// The state of a process beside the server (the offline CLI, which hands in a
+    /// downloader that reports progress; `omnisym cleanup`): stored symbfiles are looked
+    /// up, and nothing of the store is changed that a running server relies on.
+    pub fn offline(config: &Config, downloader: Downloader) -> anyhow::Result<Self> {
+        let symbfiles = SymbfileStore::for_lookups(config.symbfile_dir(), &config.symbfile);
+        Self::build(config, downloader, symbfiles)
+    }
+
+    fn build(
+        config: &Config,
+        downloader: Downloader,
+        symbfiles: SymbfileStore,
+    ) -> anyhow::Result<Self> {
         // The recorder first, so that the counters the caches register while they are
         // built reach it; installing happens once per process.
         let metrics = telemetry::install(&config.metrics);
@@ -94,8 +107,6 @@ impl AppState {
             config.shared_cache.as_ref(),
             &downloader,
         )?);
-        let symbfiles = SymbfileStore::open(config.symbfile_dir(), &config.symbfile)
-            .with_context(|| format!("symbfile store {}", config.symbfile_dir().display()))?;
         let symbfiles = Arc::new(symbfiles);
         let lookup = Lookup::new(
             &caches,

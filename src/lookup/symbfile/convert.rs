@@ -133,10 +133,12 @@ fn own_lines<'a>(
     }
 }
 
-fn range_function<'a>(
+/// The function of one node, with its inlinees already built.
+fn node_function<'a>(
     records: &'a Records,
     nodes: &[Node],
     id: usize,
+    inlinees: Vec<Function<'a>>,
     inline: bool,
 ) -> Function<'a> {
     let node = &nodes[id];
@@ -165,35 +167,59 @@ fn range_function<'a>(
         name: name(records.string(range.func)),
         compilation_dir: b"",
         lines,
-        inlinees: (node.children.iter())
-            .map(|&child| range_function(records, nodes, child, true))
-            .collect(),
+        inlinees,
         inline,
     }
 }
 
-/// One byte at the pad's address, with the chain nested as inlinees; each frame's
-/// line over the byte is the call line of the frame it holds.
-fn pad_function<'a>(
-    records: &'a Records,
-    addr: u64,
-    frames: &[PadFrame],
-    inline: bool,
-) -> Function<'a> {
-    let frame = &frames[0];
-    let file = frame.file.map_or("", |f| records.string(f));
-    Function {
-        address: addr,
-        size: 1,
-        name: name(records.string(frame.func)),
-        compilation_dir: b"",
-        lines: vec![line(addr, addr + 1, file, frame.line)],
-        inlinees: match frames.get(1..) {
-            Some(rest) if !rest.is_empty() => vec![pad_function(records, addr, rest, true)],
-            _ => Vec::new(),
-        },
-        inline,
+/// The tree under `root` as one function with nested inlinees, built children first
+/// with a stack of its own: the tree is as deep as the upload says.
+fn range_function<'a>(records: &'a Records, nodes: &[Node], root: usize) -> Function<'a> {
+    struct Open<'a> {
+        id: usize,
+        next_child: usize,
+        inlinees: Vec<Function<'a>>,
     }
+    let open = |id: usize| Open {
+        id,
+        next_child: 0,
+        inlinees: Vec::with_capacity(nodes[id].children.len()),
+    };
+    let mut stack = vec![open(root)];
+    loop {
+        let top = stack.last_mut().expect("the root is popped last");
+        if let Some(&child) = nodes[top.id].children.get(top.next_child) {
+            top.next_child += 1;
+            stack.push(open(child));
+            continue;
+        }
+        let done = stack.pop().expect("the stack is not empty");
+        let function = node_function(records, nodes, done.id, done.inlinees, !stack.is_empty());
+        match stack.last_mut() {
+            Some(parent) => parent.inlinees.push(function),
+            None => return function,
+        }
+    }
+}
+
+/// One byte at the pad's address, with the chain nested as inlinees; each frame's
+/// line over the byte is the call line of the frame it holds. Built from the innermost
+/// frame out, without recursion.
+fn pad_function<'a>(records: &'a Records, addr: u64, frames: &[PadFrame]) -> Option<Function<'a>> {
+    let mut inner: Option<Function<'a>> = None;
+    for (depth, frame) in frames.iter().enumerate().rev() {
+        let file = frame.file.map_or("", |f| records.string(f));
+        inner = Some(Function {
+            address: addr,
+            size: 1,
+            name: name(records.string(frame.func)),
+            compilation_dir: b"",
+            lines: vec![line(addr, addr + 1, file, frame.line)],
+            inlinees: inner.into_iter().collect(),
+            inline: depth > 0,
+        });
+    }
+    inner
 }
 
 /// Writes the SymCache of `records`. Functions are handed to the converter one tree
@@ -202,7 +228,7 @@ pub fn write_symcache(records: &Records, out: &mut impl Write) -> std::io::Resul
     let (nodes, roots) = build_tree(records);
     let mut converter = SymCacheConverter::new();
     for &root in &roots {
-        converter.process_symbolic_function(&range_function(records, &nodes, root, false));
+        converter.process_symbolic_function(&range_function(records, &nodes, root));
     }
     let covered = |addr: u64| {
         let at = roots.partition_point(|&n| nodes[n].start <= addr);
@@ -217,13 +243,11 @@ pub fn write_symcache(records: &Records, out: &mut impl Write) -> std::io::Resul
     pads.sort_by_key(|p| p.addr);
     pads.dedup_by_key(|p| p.addr);
     for pad in pads {
-        if pad.addr < u64::MAX && !covered(pad.addr) {
-            converter.process_symbolic_function(&pad_function(
-                records,
-                pad.addr,
-                &pad.frames,
-                false,
-            ));
+        if pad.addr < u64::MAX
+            && !covered(pad.addr)
+            && let Some(function) = pad_function(records, pad.addr, &pad.frames)
+        {
+            converter.process_symbolic_function(&function);
         }
     }
     converter.serialize(out)
@@ -333,6 +357,50 @@ mod tests {
         assert_eq!(b.lookup(0x2f), frames(&[("f", "/src/0.c", 5)]));
         assert_eq!(b.lookup(0x30), frames(&[("g", "/src/0.c", 9)]));
         assert_eq!(b.lookup(0x404), frames(&[]));
+    }
+
+    /// The deepest chains a config may allow, ranges and a return pad, convert on a
+    /// thread with half the stack of tokio's blocking pool (2 MiB), and answer every
+    /// frame: symbolic's converter recurses once per level.
+    #[test]
+    fn the_deepest_allowed_chains_convert_on_a_blocking_threads_stack() {
+        let depth = super::super::MAX_INLINE_DEPTH;
+        let mut b = Built::new();
+        for level in 0..depth {
+            let level = u64::from(level);
+            b.range(
+                0x1000 + level,
+                0x1000 - 2 * level,
+                level as u32,
+                "f",
+                7,
+                &[(0, 3)],
+            );
+        }
+        let r = &mut b.records;
+        let frame = PadFrame {
+            func: r.intern("pad"),
+            file: None,
+            line: 5,
+        };
+        r.pads.push(ReturnPad {
+            addr: 0x4000,
+            frames: vec![frame; depth as usize],
+        });
+        let (ranged, padded) = std::thread::Builder::new()
+            .stack_size(1024 * 1024)
+            .spawn(move || (b.lookup(0x1800), b.lookup(0x4000)))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(ranged.len(), depth as usize);
+        assert_eq!(
+            ranged[0],
+            ("f".to_owned(), format!("/src/{}.c", depth - 1), 3)
+        );
+        assert_eq!(ranged[1].2, 7, "the call line of the level below");
+        assert_eq!(padded.len(), depth as usize);
+        assert!(padded.iter().all(|f| f.0 == "pad" && f.2 == 5));
     }
 
     #[test]

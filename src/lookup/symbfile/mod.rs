@@ -25,6 +25,10 @@ use crate::sources::Secret;
 use crate::units::{deserialize_duration, deserialize_limit, deserialize_size};
 
 pub use read::FormatError;
+
+/// The largest `max_inline_depth` a config may set: a chain this deep converts in half
+/// of a blocking thread's 2 MiB stack (`convert`'s tests check it, in a debug build).
+pub const MAX_INLINE_DEPTH: u32 = 256;
 pub use store::{PartWriter, SymbfileStore, Upload, UploadError};
 
 /// The `symbfile` section of the config: who may upload, where uploads live, and how
@@ -35,12 +39,20 @@ pub struct SymbfileConfig {
     /// Keys accepted in `Authorization: APIKey <key>`. None: uploads are refused (403)
     /// and only symbols already stored are served.
     pub api_keys: Vec<Secret>,
-    /// Where uploads are stored; default `<cache_dir>/symbfiles` (which cache cleanup
-    /// never touches: uploads are data, not cache).
+    /// Where uploads are stored; default `<cache_dir>/symbfiles` (cache cleanup deletes
+    /// only its abandoned temp files: uploads are data, not cache).
     pub dir: Option<PathBuf>,
     /// Largest symbfile, all parts together, in bytes.
     #[serde(deserialize_with = "deserialize_size")]
     pub max_file_size: u64,
+    /// Bytes all unfinished uploads may hold together: their stored parts and the parts
+    /// being received (more: 429). At least `max_file_size`.
+    #[serde(deserialize_with = "deserialize_size")]
+    pub max_pending_size: u64,
+    /// Most functions in one inline chain: a return pad's frames, a range's `depth`
+    /// plus one. A deeper upload is refused (400). At most [`MAX_INLINE_DEPTH`]:
+    /// converting a chain into a SymCache takes stack for every level.
+    pub max_inline_depth: u32,
     /// Largest `FileParts` accepted.
     #[serde(deserialize_with = "deserialize_limit")]
     pub max_parts: usize,
@@ -65,6 +77,10 @@ impl Default for SymbfileConfig {
             // Reading a symbfile into memory takes a few times its size; this keeps one
             // upload's conversion within a gigabyte or so.
             max_file_size: 256 * 1024 * 1024,
+            // Four of the largest uploads at once.
+            max_pending_size: 1024 * 1024 * 1024,
+            // Inline chains of real programs stay within a few dozen functions.
+            max_inline_depth: 128,
             max_parts: 1024,
             max_pending_uploads: 64,
             pending_upload_timeout: Duration::from_secs(3600),

@@ -68,12 +68,21 @@ impl Records {
 }
 
 /// Why a symbfile cannot be used; says where.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FormatError {
     #[error("not a symbfile: it must start with the 8 bytes \"symbfile\"")]
     BadMagic,
     #[error("malformed symbfile at byte {offset}: {message}")]
     Malformed { offset: usize, message: String },
+    #[error(
+        "symbfile record at byte {offset} has an inline chain of {depth} functions, deeper \
+         than this server accepts ({limit}, symbfile.max_inline_depth)"
+    )]
+    TooDeep {
+        offset: usize,
+        depth: u64,
+        limit: u32,
+    },
 }
 
 /// State that one file carries from record to record; a new magic resets it.
@@ -152,7 +161,11 @@ const MT_STRING_TABLE: u64 = proto::MessageType::MtStringTableV1 as u64;
 /// after the other (an upload whose parts were each a whole file): a magic where a
 /// record would start begins a new file. That is never a record: its prefix would
 /// say 115 bytes of type 121, a type no writer uses.
-pub fn read_into(data: &[u8], records: &mut Records) -> Result<(), FormatError> {
+///
+/// No inline chain may hold more than `max_depth` functions (a range's `depth` is below
+/// it, a return pad has at most that many frames): the SymCache converter recurses
+/// once per level, so the depth an upload may ask for has to be bounded here.
+pub fn read_into(data: &[u8], records: &mut Records, max_depth: u32) -> Result<(), FormatError> {
     if !data.starts_with(MAGIC) {
         return Err(FormatError::BadMagic);
     }
@@ -171,6 +184,11 @@ pub fn read_into(data: &[u8], records: &mut Records) -> Result<(), FormatError> 
         let len = cursor.varint().map_err(malformed)?;
         let ty = cursor.varint().map_err(malformed)?;
         let body = cursor.take(len).map_err(malformed)?;
+        let too_deep = |depth: u64| FormatError::TooDeep {
+            offset,
+            depth,
+            limit: max_depth,
+        };
         if expect_header {
             if ty != MT_HEADER {
                 return Err(malformed(format!("expected the header, found type {ty}")));
@@ -184,11 +202,17 @@ pub fn read_into(data: &[u8], records: &mut Records) -> Result<(), FormatError> 
             MT_HEADER => return Err(malformed("a second header".into())),
             MT_RANGE => {
                 let range = proto::RangeV1::decode(body).map_err(|e| malformed(e.to_string()))?;
+                if range.depth >= max_depth {
+                    return Err(too_deep(u64::from(range.depth) + 1));
+                }
                 let range = read_range(range, &mut file, records).map_err(malformed)?;
                 records.ranges.push(range);
             }
             MT_RETURN_PAD => {
                 let pad = proto::ReturnPadV1::decode(body).map_err(|e| malformed(e.to_string()))?;
+                if pad.func.len() > max_depth as usize {
+                    return Err(too_deep(pad.func.len() as u64));
+                }
                 let pad = read_return_pad(pad, &mut file, records).map_err(malformed)?;
                 records.pads.push(pad);
             }
@@ -304,6 +328,8 @@ fn read_return_pad(
 mod tests {
     use super::*;
 
+    const DEPTH: u32 = 128;
+
     /// A record as the framing has it: length, type, body.
     fn record(ty: proto::MessageType, message: &impl Message) -> Vec<u8> {
         let body = message.encode_to_vec();
@@ -349,7 +375,7 @@ mod tests {
         let mut data = one.clone();
         data.extend(file(&[range(ElfVa::SetElfVa(0x2000), "a")]));
         let mut records = Records::default();
-        read_into(&data, &mut records).unwrap();
+        read_into(&data, &mut records, DEPTH).unwrap();
         let starts: Vec<_> = records.ranges.iter().map(|r| r.start).collect();
         assert_eq!(starts, [0x1000, 0xff0, 0x2000]);
         assert_eq!(records.ranges[1].lines, [(0xff0, 7), (0xff4, 9)]);
@@ -360,7 +386,7 @@ mod tests {
         // A relative address does not reach back into the previous file.
         let mut data = one;
         data.extend(file(&[range(ElfVa::DeltaElfVa(4), "c")]));
-        let err = read_into(&data, &mut Records::default()).unwrap_err();
+        let err = read_into(&data, &mut Records::default(), DEPTH).unwrap_err();
         assert!(err.to_string().contains("relative address"), "{err}");
     }
 
@@ -384,7 +410,12 @@ mod tests {
             )
         };
         let mut records = Records::default();
-        read_into(&file(&[table.clone(), pad(vec![0, 2])]), &mut records).unwrap();
+        read_into(
+            &file(&[table.clone(), pad(vec![0, 2])]),
+            &mut records,
+            DEPTH,
+        )
+        .unwrap();
         let frames = &records.pads[0].frames;
         assert_eq!(records.string(frames[1].func), "inner");
         assert_eq!(frames[0].file.map(|f| records.string(f)), Some("a.c"));
@@ -393,24 +424,91 @@ mod tests {
         let err = read_into(
             &file(&[table.clone(), pad(vec![0])]),
             &mut Records::default(),
+            DEPTH,
         );
         assert!(
             err.unwrap_err()
                 .to_string()
                 .contains("1 functions, 2 files")
         );
-        let err = read_into(&file(&[table, pad(vec![0, 9])]), &mut Records::default());
+        let err = read_into(
+            &file(&[table, pad(vec![0, 9])]),
+            &mut Records::default(),
+            DEPTH,
+        );
         assert!(err.unwrap_err().to_string().contains("string reference 9"));
+    }
+
+    #[test]
+    fn inline_chains_deeper_than_the_limit_are_refused() {
+        let table = record(
+            proto::MessageType::MtStringTableV1,
+            &proto::StringTableV1 {
+                strings: vec!["f".into()],
+            },
+        );
+        let pad = |frames: usize| {
+            record(
+                proto::MessageType::MtReturnPadV1,
+                &proto::ReturnPadV1 {
+                    elf_va: Some(proto::return_pad_v1::ElfVa::SetElfVa(0x40)),
+                    func: vec![0; frames],
+                    file: vec![0; frames],
+                    line: vec![1; frames],
+                },
+            )
+        };
+        let deep_range = |depth: u32| {
+            record(
+                proto::MessageType::MtRangeV1,
+                &proto::RangeV1 {
+                    elf_va: Some(proto::range_v1::ElfVa::SetElfVa(0x40)),
+                    length: 1,
+                    func: Some(proto::range_v1::Func::FuncStr("f".into())),
+                    depth,
+                    ..Default::default()
+                },
+            )
+        };
+        let mut records = Records::default();
+        read_into(
+            &file(&[table.clone(), pad(3), deep_range(2)]),
+            &mut records,
+            3,
+        )
+        .unwrap();
+        assert_eq!(records.pads[0].frames.len(), 3);
+
+        let data = file(&[table.clone(), pad(4)]);
+        let err = read_into(&data, &mut Records::default(), 3).unwrap_err();
+        assert_eq!(
+            err,
+            FormatError::TooDeep {
+                // After the magic, the header and the string table.
+                offset: 15,
+                depth: 4,
+                limit: 3
+            }
+        );
+        assert!(
+            err.to_string().contains("symbfile.max_inline_depth"),
+            "{err}"
+        );
+        let err = read_into(&file(&[deep_range(3)]), &mut Records::default(), 3).unwrap_err();
+        assert!(
+            matches!(err, FormatError::TooDeep { depth: 4, .. }),
+            "{err}"
+        );
     }
 
     #[test]
     fn framing_errors() {
         assert_eq!(
-            read_into(b"symbfilX\x00\x01", &mut Records::default()),
+            read_into(b"symbfilX\x00\x01", &mut Records::default(), DEPTH),
             Err(FormatError::BadMagic)
         );
         let truncated = &file(&[range(proto::range_v1::ElfVa::SetElfVa(1), "f")])[..20];
-        let err = read_into(truncated, &mut Records::default()).unwrap_err();
+        let err = read_into(truncated, &mut Records::default(), DEPTH).unwrap_err();
         assert!(
             matches!(err, FormatError::Malformed { offset: 10, .. }),
             "{err}"
@@ -418,11 +516,11 @@ mod tests {
         // The first record must be the header.
         let mut no_header = MAGIC.to_vec();
         no_header.extend(range(proto::range_v1::ElfVa::SetElfVa(1), "f"));
-        assert!(read_into(&no_header, &mut Records::default()).is_err());
-        assert!(read_into(MAGIC, &mut Records::default()).is_err());
+        assert!(read_into(&no_header, &mut Records::default(), DEPTH).is_err());
+        assert!(read_into(MAGIC, &mut Records::default(), DEPTH).is_err());
         // Unknown record types are skipped.
         let mut unknown = file(&[]);
         unknown.extend([2, 9, 0xaa, 0xbb]);
-        read_into(&unknown, &mut Records::default()).unwrap();
+        read_into(&unknown, &mut Records::default(), DEPTH).unwrap();
     }
 }

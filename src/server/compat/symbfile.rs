@@ -98,8 +98,14 @@ impl From<UploadError> for Refusal {
             UploadError::TooMany(_) => {
                 Refusal::new(StatusCode::TOO_MANY_REQUESTS, code::TOO_MANY_UPLOADS, text)
             }
-            UploadError::Full(_) => {
+            UploadError::Full(_) | UploadError::NoSpace => {
                 Refusal::new(StatusCode::INSUFFICIENT_STORAGE, code::STORAGE_FULL, text)
+            }
+            UploadError::Refused {
+                too_large: true, ..
+            } => Refusal::new(StatusCode::PAYLOAD_TOO_LARGE, code::TOO_LARGE, text),
+            UploadError::Refused { .. } => {
+                Refusal::new(StatusCode::BAD_REQUEST, code::INVALID_SYMBFILE, text)
             }
             UploadError::Internal => Refusal::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
