@@ -126,46 +126,31 @@ pub async fn serve(
         let io = TokioIo::new(WriteDeadline::new(stream, limits.write_timeout));
         let app = app.clone();
         let body_timeout = limits.body_read_timeout;
-        match admission {
-            Admission::Regular(permit) => {
-                let service =
-                    hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-                        let request =
-                            request.map(|body| Body::new(DeadlineBody::new(body, body_timeout)));
-                        app.clone().oneshot(request)
-                    });
-                let connection = graceful.watch(http.serve_connection(io, service));
-                tokio::spawn(async move {
-                    if let Err(err) = connection.await {
-                        tracing::debug!(error = %err, "connection ended with an error");
-                    }
-                    drop(permit);
-                });
-            }
+        let (permit, health_only) = match admission {
+            Admission::Regular(permit) => (permit, false),
             Admission::HealthOnly(permit) => {
                 metrics::counter!(crate::telemetry::HEALTH_ONLY_CONNECTIONS).increment(1);
-                let service =
-                    hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-                        let app = app.clone();
-                        async move {
-                            if is_healthcheck(&request) {
-                                let request = request
-                                    .map(|body| Body::new(DeadlineBody::new(body, body_timeout)));
-                                app.oneshot(request).await
-                            } else {
-                                Ok(connections_exhausted())
-                            }
-                        }
-                    });
-                let connection = graceful.watch(health_http.serve_connection(io, service));
-                tokio::spawn(async move {
-                    if let Err(err) = connection.await {
-                        tracing::debug!(error = %err, "health-only connection ended with an error");
-                    }
-                    drop(permit);
-                });
+                (permit, true)
             }
-        }
+        };
+        let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+            let app = app.clone();
+            async move {
+                if health_only && !is_healthcheck(&request) {
+                    return Ok(connections_exhausted());
+                }
+                let request = request.map(|body| Body::new(DeadlineBody::new(body, body_timeout)));
+                app.oneshot(request).await
+            }
+        });
+        let builder = if health_only { &health_http } else { &http };
+        let connection = graceful.watch(builder.serve_connection(io, service));
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::debug!(error = %err, health_only, "connection ended with an error");
+            }
+            drop(permit);
+        });
     }
     drop(listener);
     if tokio::time::timeout(limits.shutdown_timeout, graceful.shutdown())
