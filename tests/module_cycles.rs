@@ -37,13 +37,108 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// A file's code without its `#[cfg(test)]` part (tests may reach anywhere).
+/// A file's code without its test items: every item under `#[cfg(test)]` (a test
+/// module, inline or in its own file, or a test-only function or `use`) is cut, and
+/// nothing else, since tests may reach anywhere but the code after them may not.
 fn code(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap();
-    match text.find("#[cfg(test)]") {
-        Some(at) => text[..at].to_owned(),
-        None => text,
+    strip_test_items(&std::fs::read_to_string(path).unwrap())
+}
+
+const TEST_ATTRIBUTE: &str = "#[cfg(test)]";
+
+fn strip_test_items(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(TEST_ATTRIBUTE) {
+        out.push_str(&rest[..at]);
+        rest = &rest[at + TEST_ATTRIBUTE.len()..];
+        rest = &rest[item_end(rest)..];
     }
+    out.push_str(rest);
+    out
+}
+
+/// Where the item starting in `text` ends: after its `;` or its closing brace, with
+/// braces and semicolons inside strings, chars and comments not counted.
+fn item_end(text: &str) -> usize {
+    let bytes = text.as_bytes();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'/' if bytes.get(i + 1) == Some(&b'/') => {
+                i += text[i..].find('\n').unwrap_or(text.len() - i);
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                i += text[i..].find("*/").map_or(text.len() - i, |end| end + 2);
+                continue;
+            }
+            b'r' if matches!(bytes.get(i + 1), Some(b'"' | b'#'))
+                && (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_')) =>
+            {
+                let hashes = bytes[i + 1..].iter().take_while(|&&b| b == b'#').count();
+                if bytes.get(i + 1 + hashes) == Some(&b'"') {
+                    let close = format!("\"{}", "#".repeat(hashes));
+                    let body = i + 2 + hashes;
+                    i = body
+                        + text[body..]
+                            .find(&close)
+                            .map_or(text.len() - body, |end| end + close.len());
+                    continue;
+                }
+            }
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            // A char literal ('x', '\n', '{'); a lifetime ('a) has no closing quote.
+            b'\'' if bytes.get(i + 1) == Some(&b'\\') => {
+                i += 2 + text[i + 2..].find('\'').unwrap_or(text.len() - i - 2);
+            }
+            b'\'' if bytes.get(i + 2) == Some(&b'\'') => i += 2,
+            b'{' => depth += 1,
+            b'}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            b';' if depth == 0 => return i + 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    text.len()
+}
+
+/// The files that only tests compile: those declared `#[cfg(test)] mod name;`.
+fn test_files(files: &[PathBuf]) -> BTreeSet<PathBuf> {
+    let mut out = BTreeSet::new();
+    for file in files {
+        let text = std::fs::read_to_string(file).unwrap();
+        // `mod.rs` and `lib.rs` declare children beside them; `foo.rs` in `foo/`.
+        let stem = file.file_stem().unwrap();
+        let dir = if stem == "mod" || stem == "lib" || stem == "main" {
+            file.parent().unwrap().to_owned()
+        } else {
+            file.with_extension("")
+        };
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find(TEST_ATTRIBUTE) {
+            rest = &rest[at + TEST_ATTRIBUTE.len()..];
+            let item = &rest[..item_end(rest)];
+            let words: Vec<&str> = item.split_whitespace().collect();
+            if let [.., "mod", name] = words.as_slice()
+                && let Some(name) = name.strip_suffix(';')
+            {
+                out.insert(dir.join(format!("{name}.rs")));
+                out.insert(dir.join(name).join("mod.rs"));
+            }
+        }
+    }
+    out
 }
 
 /// Every `PREFIX::name` in `text`, also inside `PREFIX::{a, b::c}` groups.
@@ -58,33 +153,55 @@ fn names_after(text: &str, prefix: &str) -> BTreeSet<String> {
             continue;
         }
         if let Some(group) = rest.strip_prefix('{') {
-            let end = group.find('}').unwrap_or(group.len());
-            for part in group[..end].split(',') {
-                let name: String = part
-                    .trim()
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_')
-                    .collect();
-                out.insert(name);
-            }
+            out.extend(top_level_parts(group).into_iter().map(leading_name));
         } else {
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect();
-            out.insert(name);
+            out.insert(leading_name(rest));
         }
+        out.remove("");
     }
     out
 }
 
+fn leading_name(text: &str) -> String {
+    text.trim()
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect()
+}
+
+/// The comma-separated parts of a `{...}` group whose `{` was just read, up to its
+/// matching `}`: nested groups stay inside their part.
+fn top_level_parts(group: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0usize, 0);
+    for (at, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                parts.push(&group[start..at]);
+                return parts;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&group[start..at]);
+                start = at + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&group[start..]);
+    parts
+}
+
 fn top_level_graph(src: &Path) -> Graph {
+    let tests = test_files(&rust_files(src));
     let mut modules: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     for entry in std::fs::read_dir(src).unwrap().flatten() {
         let path = entry.path();
         let name = path.file_stem().unwrap().to_string_lossy().into_owned();
         if path.is_dir() {
-            modules.insert(name, rust_files(&path));
+            let files = rust_files(&path).into_iter().filter(|f| !tests.contains(f));
+            modules.insert(name, files.collect());
         } else if name != "main" && name != "lib" && path.extension().is_some_and(|e| e == "rs") {
             modules.insert(name, vec![path]);
         }
@@ -106,11 +223,12 @@ fn top_level_graph(src: &Path) -> Graph {
 /// The files of one module directory (not `mod.rs`, which re-exports its children) and
 /// which siblings each names through `super::` or `crate::<module>::`.
 fn sibling_graph(module: &str, dir: &Path) -> Graph {
+    let tests = test_files(&rust_files(dir));
     let files: BTreeMap<String, PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .filter(|p| p.extension().is_some_and(|e| e == "rs") && !tests.contains(p))
         .map(|p| (p.file_stem().unwrap().to_string_lossy().into_owned(), p))
         .filter(|(name, _)| name != "mod")
         .collect();
@@ -225,6 +343,25 @@ fn the_check_sees_cycles_and_group_imports() {
         "crate",
     );
     assert_eq!(names, ["cache", "fetch", "lookup"].map(String::from).into());
+    let nested = names_after(
+        "use crate::{cache::{A, B}, fetch, sources::{self}};",
+        "crate",
+    );
+    assert_eq!(
+        nested,
+        ["cache", "fetch", "sources"].map(String::from).into()
+    );
+    // Only the test items go: what follows them is still code.
+    let text = "use a;\n#[cfg(test)]\nmod tests;\nuse crate::b;\n#[cfg(test)]\nmod t {\n    \
+        fn f() { let _ = \"}\"; let _ = '{'; let _: &'static str = r#\"}\"#; }\n}\n\
+        use crate::c; // }\n#[cfg(test)]\nfn g() {}\nuse crate::d;\n";
+    let kept = strip_test_items(text);
+    assert_eq!(
+        names_after(&kept, "crate"),
+        ["b", "c", "d"].map(String::from).into(),
+        "{kept}"
+    );
+    assert!(!kept.contains("mod t"), "{kept}");
     let mut graph = Graph::new();
     graph.insert("a".into(), ["b".to_owned()].into());
     graph.insert("b".into(), ["c".to_owned()].into());
