@@ -68,7 +68,7 @@ impl Refusal {
     }
 }
 
-/// The codes our answers use; README's "symbfile uploads" lists them.
+/// The codes our answers use; docs/fronts.md ("symbfile uploads") lists them.
 mod code {
     pub const INTERNAL: &str = "1000";
     pub const UNAUTHORIZED: &str = "1001";
