@@ -63,18 +63,21 @@ SOAK_SECS="$SECS" SOAK_CSV="$CSV" \
 
 grep -E '^(soak:|SOAK-ROW|SOAK-RSS|  failure:)' "$LOG" | sed -e 's/^SOAK-ROW //' -e 's/^SOAK-RSS /RSS: /' || true
 if [ -s "$CSV" ]; then
-    awk -F, 'NR > 1 { n++; s[n] = $1; r[n] = $2; if ($2 > peak) { peak = $2; at = $1 } }
+    awk -F, 'NR > 1 { n++; s[n] = $1; r[n] = $2; an[n] = $3; fi[n] = $4; if ($2 > peak) { peak = $2; at = $1 } }
         END {
             if (n == 0) exit
             printf "RSS curve: start %.1f MiB, peak %.1f MiB (at %d s), end %.1f MiB; %d samples\n",
                 r[1] / 1024, peak / 1024, at, r[n] / 1024, n
-            # Flatness: the last quarter against the second quarter (past the warm-up).
+            # Flatness: the last quarter against the second quarter (past the warm-up),
+            # in all and split into the heap (anonymous) and the mapped cache files.
             q = int(n / 4)
             if (q >= 1) {
-                for (i = q + 1; i <= 2 * q; i++) a += r[i]
-                for (i = n - q + 1; i <= n; i++) b += r[i]
+                for (i = q + 1; i <= 2 * q; i++) { a += r[i]; aa += an[i]; af += fi[i] }
+                for (i = n - q + 1; i <= n; i++) { b += r[i]; ba += an[i]; bf += fi[i] }
                 printf "RSS second quarter mean %.1f MiB, last quarter mean %.1f MiB (%+.1f%%)\n",
                     a / q / 1024, b / q / 1024, (b - a) * 100 / a
+                printf "  anonymous %.1f -> %.1f MiB, file-backed %.1f -> %.1f MiB\n",
+                    aa / q / 1024, ba / q / 1024, af / q / 1024, bf / q / 1024
             }
         }' "$CSV"
 fi

@@ -161,6 +161,9 @@ struct Soak {
     symsrv_url: String,
     proxy_url: String,
     fixtures: Fixtures,
+    /// Symbfile FileIDs whose upload has been acknowledged (every part answered 200):
+    /// from then on a lookup of them must find symbols, whatever else is uploading.
+    acknowledged: Mutex<std::collections::HashSet<String>>,
 }
 
 /// What one operation came to: the kind of answer, or why it is a failure.
@@ -309,11 +312,13 @@ impl Soak {
                         format!("symbfile upload: {status}: {body}")
                     })?;
                 }
+                self.acknowledged.lock().unwrap().insert(id);
                 Ok("200".to_owned())
             }
             "symbfile symbolicate" => {
                 // The previous round's upload: done by now, unless it is still running.
                 let id = upload_id((n / OPS.len() as u64).saturating_sub(1));
+                let acknowledged = self.acknowledged.lock().unwrap().contains(&id);
                 let (status, answer) = self
                     .server
                     .post("/symbolicate", &sf::probe_request(&id))
@@ -330,11 +335,24 @@ impl Soak {
                         || format!("symbfile: wrong frames: {}", short(&answer)),
                     )?;
                 }
-                // Not uploaded yet is `missing`; anything else is a failure.
-                expect(matches!(&*debug_status, "found" | "missing"), || {
-                    format!("symbfile: {}", short(&answer))
-                })?;
-                Ok(format!("completed/{debug_status}"))
+                // Not uploaded yet (the upload is still running on another worker, or
+                // was refused with 429) is `missing`; once acknowledged, `missing` means
+                // an upload was lost, and anything else is a failure too.
+                expect(
+                    debug_status == "found" || (debug_status == "missing" && !acknowledged),
+                    || {
+                        format!(
+                            "symbfile {id} (acknowledged: {acknowledged}): {}",
+                            short(&answer)
+                        )
+                    },
+                )?;
+                let when = if acknowledged {
+                    ""
+                } else {
+                    " before its upload"
+                };
+                Ok(format!("completed/{debug_status}{when}"))
             }
             other => unreachable!("{other}"),
         }
@@ -442,6 +460,7 @@ sources:
         symsrv_url: symsrv.url.clone(),
         proxy_url: proxy.url.clone(),
         fixtures,
+        acknowledged: Mutex::default(),
     });
     println!(
         "soak: {duration:?} or {max_iterations} requests, {workers} workers, server pid {pid}, RSS samples in {csv_path}"
