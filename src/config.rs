@@ -357,6 +357,12 @@ pub enum ConfigError {
     },
     #[error("invalid config: {0}")]
     Semantic(String),
+    /// Any of the above, read from a file: every message a user sees names the file.
+    #[error("config file {}: {error}", path.display())]
+    InFile {
+        path: PathBuf,
+        error: Box<ConfigError>,
+    },
 }
 
 impl Config {
@@ -364,12 +370,20 @@ impl Config {
     /// can warn once logging is set up. A value that is exactly `${NAME}` is replaced by
     /// the environment variable `NAME`, as upstream does (an unset one is an error).
     pub fn from_yaml(text: &str) -> Result<(Config, Vec<String>), ConfigError> {
-        if text.trim().is_empty() {
-            return Ok((Config::default(), Vec::new()));
+        // As upstream: a file with no document in it (empty, or only comments) is
+        // refused rather than read as the defaults, as it is more likely a config that
+        // was not written out than a wish for the defaults (which need no file).
+        let document: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(text).unwrap_or(serde_yaml_ng::Value::Bool(true));
+        if document.is_null() {
+            return Err(ConfigError::Semantic(
+                "the config is empty; write at least one key, or leave out --config for the defaults"
+                    .into(),
+            ));
         }
         let mut ignored = Vec::new();
         let mut env = serde_vars::EnvSource::default();
-        let de = serde_yaml::Deserializer::from_str(text);
+        let de = serde_yaml_ng::Deserializer::from_str(text);
         let de = serde_vars::Deserializer::new(de, &mut env);
         let mut on_ignored = |path: serde_ignored::Path<'_>| ignored.push(path.to_string());
         let de = serde_ignored::Deserializer::new(de, &mut on_ignored);
@@ -450,10 +464,14 @@ impl Config {
             path: path.to_owned(),
             source,
         })?;
-        Self::from_yaml(&text)
+        Self::from_yaml(&text).map_err(|error| ConfigError::InFile {
+            path: path.to_owned(),
+            error: Box::new(error),
+        })
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        validate_log_level(&self.logging.level)?;
         if self.max_concurrent_requests == 0 {
             return Err(ConfigError::Semantic(
                 "max_concurrent_requests must be at least 1".into(),
@@ -588,6 +606,39 @@ impl Config {
     }
 }
 
+/// Levels as upstream reads them (`log`'s names, any case).
+const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// `logging.level` is a level, or a tracing filter (`info,omnisym=debug`). A single
+/// word that is not a level would be read as a filter enabling only the target of that
+/// name, which mutes every log line: `warning` is the usual slip.
+fn validate_log_level(level: &str) -> Result<(), ConfigError> {
+    let trimmed = level.trim();
+    let is_level = LOG_LEVELS
+        .iter()
+        .any(|name| name.eq_ignore_ascii_case(trimmed));
+    let is_filter = trimmed.contains(['=', ',']);
+    let refused = |why: String| {
+        Err(ConfigError::Invalid {
+            key: "logging.level".into(),
+            location: String::new(),
+            message: why,
+        })
+    };
+    if is_level {
+        Ok(())
+    } else if !is_filter {
+        refused(format!(
+            "`{trimmed}` is not a level: use one of {} (or a filter such as `info,omnisym=debug`)",
+            LOG_LEVELS.join(", ")
+        ))
+    } else if let Err(err) = tracing_subscriber::EnvFilter::try_new(trimmed) {
+        refused(format!("`{trimmed}` is not a valid filter: {err}"))
+    } else {
+        Ok(())
+    }
+}
+
 fn deserialize_cache_dir<'de, D: serde::Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
     // The empty path stands for `null` until `resolve_upstream_names` replaces it.
     Option::<PathBuf>::deserialize(d).map(Option::unwrap_or_default)
@@ -599,7 +650,7 @@ fn deserialize_opt_interval<'de, D: serde::Deserializer<'de>>(
     crate::units::deserialize_opt_duration(d).map(Some)
 }
 
-/// serde_yaml appends "at line X column Y" itself; we report the location separately.
+/// serde_yaml_ng appends "at line X column Y" itself; we report the location separately.
 /// A parse error's text without the values it quotes: any value may be a secret (a
 /// token written under the wrong key, a password with a stray quote), and config
 /// errors go to logs and terminals. The key and the expected type stay, which is what
@@ -632,11 +683,69 @@ mod tests {
     use crate::units::parse_size;
 
     #[test]
-    fn empty_config_is_default() {
-        let (config, ignored) = Config::from_yaml("").unwrap();
-        assert_eq!(config.bind.port(), 3021);
-        assert_eq!(config.max_concurrent_requests, 200);
-        assert!(ignored.is_empty());
+    fn an_empty_config_file_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        for text in ["", "\n  \n", "# only a comment\n", "~\n"] {
+            let path = dir.path().join("config.yml");
+            std::fs::write(&path, text).unwrap();
+            let err = Config::from_file(&path).unwrap_err().to_string();
+            assert!(err.contains(&path.display().to_string()), "{err}");
+            assert!(err.contains("empty"), "{text:?}: {err}");
+        }
+        // The defaults need no file.
+        assert_eq!(Config::default().bind.port(), 3021);
+        assert_eq!(Config::default().max_concurrent_requests, 200);
+    }
+
+    #[test]
+    fn every_error_from_a_file_names_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("symbolicator.yml");
+        for text in [
+            "bind: [1, 2]\n",
+            "max_concurrent_requests: 0\n",
+            "caches: {max_disk_size: 5 parsecs}\n",
+            "logging: {level: warning}\n",
+            "bind: 127.0.0.1:3021\n  oops: [\n",
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let err = Config::from_file(&path).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("config file {}: ", path.display())),
+                "{err}"
+            );
+        }
+        let missing = dir.path().join("missing.yml");
+        let err = Config::from_file(&missing).unwrap_err().to_string();
+        assert!(err.contains(&missing.display().to_string()), "{err}");
+    }
+
+    #[test]
+    fn a_log_level_that_is_not_one_is_refused() {
+        for level in ["warning", "WARNING", "verbose", "critical", "omnisym"] {
+            let err = Config::from_yaml(&format!("logging: {{level: {level}}}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("logging.level"), "{level}: {err}");
+            assert!(err.contains("warn, info"), "{level}: {err}");
+        }
+        let err = Config::from_yaml("logging: {level: 'info,omnisym=loud'}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a valid filter"), "{err}");
+        for level in [
+            "off",
+            "error",
+            "warn",
+            "INFO",
+            "Debug",
+            "trace",
+            "info,omnisym=debug",
+        ] {
+            let yaml = format!("logging: {{level: '{level}'}}\n");
+            let (config, _) = Config::from_yaml(&yaml).unwrap();
+            assert_eq!(config.logging.level, level);
+        }
     }
 
     #[test]

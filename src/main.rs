@@ -4,13 +4,19 @@
 //! and flags of the server follow upstream's `symbolicator`, so self-hosted Sentry's
 //! compose file can run this binary unchanged.
 
+use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use tracing::subscriber::Interest;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::dynamic_filter_fn;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 use omnisym::cache::cleanup::Cleanup;
 use omnisym::config::{Config, LogFormat};
@@ -81,11 +87,10 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
 /// (else every HTTP connection and DWARF unit would log). Anything else is a tracing
 /// filter as written.
 fn log_filter(level: &str) -> String {
-    // Self-hosted's compose file always sets a StatsD address, and nothing need listen
-    // there: the exporter would log a refused datagram at every flush, forever.
+    // The StatsD exporter is not quieted here but by `first_of_each_statsd_error`:
+    // muting it would hide a mistyped address for good.
     const QUIET: &str = "goblin=error,minidump=error,minidump_processor=error,\
-                         minidump_unwind=error,breakpad_symbols=error,\
-                         metrics_exporter_dogstatsd=off";
+                         minidump_unwind=error,breakpad_symbols=error";
     match level.trim().to_ascii_lowercase().as_str() {
         "off" => "off".into(),
         "error" => format!("error,{QUIET}"),
@@ -105,25 +110,75 @@ fn init_logging(config: &Config) {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     match config.logging.format {
         // As upstream: JSON lines go to stdout, for log shippers that read it.
-        LogFormat::Json => builder.json().with_writer(std::io::stdout).init(),
+        LogFormat::Json => builder
+            .json()
+            .with_writer(std::io::stdout)
+            .finish()
+            .with(statsd_errors_once())
+            .init(),
         LogFormat::Simplified => builder
             .compact()
             .without_time()
             .with_ansi(ansi)
             .with_writer(std::io::stderr)
+            .finish()
+            .with(statsd_errors_once())
             .init(),
         LogFormat::Pretty => builder
             .pretty()
             .with_ansi(true)
             .with_writer(std::io::stderr)
+            .finish()
+            .with(statsd_errors_once())
             .init(),
-        LogFormat::Auto if ansi => builder.pretty().with_writer(std::io::stderr).init(),
+        LogFormat::Auto if ansi => builder
+            .pretty()
+            .with_writer(std::io::stderr)
+            .finish()
+            .with(statsd_errors_once())
+            .init(),
         LogFormat::Auto => builder
             .compact()
             .with_ansi(false)
             .with_writer(std::io::stderr)
+            .finish()
+            .with(statsd_errors_once())
             .init(),
     }
+}
+
+/// Asks [`first_of_each_statsd_error`] about the StatsD exporter's events each time
+/// (its answer changes), and leaves every other callsite to the level filter.
+fn statsd_errors_once<S: tracing::Subscriber>() -> impl tracing_subscriber::Layer<S> {
+    dynamic_filter_fn(|meta, _| first_of_each_statsd_error(meta)).with_callsite_filter(|meta| {
+        if is_statsd_event(meta) {
+            Interest::sometimes()
+        } else {
+            Interest::always()
+        }
+    })
+}
+
+fn is_statsd_event(meta: &tracing::Metadata<'_>) -> bool {
+    meta.is_event() && meta.target().starts_with("metrics_exporter_dogstatsd")
+}
+
+/// The StatsD exporter logs every failed send at every flush (every few seconds), and
+/// self-hosted's compose file names a StatsD address whether or not one listens there.
+/// The first error of each kind is the report an operator needs (a port typed wrong,
+/// a StatsD that is down); the repeats would only bury the rest of the log.
+fn first_of_each_statsd_error(meta: &tracing::Metadata<'_>) -> bool {
+    static SEEN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    if !is_statsd_event(meta) {
+        return true;
+    }
+    if *meta.level() > tracing::Level::WARN {
+        return false;
+    }
+    let site = format!("{}:{}", meta.file().unwrap_or(""), meta.line().unwrap_or(0));
+    SEEN.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(site)
 }
 
 /// Panics go to the log like every other error (a JSON line under `format: json`):
@@ -145,7 +200,7 @@ fn log_panics() {
 fn load_config(path: Option<&PathBuf>, warn_ignored: bool) -> anyhow::Result<Config> {
     let (config, ignored) = match path {
         Some(path) => Config::from_file(path)?,
-        None => Config::from_yaml("")?,
+        None => (Config::default(), Vec::new()),
     };
     if config.logging.enable_backtraces && std::env::var_os("RUST_BACKTRACE").is_none() {
         // SAFETY: called from `main` before any runtime or other thread exists.
@@ -372,7 +427,7 @@ mod tests {
         assert!(log_filter("info").starts_with("info,goblin=error"));
         assert!(log_filter("DEBUG").ends_with(",omnisym=debug"));
         for level in ["error", "warn", "info", "debug"] {
-            assert!(log_filter(level).contains("metrics_exporter_dogstatsd=off"));
+            assert!(log_filter(level).contains("breakpad_symbols=error"));
         }
         assert_eq!(log_filter("warn,omnisym=debug"), "warn,omnisym=debug");
         for level in ["off", "error", "warn", "info", "debug", "trace"] {

@@ -488,7 +488,7 @@ mod tests {
     use super::*;
 
     fn config(yaml: &str) -> MetricsConfig {
-        serde_yaml::from_str(yaml).unwrap()
+        serde_yaml_ng::from_str(yaml).unwrap()
     }
 
     fn sources() -> TagSources {

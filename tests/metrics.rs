@@ -110,6 +110,32 @@ async fn an_unusable_statsd_address_only_costs_the_statsd_export() {
     );
 }
 
+/// A StatsD address that resolves but where nothing listens (a port typed wrong, or
+/// self-hosted's default with no StatsD running) is reported, once: neither muted for
+/// good nor repeated at every flush.
+#[tokio::test]
+async fn a_statsd_that_refuses_is_reported_once() {
+    let closed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap();
+    drop(closed);
+    let server = Server::start(&format!("metrics:\n  statsd: '{addr}'\n"));
+    let failures = |log: &str| log.matches("Failed to send payload").count();
+    // Each flush (every 3 s) sends what the requests counted; the refusals come back
+    // on the sends after the first.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while failures(&server.log()) == 0 && std::time::Instant::now() < deadline {
+        server.get("/healthcheck").await;
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    assert_eq!(failures(&server.log()), 1, "{}", server.log());
+    // Three more flushes with more to send: still the one report.
+    for _ in 0..40 {
+        server.get("/healthcheck").await;
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    assert_eq!(failures(&server.log()), 1, "{}", server.log());
+}
+
 #[tokio::test]
 async fn prometheus_text_counts_requests_latency_caches_and_downloads() {
     let symsrv = SymbolServer::start().await;

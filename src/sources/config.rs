@@ -401,7 +401,7 @@ mod tests {
   is_public: true
   comment: ignored
 "#;
-        let sources: Vec<SourceConfig> = serde_yaml::from_str(yaml).unwrap();
+        let sources: Vec<SourceConfig> = serde_yaml_ng::from_str(yaml).unwrap();
         assert_eq!(sources.len(), 2);
         assert_eq!(sources[0].files().layout.casing, FilenameCasing::Lowercase);
         assert_eq!(

@@ -131,7 +131,7 @@ mod tests {
     use crate::sources::{DirectoryLayoutType, SourceConfig};
 
     fn s3(yaml: &str) -> S3SourceConfig {
-        match serde_yaml::from_str::<SourceConfig>(yaml).unwrap() {
+        match serde_yaml_ng::from_str::<SourceConfig>(yaml).unwrap() {
             SourceConfig::S3(c) => (*c).clone(),
             other => panic!("not s3: {other:?}"),
         }
@@ -198,7 +198,7 @@ mod tests {
         ] {
             let yaml = format!("id: x\ntype: s3\nbucket: b\nregion: {region}\n");
             assert!(
-                serde_yaml::from_str::<SourceConfig>(&yaml).is_err(),
+                serde_yaml_ng::from_str::<SourceConfig>(&yaml).is_err(),
                 "{region}"
             );
         }
