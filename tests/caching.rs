@@ -535,7 +535,7 @@ async fn gcs_shared_cache_round_trips_files_past_the_chunking_threshold() {
     let data = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(data.path().join("shared")).unwrap();
     let gcs = GcsServer::start(data.path()).await;
-    let config: omnisym::cache::SharedCacheConfig = serde_yaml::from_str(&format!(
+    let config: omnisym::cache::SharedCacheConfig = serde_yaml_ng::from_str(&format!(
         "gcs:\n  bucket: shared\n  endpoint: {}\n",
         gcs.url
     ))
