@@ -2,9 +2,10 @@
 //! the lazy reader (`native::lazy`), against converting the whole file into a SymCache
 //! and looking them up there, which is what a cold request waited for before.
 //!
-//! The file is `fixtures/lazy/elf/prog` (about 420 functions over ten units, DWARF 5),
-//! and the addresses are every 23rd return address of its manifest. On a file this
-//! small both are quick; `scripts/cold-bench.sh` measures a 200+ MiB one.
+//! The files are `fixtures/lazy/elf/prog` (about 420 functions over ten units, DWARF 5)
+//! and `fixtures/lazy/pe/prog.pdb` (the same program built for Windows), and the
+//! addresses are every 23rd return address of their manifest. On files this small both
+//! are quick; `scripts/cold-bench.sh` measures a 200+ MiB one.
 //!
 //! Run with `cargo bench --bench lazy_lookup`.
 
@@ -22,14 +23,17 @@ fn fixture() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/lazy"))
 }
 
-fn addresses() -> Vec<u64> {
+/// The files benched, by their path in the manifest.
+const FILES: [&str; 2] = ["elf/prog", "pe/prog.pdb"];
+
+fn addresses(path: &str) -> Vec<u64> {
     let text = std::fs::read_to_string(fixture().join("manifest.json")).unwrap();
     let manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
     let file = manifest["files"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|f| f["path"] == "elf/prog")
+        .find(|f| f["path"] == path)
         .unwrap();
     file["return_addresses"]
         .as_array()
@@ -41,15 +45,22 @@ fn addresses() -> Vec<u64> {
         .collect()
 }
 
-fn handle() -> Arc<ObjectHandle> {
-    let data = ByteView::open(fixture().join("elf/prog")).unwrap();
+fn handle(path: &str) -> Arc<ObjectHandle> {
+    let data = ByteView::open(fixture().join(path)).unwrap();
     Arc::new(ObjectHandle::from_bytes(data, ObjectLimits::default()).unwrap())
 }
 
 fn bench(c: &mut Criterion) {
-    let addrs = addresses();
+    for path in FILES {
+        bench_file(c, path);
+    }
+}
+
+fn bench_file(c: &mut Criterion, path: &str) {
+    let addrs = addresses(path);
     assert_eq!(addrs.len(), 50);
-    let mut group = c.benchmark_group("cold_module_50_addresses");
+    let handle = || self::handle(path);
+    let mut group = c.benchmark_group(format!("cold_module_50_addresses/{path}"));
     group.bench_function("lazy_open_and_lookup", |b| {
         b.iter(|| {
             let handle = handle();
@@ -81,7 +92,7 @@ fn bench(c: &mut Criterion) {
     for &addr in &addrs {
         reader.lookup(addr);
     }
-    c.bench_function("lazy_lookup_read_units/50", |b| {
+    c.bench_function(&format!("lazy_lookup_read_units/{path}/50"), |b| {
         b.iter(|| {
             for &addr in &addrs {
                 black_box(reader.lookup(addr));

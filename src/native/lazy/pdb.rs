@@ -1002,7 +1002,6 @@ impl FunctionStack {
 mod tests {
     use std::panic::{AssertUnwindSafe, catch_unwind};
     use std::path::{Path, PathBuf};
-    use std::time::{Duration, Instant};
 
     use symbolic::common::ByteView;
 
@@ -1159,53 +1158,6 @@ mod tests {
         }
         println!("{checked} addresses checked, {} differ", failures.len());
         assert!(failures.is_empty(), "{}", failures.join("\n"));
-    }
-
-    /// How long opening and answering 50 addresses takes next to a full conversion, for
-    /// the largest PDB at hand (a fixture, or `OMNISYM_LAZY_PDB`). Printed, not asserted:
-    /// on the fixtures 50 addresses touch nearly every module, and timings on a shared
-    /// machine are noise; `lazy_pdb_reader_parses_only_the_module_it_needs` holds the
-    /// reader to its laziness.
-    #[test]
-    fn lazy_pdb_reader_timing() {
-        let (path, _) = pdbs()
-            .into_iter()
-            .max_by_key(|(path, _)| std::fs::metadata(path).unwrap().len())
-            .unwrap();
-        let handle = handle(&path);
-        let (start, end) = text_range(&path);
-        let mut rng = XorShift(7);
-        let addrs: Vec<u64> = (0..50)
-            .map(|_| start + rng.next() % (end - start))
-            .collect();
-
-        let mut best = (Duration::MAX, Duration::MAX, Duration::MAX);
-        let mut answered = 0;
-        for _ in 0..3 {
-            let started = Instant::now();
-            let reader = super::super::open(&handle).unwrap();
-            let opened = started.elapsed();
-            answered = addrs
-                .iter()
-                .filter(|&&a| !reader.lookup(a).is_empty())
-                .count();
-            let looked_up = started.elapsed() - opened;
-            let started = Instant::now();
-            full_symcache(&handle);
-            let converted = started.elapsed();
-            best = (
-                best.0.min(opened),
-                best.1.min(looked_up),
-                best.2.min(converted),
-            );
-        }
-        let (opened, looked_up, converted) = best;
-        println!(
-            "{} ({} bytes): open {opened:?} + 50 lookups ({answered} answered) {looked_up:?} = {:?}; full SymCache conversion {converted:?}",
-            path.display(),
-            std::fs::metadata(&path).unwrap().len(),
-            opened + looked_up,
-        );
     }
 
     /// A lookup parses the module that holds the address, not the others.
@@ -1509,6 +1461,9 @@ mod tests {
         let (start, end) = text_range(&path);
         let mut rng = XorShift(42);
         let (mut opened, mut disabled, mut compared, mut differ) = (0, 0, 0, 0);
+        let recorder = metrics_util::debugging::DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let _recording = metrics::set_default_local_recorder(&recorder);
         for _ in 0..20 {
             let mut data = original.clone();
             // Keep the MSF header and stream directory; scramble pages after them.
@@ -1552,6 +1507,32 @@ mod tests {
              {compared} lookups beside a SymCache that still converted, {differ} differ"
         );
         assert!(opened >= 10, "{opened}");
+        // Every panic of a scrambled module was contained by `isolate` (which counts
+        // it) and cost exactly its reader; none was swallowed elsewhere or escaped.
+        let panics = contained_panics(&snapshotter, "lazy PDB reader");
+        assert_eq!(
+            panics, disabled as u64,
+            "contained panics against lost readers"
+        );
+    }
+
+    fn contained_panics(snapshotter: &metrics_util::debugging::Snapshotter, what: &str) -> u64 {
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(key, ..)| {
+                key.key().name() == crate::telemetry::PARSER_PANICS
+                    && key
+                        .key()
+                        .labels()
+                        .any(|l| l.key() == "what" && l.value() == what)
+            })
+            .map(|(.., value)| match value {
+                metrics_util::debugging::DebugValue::Counter(n) => n,
+                _ => 0,
+            })
+            .sum()
     }
 }
 
