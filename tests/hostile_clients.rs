@@ -141,8 +141,13 @@ async fn half_open_connections_are_closed_after_their_timeouts_while_others_are_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_past_max_connections_serve_healthchecks_then_wait_until_one_closes() {
-    let server =
-        Server::start("max_connections: 20\nhealth_connections: 2\nheader_read_timeout: 2s\n");
+    // How long the idle connections are held: the steps below must fit inside it on a
+    // loaded machine, so they wait for the server's socket count rather than sleep.
+    const HOLD: Duration = Duration::from_secs(6);
+    let server = Server::start(&format!(
+        "max_connections: 20\nhealth_connections: 2\nheader_read_timeout: {}s\n",
+        HOLD.as_secs()
+    ));
     let addr = addr(&server);
     let baseline = server_sockets(&server);
     let mut idle = Vec::new();
@@ -150,7 +155,7 @@ async fn connections_past_max_connections_serve_healthchecks_then_wait_until_one
     for _ in 0..20 {
         idle.push(TcpStream::connect(&addr).await.unwrap());
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    sockets_reach(&server, baseline + 20).await;
     // Every regular connection is held: a health probe is still answered at once, and
     // any other request on such a connection is refused rather than queued.
     healthcheck_within(&server, Duration::from_millis(1000)).await;
@@ -166,22 +171,40 @@ async fn connections_past_max_connections_serve_healthchecks_then_wait_until_one
     for _ in 0..2 {
         idle.push(TcpStream::connect(&addr).await.unwrap());
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    sockets_reach(&server, baseline + 22).await;
     let url = format!("{}/healthcheck", server.url);
     let check = tokio::spawn(async move { common::client().get(url).send().await });
     tokio::time::sleep(Duration::from_millis(700)).await;
     let held = server_sockets(&server) - baseline;
     assert_eq!(held, 22, "the server holds {held} connections");
     assert!(
+        opened.elapsed() < HOLD,
+        "the machine is too slow for this test: the idle connections were let go already"
+    );
+    assert!(
         !check.is_finished(),
         "answered while 22 connections were open"
     );
     let answer = check.await.unwrap().unwrap();
     assert_eq!(answer.status(), 200);
-    // Answered once the first idle connections were closed, 2 s after they opened.
+    // Answered once the first idle connections were closed, HOLD after they opened.
     let waited = opened.elapsed();
-    assert!(waited >= Duration::from_millis(1900), "{waited:?}");
+    assert!(waited >= HOLD - Duration::from_millis(100), "{waited:?}");
     drop(idle);
+}
+
+/// Waits until the server holds `count` sockets (accepting takes a moment, longer on a
+/// loaded machine).
+async fn sockets_reach(server: &Server, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server_sockets(server) < count {
+        assert!(
+            Instant::now() < deadline,
+            "the server holds {} sockets, not {count}",
+            server_sockets(server)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Asserts that `/healthcheck` answers 200 within `limit`.

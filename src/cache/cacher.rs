@@ -740,13 +740,18 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 
-    /// `err` is remembered, across a restart too, while its placeholder is fresh; after
-    /// 300 ms (what `config` gives it) the next request computes again.
-    async fn assert_remembered_for_300ms(config: CacheConfig, err: CacheError) {
+    /// How long the placeholders of the tests below live: long enough that the checks
+    /// made while one is fresh finish in time on a loaded two-core machine.
+    const PLACEHOLDER_TTL: Duration = Duration::from_secs(2);
+
+    /// `err` is remembered, across a restart too, while its placeholder is fresh; once it
+    /// has expired (`config` gives it [`PLACEHOLDER_TTL`]) the next request computes again.
+    async fn assert_remembered_until_expiry(config: CacheConfig, err: CacheError) {
         let dir = tempfile::tempdir().unwrap();
         let calls = Arc::new(AtomicUsize::new(0));
         let key = CacheKey::new(Scope::Global, &["failing"]);
         let c = cacher(dir.path(), config.clone());
+        let written = std::time::Instant::now();
         assert_eq!(
             c.get(key.clone(), req(&calls, Err(err.clone()))).await,
             Err(err.clone())
@@ -755,12 +760,24 @@ mod tests {
         let c = cacher(dir.path(), config.clone());
         assert_eq!(c.get(key.clone(), req(&calls, Ok(b"x"))).await, Err(err));
         assert_eq!(calls.load(Ordering::SeqCst), 1);
-        tokio::time::sleep(Duration::from_millis(350)).await;
-        // Expired in memory and on disk: the sources are asked again.
-        assert_eq!(
-            c.get(key, req(&calls, Ok(b"x"))).await.unwrap().as_slice(),
-            b"x"
+        assert!(
+            written.elapsed() < PLACEHOLDER_TTL,
+            "the machine is too slow for this test's placeholder lifetime"
         );
+        // Expired in memory and on disk: the sources are asked again.
+        tokio::time::sleep(PLACEHOLDER_TTL.saturating_sub(written.elapsed())).await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let answer = c.get(key.clone(), req(&calls, Ok(b"x"))).await;
+            if answer.as_ref().is_ok_and(|hit| hit.as_slice() == b"x") {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never expired: {answer:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         assert_eq!(calls.load(Ordering::SeqCst), 2);
     }
 
@@ -768,10 +785,10 @@ mod tests {
     async fn misses_are_placeholders_until_they_expire() {
         // The helper's key is global: its misses follow the public lifetime.
         let config = CacheConfig {
-            retry_misses_after_public: Duration::from_millis(300),
+            retry_misses_after_public: PLACEHOLDER_TTL,
             ..CacheConfig::default()
         };
-        assert_remembered_for_300ms(config, CacheError::NotFound).await;
+        assert_remembered_until_expiry(config, CacheError::NotFound).await;
     }
 
     #[test]
@@ -796,11 +813,11 @@ mod tests {
     async fn transient_errors_are_remembered_briefly_not_for_the_miss_lifetime() {
         let config = CacheConfig {
             retry_misses_after: Duration::from_secs(3600),
-            retry_errors_after: Duration::from_millis(300),
+            retry_errors_after: PLACEHOLDER_TTL,
             ..CacheConfig::default()
         };
         let err = CacheError::DownloadError("503".into());
-        assert_remembered_for_300ms(config, err).await;
+        assert_remembered_until_expiry(config, err).await;
     }
 
     #[tokio::test]

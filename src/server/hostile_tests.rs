@@ -79,13 +79,20 @@ async fn assert_malformed_and_still_serving(stage: &str) {
         // The file itself reads fine: the first, cold request may be answered from it
         // by the lazy reader while the conversion runs (and panics). Once that has
         // failed, the failure is what every request sees, as with the other stages.
-        let (status, response) = symbolicate(addr, symbols.path()).await;
-        assert_eq!(status, 200, "{stage}: {response}");
-        let module = &response["modules"][0];
-        if module["debug_status"] == "found" {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let (status, response) = symbolicate(addr, symbols.path()).await;
+            assert_eq!(status, 200, "{stage}: {response}");
+            if response["modules"][0]["debug_status"] != "found" {
+                break;
+            }
             let frame = &response["stacktraces"][0]["frames"][0];
             assert_eq!(frame["status"], "symbolicated", "{stage}: {response}");
-            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{stage}: the conversion never failed: {response}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
     }
     for attempt in 0..2 {
