@@ -226,7 +226,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         Cleanup::new(
             &config.cache_dir,
             &config.caches,
-            &state.caches.kinds(),
+            omnisym::cache::kinds::ALL,
             false,
         )
         .with_symbfiles(config.symbfile_dir())
@@ -291,15 +291,12 @@ async fn cleanup(
                 "--repeat without an interval needs cache_cleanup_interval in the config",
             )?),
         };
-    // The server's own set-up registers every cache kind with its live versions. It
-    // is the offline one: opening the symbfile store to receive uploads would take
-    // temp files and unfinished uploads from under a running server.
-    let downloader = omnisym::fetch::Downloader::new(config.fetch_config())?;
-    let state = AppState::offline(&config, downloader)?;
+    // The kinds and their live versions come from the one table: nothing of the
+    // server is set up, so nothing takes temp files or uploads from under a running one.
     let cleanup = Cleanup::new(
         &config.cache_dir,
         &config.caches,
-        &state.caches.kinds(),
+        omnisym::cache::kinds::ALL,
         dry_run,
     )
     .with_symbfiles(config.symbfile_dir());

@@ -594,7 +594,7 @@ fn assert_only_derived_caches(stored: &[String]) {
         stored.iter().any(|p| p.starts_with("symcaches/1/global/")),
         "{stored:?}"
     );
-    let meta = &omnisym::lookup::OBJECT_META;
+    let meta = &omnisym::cache::kinds::OBJECT_META;
     let meta_dir = format!("{}/{}/global/", meta.name, meta.version);
     assert!(
         stored.iter().any(|p| p.starts_with(&meta_dir)),

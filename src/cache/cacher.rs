@@ -15,28 +15,10 @@ use tempfile::NamedTempFile;
 use super::CacheConfig;
 use super::CacheKey;
 use super::key::Scope;
+use super::kinds::CacheKind;
 use super::shared::SharedCache;
 use crate::error::{CacheError, CacheResult, isolate, panicked};
 use crate::telemetry::{self, CACHE_COMPUTE_ERRORS, CACHE_LOOKUPS};
-
-/// A family of cache files and the version of their format. Files of `version` live in
-/// `cache_dir/<name>/<version>`; files of a `compatible` older version are still served
-/// (and recomputed in the background), files of any other version count as absent and
-/// are removed by cleanup.
-#[derive(Clone, Copy, Debug)]
-pub struct CacheKind {
-    pub name: &'static str,
-    pub version: u32,
-    /// Older versions whose files `load` still reads correctly, newest first.
-    pub compatible: &'static [u32],
-}
-
-impl CacheKind {
-    /// Whether files of `version` may be served.
-    pub fn is_live(&self, version: u32) -> bool {
-        version == self.version || self.compatible.contains(&version)
-    }
-}
 
 /// How to produce and read one kind of cache item.
 pub trait CacheItemRequest: Send + Sync + 'static {
@@ -616,6 +598,7 @@ fn touch(path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::Family;
     use crate::cache::Scope;
     use crate::telemetry::{Recorded, recorded};
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -670,6 +653,8 @@ mod tests {
             name: "test",
             version: 1,
             compatible: &[],
+            family: Family::Derived,
+            memory_share: 1,
         };
         Cacher::new(kind, dir, config, memory, "boot-a".into())
     }
@@ -829,6 +814,8 @@ mod tests {
             name: "test",
             version: 1,
             compatible: &[],
+            family: Family::Derived,
+            memory_share: 1,
         };
         let c: Cacher<Req> = Cacher::new(
             kind,
@@ -880,6 +867,8 @@ mod tests {
             name: "test",
             version,
             compatible,
+            family: Family::Derived,
+            memory_share: 1,
         };
         Cacher::new(kind, dir, CacheConfig::default(), 1 << 20, "boot".into())
     }

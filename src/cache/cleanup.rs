@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use super::cacher::{is_placeholder, placeholder_ttl, read_placeholder};
 use super::{CacheConfig, CachesConfig};
-use super::{CacheKind, Family, RegisteredKind, Scope};
+use super::{CacheKind, Family, Scope};
 
 /// Temp files younger than this may belong to a write in progress. Downloads update
 /// their file's mtime as they stream, so only an abandoned one gets this old.
@@ -35,7 +35,7 @@ pub struct Cleanup {
     pub cache_dir: PathBuf,
     /// Kinds the server knows, by name; a directory of another name gets the derived
     /// rules but keeps all its versions (it may belong to a newer binary).
-    pub kinds: HashMap<&'static str, (CacheKind, Family)>,
+    pub kinds: HashMap<&'static str, CacheKind>,
     pub downloaded: CacheConfig,
     pub derived: CacheConfig,
     /// Leftover crash files older than this are removed (upstream's
@@ -89,15 +89,12 @@ impl Cleanup {
     pub fn new(
         cache_dir: &Path,
         config: &CachesConfig,
-        kinds: &[RegisteredKind],
+        kinds: &[CacheKind],
         dry_run: bool,
     ) -> Self {
         Cleanup {
             cache_dir: cache_dir.to_owned(),
-            kinds: kinds
-                .iter()
-                .map(|k| (k.kind.name, (k.kind, k.family)))
-                .collect(),
+            kinds: kinds.iter().map(|kind| (kind.name, *kind)).collect(),
             downloaded: config.downloaded.clone(),
             derived: config.derived.clone(),
             crash_file_retention: config.diagnostics.retention.max(TEMP_GRACE),
@@ -124,7 +121,7 @@ impl Cleanup {
             }
             // Only directories of cache kinds this build knows are ours to delete from:
             // `cache_dir` may be shared with other data.
-            let Some(&(kind, family)) = self.kinds.get(name.as_str()) else {
+            let Some(&kind) = self.kinds.get(name.as_str()) else {
                 tracing::debug!(dir = %path.display(), "cleanup skips a directory it does not own");
                 continue;
             };
@@ -137,7 +134,7 @@ impl Cleanup {
                 for (scope, scope_dir) in subdirs(&version_dir) {
                     // Only the global scope's directory is named "global" (see `Scope`).
                     let scope = Scope::new(&scope);
-                    self.clean_scope(&scope_dir, &scope, family, now, &mut report, &mut kept);
+                    self.clean_scope(&scope_dir, &scope, kind.family, now, &mut report, &mut kept);
                 }
             }
         }
@@ -380,20 +377,21 @@ mod tests {
                 name: "objects",
                 version: 1,
                 compatible: &[],
+                family: Family::Downloaded,
+                memory_share: 1,
             };
             let symcaches = CacheKind {
                 name: "symcaches",
                 version: 2,
                 compatible: &[1],
+                family: Family::Derived,
+                memory_share: 1,
             };
             Cleanup {
                 cache_dir: self.dir.path().to_owned(),
-                kinds: [
-                    ("objects", (objects, Family::Downloaded)),
-                    ("symcaches", (symcaches, Family::Derived)),
-                ]
-                .into_iter()
-                .collect(),
+                kinds: [("objects", objects), ("symcaches", symcaches)]
+                    .into_iter()
+                    .collect(),
                 downloaded: CacheConfig::default(),
                 derived: CacheConfig::default(),
                 crash_file_retention: DAY,

@@ -163,7 +163,7 @@ impl<F: DerivedFormat> Clone for DerivedCache<F> {
 impl<F: DerivedFormat> DerivedCache<F> {
     pub fn new(caches: &Caches) -> Self {
         DerivedCache {
-            cacher: caches.derived(F::KIND),
+            cacher: caches.cacher(F::KIND),
             budget: caches.conversions(),
         }
     }
@@ -209,6 +209,7 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
 
     use super::*;
+    use crate::cache::Family;
     use crate::cache::{CachesConfig, Scope};
     use crate::fetch::{Downloader, FetchConfig};
 
@@ -225,6 +226,8 @@ mod tests {
             name: "slow_test",
             version: 1,
             compatible: &[],
+            family: Family::Derived,
+            memory_share: 1,
         };
 
         fn input_size(input: &u64) -> u64 {

@@ -4,9 +4,9 @@
 //! replicas, one computation per key however many requests wait for it, writes through
 //! a temp file and a rename, and negative-cache placeholders for misses and failures.
 //! Keys carry the request scope and the source, so nothing crosses scopes. `derived`
-//! builds caches from any number of parent files (keyed by theirs), `budget` splits the
-//! memory budget between kinds in one table and bounds conversions by input size, `config` is the `caches` section of the
-//! config file. `cleanup` owns deletion: the time rules, stray temp files, old versions
+//! builds caches from any number of parent files (keyed by theirs). `kinds` is the one
+//! table of cache kinds: name, version, family and memory share. `budget` bounds
+//! conversions by input size, `config` is the `caches` section of the config file. `cleanup` owns deletion: the time rules, stray temp files, old versions
 //! and the disk budget.
 
 mod budget;
@@ -16,12 +16,14 @@ pub mod cleanup;
 mod config;
 mod derived;
 mod key;
+pub mod kinds;
 mod shared;
 
-pub use budget::{BudgetPermit, ConversionBudget, MEMORY_SHARES};
-pub use cacher::{CacheItemRequest, CacheKind, Cacher};
-pub use caches::{Caches, Family, RegisteredKind};
+pub use budget::{BudgetPermit, ConversionBudget};
+pub use cacher::{CacheItemRequest, Cacher};
+pub use caches::Caches;
 pub use config::{CacheConfig, CachesConfig, DiagnosticsCacheConfig, InMemoryConfig};
 pub use derived::{DerivedCache, DerivedFormat, InputFuture};
 pub use key::{CacheKey, Scope};
+pub use kinds::{CacheKind, Family};
 pub use shared::{S3SharedCacheConfig, SharedCache, SharedCacheBackendConfig, SharedCacheConfig};

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use super::bundle::{ArtifactBundle, ArtifactBundles, BundleLimits, FoundInBundle};
 use super::interface::{FileKey, ResolvedWith, ScrapingConfig};
 use super::sourcemap_cache::{OwnedSourceMapCache, SourceMapCacheFormat, SourceMapCacheInput};
+use crate::cache::kinds;
 use crate::cache::{CacheKey, CacheKind, Caches, ConversionBudget, DerivedCache, Scope};
 use crate::error::{CacheError, CacheResult, isolate_blocking};
 use crate::fetch::{Downloader, RemoteFile};
@@ -22,17 +23,10 @@ use crate::sources::{
     CommonSourceConfig, HttpSourceConfig, Secret, SentrySourceConfig, SourceConfig, SourceId,
 };
 
-/// Fetched JavaScript files of every kind.
-pub const SOURCEMAP_FILES: CacheKind = CacheKind {
-    name: "sourcemap_files",
-    version: 1,
-    compatible: &[],
-};
-
 struct JsFile;
 
 impl PlainFormat for JsFile {
-    const KIND: CacheKind = SOURCEMAP_FILES;
+    const KIND: CacheKind = kinds::SOURCEMAP_FILES;
     const MAX_SIZE: u64 = u64::MAX;
 }
 

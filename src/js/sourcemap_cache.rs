@@ -10,16 +10,9 @@ use std::sync::Arc;
 use symbolic::common::{AccessPattern, ByteView, SelfCell};
 use symbolic::sourcemapcache::{SourceMapCache, SourceMapCacheWriter};
 
+use crate::cache::kinds;
 use crate::cache::{CacheKind, DerivedFormat};
 use crate::error::{CacheError, CacheResult};
-
-/// Bump when what we write changes; symbolic's own format version is pinned by a test,
-/// so an upgrade that changes it forces a bump here.
-pub const SOURCEMAP_CACHES: CacheKind = CacheKind {
-    name: "sourcemap_caches",
-    version: 1,
-    compatible: &[],
-};
 
 pub type OwnedSourceMapCache = Arc<SelfCell<ByteView<'static>, SourceMapCache<'static>>>;
 
@@ -64,7 +57,7 @@ pub struct SourceMapCacheFormat;
 impl DerivedFormat for SourceMapCacheFormat {
     type Input = SourceMapCacheInput;
     type Item = OwnedSourceMapCache;
-    const KIND: CacheKind = SOURCEMAP_CACHES;
+    const KIND: CacheKind = kinds::SOURCEMAP_CACHES;
 
     fn input_size(input: &SourceMapCacheInput) -> u64 {
         (input.minified.len() + input.sourcemap.len()) as u64
@@ -94,7 +87,7 @@ mod tests {
 
     #[test]
     fn format_is_the_one_our_version_was_written_for() {
-        // If this fails, symbolic changed the format: bump SOURCEMAP_CACHES.version.
+        // If this fails, symbolic changed the format: bump cache::kinds::SOURCEMAP_CACHES.
         // The header is the magic, then the format version, both little-endian u32.
         let mut out = Vec::new();
         write_sourcemap_cache(MINIFIED.as_bytes(), regular_map(true).as_bytes(), &mut out).unwrap();

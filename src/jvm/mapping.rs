@@ -9,16 +9,7 @@ use std::sync::Arc;
 use proguard::{ProguardCache, ProguardMapping};
 use symbolic::common::{AccessPattern, AsSelf, ByteView, SelfCell};
 
-use crate::cache::CacheKind;
 use crate::error::{CacheError, CacheResult};
-
-/// Bump when what we write into a ProGuard cache changes; the `proguard` crate's own
-/// format version is pinned by a test so an upgrade that changes it forces a bump here.
-pub const PROGUARD: CacheKind = CacheKind {
-    name: "proguard",
-    version: 1,
-    compatible: &[],
-};
 
 /// Writes the ProGuard cache of the mapping file `mapping` into `out`.
 ///
@@ -109,7 +100,7 @@ pub(crate) mod tests {
 
     #[test]
     fn proguard_cache_format_is_the_one_our_version_was_written_for() {
-        // If this fails, the proguard crate changed its cache format: bump PROGUARD.version.
+        // If this fails, the proguard crate changed its cache format: bump cache::kinds::PROGUARD.
         assert_eq!(proguard::PRGCACHE_VERSION, 4);
     }
 

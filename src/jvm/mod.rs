@@ -16,7 +16,7 @@ mod source_context;
 mod symbolicate;
 
 pub use interface::{CompletedJvmSymbolicationResponse, SymbolicateJvmRequest};
-pub use mapping::{PROGUARD, ProguardMapper};
+pub use mapping::ProguardMapper;
 pub use service::JvmService;
 pub use source_context::{NoSources, SourceLookup, source_path};
 pub use symbolicate::symbolicate_jvm;

@@ -13,21 +13,15 @@ use symbolic::debuginfo::Object;
 use symbolic::debuginfo::sourcebundle::SourceBundleDebugSession;
 
 use super::interface::{CompletedJvmSymbolicationResponse, SymbolicateJvmRequest};
-use super::mapping::{self, PROGUARD, ProguardMapper};
+use super::mapping::{self, ProguardMapper};
 use super::symbolicate::symbolicate_jvm;
+use crate::cache::kinds;
 use crate::cache::{CacheKind, Caches, DerivedCache, DerivedFormat, Scope};
 use crate::error::{CacheError, CacheResult, isolate};
 use crate::lookup::{
     Downloads, FileFormat, Locator, ObjectHandle, ObjectPurpose, ObjectsActor, file_key,
 };
 use crate::sources::{FileType, ObjectId, SourceConfig};
-
-/// Mapping files as downloaded; kept so a new cache version rebuilds without a download.
-pub const PROGUARD_FILES: CacheKind = CacheKind {
-    name: "proguard_files",
-    version: 1,
-    compatible: &[],
-};
 
 /// A downloaded ProGuard/R8 mapping, checked to be one as it lands, so a wrong file is
 /// remembered as `malformed` rather than kept.
@@ -36,7 +30,7 @@ struct MappingFile;
 impl FileFormat for MappingFile {
     type Item = ByteView<'static>;
     type Hint = ();
-    const KIND: CacheKind = PROGUARD_FILES;
+    const KIND: CacheKind = kinds::PROGUARD_FILES;
 
     fn prepare(path: &Path, _hint: &()) -> CacheResult<Option<Vec<u8>>> {
         let view = ByteView::open(path).map_err(CacheError::internal)?;
@@ -60,7 +54,7 @@ struct ProguardFormat;
 impl DerivedFormat for ProguardFormat {
     type Input = ByteView<'static>;
     type Item = ProguardMapper;
-    const KIND: CacheKind = PROGUARD;
+    const KIND: CacheKind = kinds::PROGUARD;
 
     fn input_size(input: &ByteView<'static>) -> u64 {
         input.len() as u64

@@ -86,7 +86,7 @@ pub struct Downloads<F: FileFormat> {
 impl<F: FileFormat> Downloads<F> {
     pub fn new(caches: &Caches, downloader: Downloader) -> Self {
         Downloads {
-            cacher: caches.downloaded(F::KIND),
+            cacher: caches.cacher(F::KIND),
             downloader,
         }
     }

@@ -12,18 +12,13 @@ use symbolic::common::ByteView;
 use tempfile::NamedTempFile;
 
 use super::downloads::file_key;
-use crate::cache::{CacheItemRequest, CacheKind, Cacher, Caches, Scope};
+use crate::cache::kinds;
+use crate::cache::{CacheItemRequest, Cacher, Caches, Scope};
 use crate::error::{CacheError, CacheResult};
 use crate::fetch::{Downloader, RemoteFile, fetch_file};
 use crate::sources::index::{LASTID_PATH, SymstoreIndex, parse_lastid, segment_path};
 use crate::sources::{DirectoryLayoutType, SourceConfig};
 use crate::telemetry::SYMSTORE_INDEX_UNAVAILABLE;
-
-pub const SYMSTORE_INDEX: CacheKind = CacheKind {
-    name: "symstore_index",
-    version: 1,
-    compatible: &[],
-};
 
 /// How long a loaded index is trusted before the store is asked again.
 const INDEX_TTL: Duration = Duration::from_secs(3600);
@@ -116,7 +111,7 @@ impl SymstoreIndexes {
     pub fn new(caches: &Caches, downloader: Downloader) -> Self {
         SymstoreIndexes {
             downloader,
-            cache: caches.downloaded(SYMSTORE_INDEX),
+            cache: caches.cacher(kinds::SYMSTORE_INDEX),
         }
     }
 

@@ -26,7 +26,7 @@ pub use derived::{Derived, ObjectDerived, ObjectDerivedFormat, Progress, join_bu
 pub use downloads::{Downloads, FileFormat, Plain, PlainFormat, file_key};
 pub use locate::Locator;
 pub use object_file::{ObjectFile, ObjectHandle, ObjectHint, ObjectLimits, ObjectMeta};
-pub use objects::{FindResult, FoundObject, OBJECT_META, ObjectPurpose, ObjectsActor};
+pub use objects::{FindResult, FoundObject, ObjectPurpose, ObjectsActor};
 pub use source_files::{SourceFiles, context_lines, fetchable_link, sourcelink_candidate};
 pub use symbfile::{
     FormatError, MAX_INLINE_DEPTH, PartWriter, SymbfileConfig, SymbfileStore, Upload, UploadError,

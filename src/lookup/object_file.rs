@@ -16,16 +16,12 @@ use super::compressed_sections::{CompressedSection, check_sections, compressed_s
 use super::downloads::FileFormat;
 use super::embedded_sources::{embedded_sources, has_embedded_sources};
 use crate::cache::CacheKind;
+use crate::cache::kinds;
 use crate::error::{CacheError, CacheResult, isolate};
 use crate::fetch::DecompressLimits;
 use crate::sources::ObjectId;
 use crate::types::{ObjectFeatures, SrcSrvVcs};
 
-pub const OBJECTS: CacheKind = CacheKind {
-    name: "objects",
-    version: 1,
-    compatible: &[],
-};
 /// What reading one object file may cost, beyond its own size: the keys upstream has
 /// for symbolic's readers (`object_file_max_decompressed_section_size`,
 /// `object_file_max_decompressed_source_size`, `max_unwind_chain_len`), and the ratio
@@ -341,7 +337,7 @@ pub struct ObjectFile;
 impl FileFormat for ObjectFile {
     type Item = Arc<ObjectHandle>;
     type Hint = ObjectHint;
-    const KIND: CacheKind = OBJECTS;
+    const KIND: CacheKind = kinds::OBJECTS;
 
     fn prepare(path: &Path, hint: &ObjectHint) -> CacheResult<Option<Vec<u8>>> {
         extract_object(path, hint)

@@ -11,19 +11,12 @@ use tempfile::NamedTempFile;
 use super::downloads::{Downloads, file_key};
 use super::locate::Locator;
 use super::object_file::{ObjectFile, ObjectHandle, ObjectHint, ObjectLimits, ObjectMeta};
-use crate::cache::{CacheItemRequest, CacheKey, CacheKind, Cacher, Caches, Scope};
+use crate::cache::kinds;
+use crate::cache::{CacheItemRequest, CacheKey, Cacher, Caches, Scope};
 use crate::error::{CacheError, CacheResult};
 use crate::fetch::RemoteFile;
 use crate::sources::{FileType, ObjectId, SourceConfig};
 use crate::types::{AllObjectCandidates, ObjectCandidate, ObjectDownloadInfo, ObjectUseInfo};
-
-/// 2: `has_sources` also counts sources embedded in DWARF line tables.
-pub const OBJECT_META: CacheKind = CacheKind {
-    name: "object_meta",
-    version: 2,
-    // v1 lacks embedded DWARF sources in `has_sources`; it is served while v2 is built.
-    compatible: &[1],
-};
 
 struct FetchMeta {
     file: RemoteFile,
@@ -89,7 +82,7 @@ impl ObjectsActor {
     pub fn new(caches: &Caches, locator: Arc<Locator>, limits: ObjectLimits) -> Self {
         ObjectsActor {
             objects: Arc::new(Downloads::new(caches, locator.downloader().clone())),
-            meta: caches.derived(OBJECT_META),
+            meta: caches.cacher(kinds::OBJECT_META),
             locator,
             limits,
         }

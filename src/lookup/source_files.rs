@@ -9,6 +9,7 @@ use symbolic::common::ByteView;
 use url::Url;
 
 use super::downloads::{Downloads, Plain, PlainFormat};
+use crate::cache::kinds;
 use crate::cache::{CacheKind, Caches, Scope};
 use crate::error::CacheResult;
 use crate::fetch::{Downloader, RemoteFile};
@@ -42,17 +43,10 @@ pub fn context_lines(
     Some((pre, line, post))
 }
 
-/// Source files downloaded from the links in debug files.
-pub const SOURCEFILES: CacheKind = CacheKind {
-    name: "sourcefiles",
-    version: 1,
-    compatible: &[],
-};
-
 struct SourceFile;
 
 impl PlainFormat for SourceFile {
-    const KIND: CacheKind = SOURCEFILES;
+    const KIND: CacheKind = kinds::SOURCEFILES;
     /// No source file worth showing context from is this big; a link to one is a
     /// mistake or an attack.
     const MAX_SIZE: u64 = 10 * 1024 * 1024;

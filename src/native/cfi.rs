@@ -13,17 +13,10 @@ use symbolic::cfi::CfiCache;
 use symbolic::common::{ByteView, DebugId};
 use symbolic::debuginfo::breakpad::BreakpadModuleRecord;
 
+use crate::cache::kinds;
 use crate::cache::{CacheKind, DerivedFormat};
 use crate::error::{CacheError, CacheResult};
 use crate::lookup::{ObjectDerived, ObjectDerivedFormat, ObjectHandle, ObjectPurpose};
-
-/// Bump when what we write changes; symbolic's own container version is pinned by a
-/// test so an upgrade that changes it forces a bump here.
-pub const CFICACHES: CacheKind = CacheKind {
-    name: "cficaches",
-    version: 1,
-    compatible: &[],
-};
 
 /// Unwind rules of one module, ready for the stack walker.
 pub struct CfiModule {
@@ -72,7 +65,7 @@ pub struct CfiFormat;
 impl DerivedFormat for CfiFormat {
     type Input = Arc<ObjectHandle>;
     type Item = CfiItem;
-    const KIND: CacheKind = CFICACHES;
+    const KIND: CacheKind = kinds::CFICACHES;
     /// The parsed rules live on the heap, several times the size of their text.
     const MEMORY_FACTOR: u32 = 8;
 
@@ -104,7 +97,7 @@ mod tests {
 
     #[test]
     fn cficache_format_is_the_one_our_version_was_written_for() {
-        // If this fails, symbolic changed the CfiCache format: bump CFICACHES.version.
+        // If this fails, symbolic changed the CfiCache format: bump cache::kinds::CFICACHES.
         assert_eq!(symbolic::cfi::CFICACHE_LATEST_VERSION, 2);
     }
 

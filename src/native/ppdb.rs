@@ -9,17 +9,12 @@ use symbolic::common::{ByteView, Language, SelfCell, split_path};
 use symbolic::debuginfo::Object;
 use symbolic::ppdb::{PortablePdbCache, PortablePdbCacheConverter};
 
+use crate::cache::kinds;
 use crate::cache::{CacheKind, DerivedFormat};
 use crate::error::{CacheError, CacheResult};
 use crate::lookup::{ObjectDerived, ObjectDerivedFormat, ObjectHandle, ObjectPurpose};
 use crate::sources::{FileType, ObjectType};
 use crate::types::{FrameStatus, RawFrame, SymbolicatedFrame};
-
-pub const PPDB_CACHES: CacheKind = CacheKind {
-    name: "ppdb_caches",
-    version: 1,
-    compatible: &[],
-};
 
 pub type OwnedPpdbCache = Arc<SelfCell<ByteView<'static>, PortablePdbCache<'static>>>;
 
@@ -28,7 +23,7 @@ pub struct PpdbFormat;
 impl DerivedFormat for PpdbFormat {
     type Input = Arc<ObjectHandle>;
     type Item = OwnedPpdbCache;
-    const KIND: CacheKind = PPDB_CACHES;
+    const KIND: CacheKind = kinds::PPDB_CACHES;
 
     fn input_size(input: &Arc<ObjectHandle>) -> u64 {
         input.size()

@@ -8,17 +8,10 @@ use std::sync::Arc;
 use symbolic::common::{ByteView, SelfCell};
 use symbolic::symcache::{SymCache, SymCacheConverter};
 
+use crate::cache::kinds;
 use crate::cache::{CacheKind, DerivedFormat};
 use crate::error::{CacheError, CacheResult};
 use crate::lookup::{ObjectDerived, ObjectDerivedFormat, ObjectHandle, ObjectPurpose};
-
-/// Bump when what we write into a SymCache changes; `symbolic`'s own format version is
-/// pinned by a test so an upgrade that changes it forces a bump here.
-pub const SYMCACHES: CacheKind = CacheKind {
-    name: "symcaches",
-    version: 1,
-    compatible: &[],
-};
 
 pub type OwnedSymCache = Arc<SelfCell<ByteView<'static>, SymCache<'static>>>;
 
@@ -27,7 +20,7 @@ pub struct SymCacheFormat;
 impl DerivedFormat for SymCacheFormat {
     type Input = Arc<ObjectHandle>;
     type Item = OwnedSymCache;
-    const KIND: CacheKind = SYMCACHES;
+    const KIND: CacheKind = kinds::SYMCACHES;
 
     fn input_size(input: &Arc<ObjectHandle>) -> u64 {
         input.conversion_size()
@@ -63,7 +56,7 @@ pub type SymCacheActor = ObjectDerived<SymCacheFormat>;
 mod tests {
     #[test]
     fn symcache_format_is_the_one_our_version_was_written_for() {
-        // If this fails, symbolic changed the SymCache format: bump SYMCACHES.version.
+        // If this fails, symbolic changed the SymCache format: bump cache::kinds::SYMCACHES.
         assert_eq!(symbolic::symcache::SYMCACHE_VERSION, 9);
     }
 }

@@ -27,10 +27,11 @@ use symbolic::symcache::SYMCACHE_VERSION;
 
 use super::proxy::lookup_failure;
 use crate::cache::Scope;
+use crate::cache::kinds::SYMCACHES;
 use crate::config::SymCacheHttpConfig;
 use crate::error::{CacheError, CacheResult};
 use crate::native::NativeService;
-use crate::native::symcache::{OwnedSymCache, SYMCACHES};
+use crate::native::symcache::OwnedSymCache;
 use crate::server::{ApiError, AppState};
 use crate::service::{MAX_REQUEST_DURATION, RequestService};
 use crate::sources::{ObjectId, ObjectType, SourceConfig};

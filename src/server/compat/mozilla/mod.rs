@@ -27,9 +27,9 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::Scope;
+use crate::cache::kinds::SYMCACHES;
 use crate::config::MozillaConfig;
 use crate::native::SymbolicateRequest;
-use crate::native::symcache::SYMCACHES;
 use crate::server::error::RequestBody;
 use crate::server::{ApiError, AppState, Slot, parse_json};
 use crate::service::Outcome;

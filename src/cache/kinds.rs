@@ -1,0 +1,156 @@
+//! Every kind of cache file the server keeps, in one table, as upstream's `CacheName`
+//! and its versions are: each kind's name (its directory under `cache_dir`), the
+//! version of its format and the older versions still read, whether its files are
+//! downloaded or derived (which decides their lifetime rules, whether replicas share
+//! them, and what a full disk gives up first), and its share of the in-memory budget.
+//! Pipelines name their kinds from here; cleanup, offline too, learns them from here.
+//!
+//! Bump a version when what is written into that kind's files changes. The formats of
+//! `symbolic` (SymCache, CFI, SourcemapCache) and of the `proguard` crate are pinned by
+//! tests beside their conversions, so a dependency upgrade that changes one forces a
+//! bump here.
+
+use serde::Serialize;
+
+/// Whether files of a kind came from sources or were computed from such files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    /// Fetched from sources. They stay local: they are large, and any replica can fetch
+    /// them from the source as cheaply as from a shared store.
+    Downloaded,
+    /// Computed from downloaded files; shared between replicas when a shared cache is
+    /// configured.
+    Derived,
+}
+
+/// A kind of cache file. Files of `version` live in `cache_dir/<name>/<version>`; files
+/// of a `compatible` older version are still served (and recomputed in the
+/// background), files of any other version count as absent and are removed by cleanup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheKind {
+    pub name: &'static str,
+    pub version: u32,
+    /// Older versions whose files `load` still reads correctly, newest first.
+    pub compatible: &'static [u32],
+    pub family: Family,
+    /// Thousandths of `caches.in_memory.capacity` its items may hold in memory.
+    pub memory_share: u64,
+}
+
+impl CacheKind {
+    /// Whether files of `version` may be served.
+    pub fn is_live(&self, version: u32) -> bool {
+        version == self.version || self.compatible.contains(&version)
+    }
+
+    /// Whether a configured shared cache holds this kind's files too.
+    pub fn is_shared(&self) -> bool {
+        self.family == Family::Derived
+    }
+
+    /// Bytes of `capacity` this kind may hold in memory.
+    pub fn memory(&self, capacity: u64) -> u64 {
+        capacity / 1000 * self.memory_share
+    }
+}
+
+// Memory shares: kinds that every warm request reads (SymCaches, SourcemapCaches,
+// ProGuard caches) get most; downloaded files are big and parsed on demand, so they
+// get little, since what is hot lives in the derived caches. They add up to 1000.
+
+/// Debug files and executables as downloaded (decompressed).
+pub const OBJECTS: CacheKind = downloaded("objects", 1, &[], 110);
+/// What a debug file holds (features, ids), for candidates and lookups.
+/// 2: `has_sources` also counts sources embedded in DWARF line tables; v1 is served
+/// while v2 is built.
+pub const OBJECT_META: CacheKind = derived("object_meta", 2, &[1], 15);
+pub const SYMCACHES: CacheKind = derived("symcaches", 1, &[], 530);
+pub const CFICACHES: CacheKind = derived("cficaches", 1, &[], 60);
+/// .NET portable PDBs, converted.
+pub const PPDB_CACHES: CacheKind = derived("ppdb_caches", 1, &[], 50);
+/// Source files downloaded from the links in debug files.
+pub const SOURCEFILES: CacheKind = downloaded("sourcefiles", 1, &[], 15);
+/// Segments of symstore `000Admin` indexes.
+pub const SYMSTORE_INDEX: CacheKind = downloaded("symstore_index", 1, &[], 10);
+/// Fetched JavaScript files of every kind (minified sources, source maps, bundles).
+pub const SOURCEMAP_FILES: CacheKind = downloaded("sourcemap_files", 1, &[], 50);
+pub const SOURCEMAP_CACHES: CacheKind = derived("sourcemap_caches", 1, &[], 90);
+/// ProGuard mapping files as downloaded; kept so a new cache version rebuilds without
+/// a download.
+pub const PROGUARD_FILES: CacheKind = downloaded("proguard_files", 1, &[], 10);
+pub const PROGUARD: CacheKind = derived("proguard", 1, &[], 60);
+
+/// Every kind, for cleanup and the memory budget.
+pub const ALL: &[CacheKind] = &[
+    OBJECTS,
+    OBJECT_META,
+    SYMCACHES,
+    CFICACHES,
+    PPDB_CACHES,
+    SOURCEFILES,
+    SYMSTORE_INDEX,
+    SOURCEMAP_FILES,
+    SOURCEMAP_CACHES,
+    PROGUARD_FILES,
+    PROGUARD,
+];
+
+/// The kind named `name`, if the server has one.
+pub fn by_name(name: &str) -> Option<&'static CacheKind> {
+    ALL.iter().find(|kind| kind.name == name)
+}
+
+const fn downloaded(
+    name: &'static str,
+    version: u32,
+    compatible: &'static [u32],
+    memory_share: u64,
+) -> CacheKind {
+    CacheKind {
+        name,
+        version,
+        compatible,
+        family: Family::Downloaded,
+        memory_share,
+    }
+}
+
+const fn derived(
+    name: &'static str,
+    version: u32,
+    compatible: &'static [u32],
+    memory_share: u64,
+) -> CacheKind {
+    CacheKind {
+        family: Family::Derived,
+        ..downloaded(name, version, compatible, memory_share)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shares_add_up_to_the_whole_budget_and_names_are_unique() {
+        let total: u64 = ALL.iter().map(|kind| kind.memory_share).sum();
+        assert_eq!(total, 1000);
+        let mut names: Vec<_> = ALL.iter().map(|kind| kind.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ALL.len(), "a kind is listed twice");
+        for kind in ALL {
+            assert!(!kind.compatible.contains(&kind.version), "{kind:?}");
+            assert!(kind.memory_share > 0, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn only_derived_kinds_are_shared() {
+        assert!(SYMCACHES.is_shared() && PROGUARD.is_shared());
+        assert!(!OBJECTS.is_shared() && !SOURCEMAP_FILES.is_shared());
+        assert_eq!(by_name("cficaches"), Some(&CFICACHES));
+        assert_eq!(by_name("nothing"), None);
+    }
+}
