@@ -60,26 +60,26 @@ impl CacheKind {
 // get little, since what is hot lives in the derived caches. They add up to 1000.
 
 /// Debug files and executables as downloaded (decompressed).
-pub const OBJECTS: CacheKind = downloaded("objects", 1, &[], 110);
+pub const OBJECTS: CacheKind = kind("objects", Family::Downloaded, (1, &[]), 110);
 /// What a debug file holds (features, ids), for candidates and lookups.
 /// 2: `has_sources` also counts sources embedded in DWARF line tables; v1 is served
 /// while v2 is built.
-pub const OBJECT_META: CacheKind = derived("object_meta", 2, &[1], 15);
-pub const SYMCACHES: CacheKind = derived("symcaches", 1, &[], 530);
-pub const CFICACHES: CacheKind = derived("cficaches", 1, &[], 60);
+pub const OBJECT_META: CacheKind = kind("object_meta", Family::Derived, (2, &[1]), 15);
+pub const SYMCACHES: CacheKind = kind("symcaches", Family::Derived, (1, &[]), 530);
+pub const CFICACHES: CacheKind = kind("cficaches", Family::Derived, (1, &[]), 60);
 /// .NET portable PDBs, converted.
-pub const PPDB_CACHES: CacheKind = derived("ppdb_caches", 1, &[], 50);
+pub const PPDB_CACHES: CacheKind = kind("ppdb_caches", Family::Derived, (1, &[]), 50);
 /// Source files downloaded from the links in debug files.
-pub const SOURCEFILES: CacheKind = downloaded("sourcefiles", 1, &[], 15);
+pub const SOURCEFILES: CacheKind = kind("sourcefiles", Family::Downloaded, (1, &[]), 15);
 /// Segments of symstore `000Admin` indexes.
-pub const SYMSTORE_INDEX: CacheKind = downloaded("symstore_index", 1, &[], 10);
+pub const SYMSTORE_INDEX: CacheKind = kind("symstore_index", Family::Downloaded, (1, &[]), 10);
 /// Fetched JavaScript files of every kind (minified sources, source maps, bundles).
-pub const SOURCEMAP_FILES: CacheKind = downloaded("sourcemap_files", 1, &[], 50);
-pub const SOURCEMAP_CACHES: CacheKind = derived("sourcemap_caches", 1, &[], 90);
+pub const SOURCEMAP_FILES: CacheKind = kind("sourcemap_files", Family::Downloaded, (1, &[]), 50);
+pub const SOURCEMAP_CACHES: CacheKind = kind("sourcemap_caches", Family::Derived, (1, &[]), 90);
 /// ProGuard mapping files as downloaded; kept so a new cache version rebuilds without
 /// a download.
-pub const PROGUARD_FILES: CacheKind = downloaded("proguard_files", 1, &[], 10);
-pub const PROGUARD: CacheKind = derived("proguard", 1, &[], 60);
+pub const PROGUARD_FILES: CacheKind = kind("proguard_files", Family::Downloaded, (1, &[]), 10);
+pub const PROGUARD: CacheKind = kind("proguard", Family::Derived, (1, &[]), 60);
 
 /// Every kind, for cleanup and the memory budget.
 pub const ALL: &[CacheKind] = &[
@@ -101,30 +101,18 @@ pub fn by_name(name: &str) -> Option<&'static CacheKind> {
     ALL.iter().find(|kind| kind.name == name)
 }
 
-const fn downloaded(
+const fn kind(
     name: &'static str,
-    version: u32,
-    compatible: &'static [u32],
+    family: Family,
+    (version, compatible): (u32, &'static [u32]),
     memory_share: u64,
 ) -> CacheKind {
     CacheKind {
         name,
         version,
         compatible,
-        family: Family::Downloaded,
+        family,
         memory_share,
-    }
-}
-
-const fn derived(
-    name: &'static str,
-    version: u32,
-    compatible: &'static [u32],
-    memory_share: u64,
-) -> CacheKind {
-    CacheKind {
-        family: Family::Derived,
-        ..downloaded(name, version, compatible, memory_share)
     }
 }
 
