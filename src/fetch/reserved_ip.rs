@@ -10,6 +10,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use ipnet::{Ipv4Net, Ipv6Net};
 use url::{Host, Url};
 
+use super::FetchConfig;
+use crate::error::{CacheError, CacheResult};
+
 pub(super) const RESERVED_ADDRESS_MSG: &str = "refusing to connect to a reserved IP address";
 
 /// Why a connection was refused; surfaces as the root cause of a client's error.
@@ -23,6 +26,38 @@ impl fmt::Display for ReservedAddress {
 }
 
 impl StdError for ReservedAddress {}
+
+/// Whether downloads may reach reserved addresses (`connect_to_reserved_ips`): decided
+/// once, when the downloader is built, and applied by each backend where it connects,
+/// since only there are a redirect's next hop and a name's addresses known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ReservedIps {
+    Refuse,
+    Allow,
+}
+
+impl ReservedIps {
+    pub fn from_config(config: &FetchConfig) -> Self {
+        if config.connect_to_reserved_ips {
+            ReservedIps::Allow
+        } else {
+            ReservedIps::Refuse
+        }
+    }
+
+    pub fn refused(self) -> bool {
+        self == ReservedIps::Refuse
+    }
+
+    /// Fails for a URL whose host is a reserved IP literal: clients connect to literals
+    /// without asking the filtering resolver.
+    pub fn check_literal(self, url: &Url) -> CacheResult<()> {
+        if self.refused() && url_has_reserved_ip_host(url) {
+            return Err(CacheError::DownloadError(RESERVED_ADDRESS_MSG.to_owned()));
+        }
+        Ok(())
+    }
+}
 
 /// Resolves `host` with the system resolver and drops reserved addresses, so a public name
 /// pointing at an internal address (or rebinding to one) cannot be used to reach it. Every
