@@ -7,9 +7,9 @@
 //! Transfers run under the configured size and time limits with bounded retries
 //! (`transfer`), and refuse reserved IP ranges unless `connect_to_reserved_ips` is set
 //! (`reserved_ip`). A file is named by a location on a source or by a whole URL
-//! (`RemoteFile`); `Downloader::list_files` lists what a source has for an object.
-//! Credentials never reach logs or errors. Errors are [`CacheError`]s so callers can
-//! store them as negative cache entries.
+//! (`RemoteFile`); which locations a source has is `lookup`'s business. Credentials never
+//! reach logs or errors. Errors are [`CacheError`]s so callers can store them as negative
+//! cache entries.
 
 use std::path::Path;
 use std::sync::Arc;

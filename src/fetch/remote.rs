@@ -5,11 +5,10 @@ use std::sync::Arc;
 
 use url::Url;
 
-use super::{Downloader, shown_url};
+use super::shown_url;
 use crate::sources::Headers;
 use crate::sources::{
-    CommonSourceConfig, FileType, HttpSourceConfig, ObjectId, SourceConfig, SourceId,
-    sentry_file_uri, source_locations,
+    CommonSourceConfig, HttpSourceConfig, SourceConfig, SourceId, sentry_file_uri,
 };
 
 /// One file at one source: where a debug file could be. Its `uri` is what candidate
@@ -128,32 +127,5 @@ impl RemoteFile {
     /// Whether this file is named by a whole URL rather than a location on a source.
     fn is_whole_url(&self) -> bool {
         self.path.is_empty()
-    }
-}
-
-impl Downloader {
-    /// Every file `source` could have for `id`, most preferred first: the source's layout
-    /// paths, or what Sentry's search finds. A failed search lists nothing, as upstream,
-    /// and is logged without the token.
-    pub async fn list_files(
-        &self,
-        source: &SourceConfig,
-        filetypes: &[FileType],
-        id: &ObjectId,
-    ) -> Vec<RemoteFile> {
-        let paths = match source {
-            SourceConfig::Sentry(sentry) => match self.sentry_search(sentry, filetypes, id).await {
-                Ok(ids) => ids,
-                Err(err) => {
-                    tracing::warn!(source = %sentry.id, error = %err, "Sentry search failed");
-                    Vec::new()
-                }
-            },
-            _ => source_locations(source.files(), filetypes, id),
-        };
-        paths
-            .into_iter()
-            .map(|path| RemoteFile::new(source.clone(), path))
-            .collect()
     }
 }
