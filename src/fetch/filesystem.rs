@@ -4,10 +4,10 @@
 use std::io::ErrorKind;
 use std::path::Path;
 
-use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::progress::Progress;
-use super::{Downloader, too_large};
+use super::too_large;
+use super::transfer::{Running, Transfer};
 use crate::error::{CacheError, CacheResult};
 
 const COPY_BUF: usize = 64 * 1024;
@@ -25,65 +25,64 @@ fn open_error(err: std::io::Error) -> CacheError {
     }
 }
 
-impl Downloader {
-    /// Copies the local file `src` into `dest`, truncating `dest` first. A missing path (or
-    /// a directory) is `NotFound`, an unreadable one `PermissionDenied`. The size limit
-    /// applies as for HTTP downloads. Returns the number of bytes copied.
-    pub async fn copy_file(&self, src: &Path, dest: &mut tokio::fs::File) -> CacheResult<u64> {
+/// Copies from directories on the server. It keeps nothing between files, and a copy runs
+/// once, without the remote backends' retries and download timeout.
+pub(super) struct FilesystemBackend;
+
+impl FilesystemBackend {
+    /// Copies the local file `src` into the transfer's destination, emptying it first. A
+    /// missing path (or a directory) is `NotFound`, an unreadable one `PermissionDenied`.
+    /// The size limit applies as for HTTP downloads. Returns the number of bytes copied.
+    pub async fn fetch(&self, src: &Path, transfer: Transfer<'_>) -> CacheResult<u64> {
         tracing::debug!(path = %src.display(), "copying from filesystem source");
         // A source directory may be a network mount, where a big file takes a while too.
-        let mut progress = Progress::start(self, &src.display().to_string());
-        let result = self.copy(src, dest, &mut progress).await;
-        progress.finish(&result);
+        let mut run = transfer.start(&src.display().to_string());
+        let result = copy(src, &mut run).await;
+        run.finish(&result);
         result
     }
+}
 
-    async fn copy(
-        &self,
-        src: &Path,
-        dest: &mut tokio::fs::File,
-        progress: &mut Progress,
-    ) -> CacheResult<u64> {
-        let max_size = self.inner.config.max_download_size;
+async fn copy(src: &Path, run: &mut Running<'_>) -> CacheResult<u64> {
+    let max_size = run.max_size;
 
-        let mut file = tokio::fs::File::open(src).await.map_err(open_error)?;
-        let metadata = file.metadata().await.map_err(open_error)?;
-        // Opening a directory succeeds on Unix; the read would then fail with a less
-        // useful error.
-        if !metadata.is_file() {
-            return Err(CacheError::NotFound);
+    let mut file = tokio::fs::File::open(src).await.map_err(open_error)?;
+    let metadata = file.metadata().await.map_err(open_error)?;
+    // Opening a directory succeeds on Unix; the read would then fail with a less
+    // useful error.
+    if !metadata.is_file() {
+        return Err(CacheError::NotFound);
+    }
+    if metadata.len() > max_size {
+        return Err(too_large(format!(
+            "file of {} bytes exceeds the limit of {max_size} bytes",
+            metadata.len()
+        )));
+    }
+
+    run.restart().await?;
+    run.progress.set_total(Some(metadata.len()));
+
+    // Counted while copying too: the file may grow after the metadata check.
+    let mut buf = vec![0u8; COPY_BUF];
+    let mut copied: u64 = 0;
+    loop {
+        let n = file.read(&mut buf).await.map_err(open_error)?;
+        if n == 0 {
+            break;
         }
-        if metadata.len() > max_size {
+        copied = copied.saturating_add(n as u64);
+        if copied > max_size {
             return Err(too_large(format!(
-                "file of {} bytes exceeds the limit of {max_size} bytes",
-                metadata.len()
+                "file exceeds the limit of {max_size} bytes"
             )));
         }
-
-        progress.set_total(Some(metadata.len()));
-        dest.rewind().await.map_err(CacheError::internal)?;
-        dest.set_len(0).await.map_err(CacheError::internal)?;
-
-        // Counted while copying too: the file may grow after the metadata check.
-        let mut buf = vec![0u8; COPY_BUF];
-        let mut copied: u64 = 0;
-        loop {
-            let n = file.read(&mut buf).await.map_err(open_error)?;
-            if n == 0 {
-                break;
-            }
-            copied = copied.saturating_add(n as u64);
-            if copied > max_size {
-                return Err(too_large(format!(
-                    "file exceeds the limit of {max_size} bytes"
-                )));
-            }
-            dest.write_all(&buf[..n])
-                .await
-                .map_err(CacheError::internal)?;
-            progress.advance(n as u64);
-        }
-        dest.flush().await.map_err(CacheError::internal)?;
-        Ok(copied)
+        run.dest
+            .write_all(&buf[..n])
+            .await
+            .map_err(CacheError::internal)?;
+        run.progress.advance(n as u64);
     }
+    run.dest.flush().await.map_err(CacheError::internal)?;
+    Ok(copied)
 }

@@ -13,6 +13,8 @@
 //! which it reads whole (within the head timeout).
 
 use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
 use google_cloud_auth::credentials::service_account::AccessSpecifier;
 use google_cloud_auth::credentials::{
@@ -27,13 +29,10 @@ use http::{HeaderMap, HeaderValue, header::AUTHORIZATION};
 use reqwest::StatusCode;
 use url::Url;
 
-use super::Downloader;
+use super::FetchConfig;
 use super::http::status_error;
-use super::progress::Progress;
-use super::reserved_ip::{RESERVED_ADDRESS_MSG, ReservedAddress, ensure_public_url};
-use super::transfer::{
-    log_download, retrying, root_cause, truncate, within_download_timeout, write_body,
-};
+use super::reserved_ip::{RESERVED_ADDRESS_MSG, ReservedAddress, ReservedIps, ensure_public_url};
+use super::transfer::{Running, Transfer, root_cause, with_retries};
 use crate::error::{CacheError, CacheResult};
 use crate::sources::{GcsAuth, GcsSourceConfig, Secret};
 
@@ -61,16 +60,14 @@ const UNIVERSE_DOMAIN: &str = "googleapis.com";
 
 /// What distinguishes one GCS client from another.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(super) struct GcsClientKey {
+struct GcsClientKey {
     auth: GcsAuth,
     endpoint: Option<Url>,
     access: GcsAccess,
 }
 
-pub(super) type GcsClients = moka::future::Cache<GcsClientKey, Storage>;
-
 /// The emulator named by `STORAGE_EMULATOR_HOST`, read once at start.
-pub(super) fn emulator_from_env() -> Option<Url> {
+fn emulator_from_env() -> Option<Url> {
     let host = std::env::var("STORAGE_EMULATOR_HOST")
         .ok()
         .filter(|host| !host.is_empty())?;
@@ -246,17 +243,44 @@ fn credentials_failure(err: &google_cloud_storage::Error) -> Option<CacheError> 
     })
 }
 
-impl Downloader {
+/// GCS transfers: the clients, one per credentials, endpoint and access, each keeping
+/// its token fresh, and the emulator the environment names.
+pub(super) struct GcsBackend {
+    clients: moka::future::Cache<GcsClientKey, Storage>,
+    emulator: Option<Url>,
+    config: Arc<FetchConfig>,
+    reserved: ReservedIps,
+}
+
+impl GcsBackend {
+    pub fn new(config: Arc<FetchConfig>) -> Self {
+        GcsBackend {
+            // A client keeps refreshing its token while it lives, and keeps a
+            // credential's lasting failure: neither should outlive its use for long.
+            clients: moka::future::Cache::builder()
+                .max_capacity(config.gcs_token_capacity)
+                .time_to_idle(Duration::from_secs(3600))
+                .build(),
+            emulator: emulator_from_env(),
+            reserved: ReservedIps::from_config(&config),
+            config,
+        }
+    }
+
+    /// The emulator named by `STORAGE_EMULATOR_HOST`, if any.
+    pub fn emulator(&self) -> Option<&Url> {
+        self.emulator.as_ref()
+    }
+
     /// The client for `key`, built on first use.
-    async fn gcs_client(&self, key: &GcsClientKey) -> CacheResult<Storage> {
+    async fn client(&self, key: &GcsClientKey) -> CacheResult<Storage> {
         let init = async {
             let credentials = gcs_credentials(&key.auth, key.endpoint.as_ref(), key.access)?;
             build_gcs_client(credentials, key.endpoint.as_ref(), false)
                 .await
                 .map_err(|err| CacheError::DownloadError(format!("GCS client: {err}")))
         };
-        self.inner
-            .gcs_clients
+        self.clients
             .try_get_with_by_ref(key, init)
             .await
             .map_err(|err| (*err).clone())
@@ -264,10 +288,12 @@ impl Downloader {
 
     /// How requests for `source` are authorised: its own credentials, else the server's
     /// if it may use them, else none.
-    fn gcs_auth(&self, source: &GcsSourceConfig) -> CacheResult<GcsAuth> {
+    fn auth(&self, source: &GcsSourceConfig) -> CacheResult<GcsAuth> {
         match source.auth() {
             Ok(GcsAuth::Default)
-                if !self.may_use_server_credentials(source.files.from_config_file) =>
+                if !self
+                    .config
+                    .may_use_server_credentials(source.files.from_config_file) =>
             {
                 Ok(GcsAuth::Anonymous)
             }
@@ -276,61 +302,35 @@ impl Downloader {
         }
     }
 
-    /// Streams the object `key` of the source's bucket into `dest`, at most `max_size`
-    /// bytes.
-    pub(super) async fn download_gcs(
+    /// Streams the object `key` of the source's bucket into the transfer's destination.
+    pub async fn fetch(
         &self,
         source: &GcsSourceConfig,
         key: &str,
-        max_size: u64,
-        dest: &mut tokio::fs::File,
+        transfer: Transfer<'_>,
     ) -> CacheResult<u64> {
-        let auth = self.gcs_auth(source)?;
-        let endpoint = source
-            .endpoint
-            .clone()
-            .or_else(|| self.inner.gcs_emulator.clone());
+        let auth = self.auth(source)?;
+        let endpoint = source.endpoint.clone().or_else(|| self.emulator.clone());
         let client_key = GcsClientKey {
             auth,
             endpoint,
             access: GcsAccess::Read,
         };
-        let config = self.config();
-        let max_size = max_size.min(config.max_download_size);
         let what = format!("gs://{}/{key}", source.bucket);
-        let mut progress = Progress::start(self, &what);
-        let transfer = async {
-            retrying!(&what, {
-                truncate(dest).await?;
-                progress.restart();
-                self.attempt_gcs(
-                    &client_key,
-                    &source.bucket,
-                    key,
-                    max_size,
-                    dest,
-                    &mut progress,
-                )
+        with_retries!(transfer, &what, &self.config, |run| {
+            self.attempt(&client_key, &source.bucket, key, &mut run)
                 .await
-            })
-        };
-        let result = within_download_timeout(config, transfer).await;
-        log_download(&what, &result);
-        progress.finish(&result);
-        result
+        })
     }
 
-    async fn attempt_gcs(
+    async fn attempt(
         &self,
         client_key: &GcsClientKey,
         bucket: &str,
         key: &str,
-        max_size: u64,
-        dest: &mut tokio::fs::File,
-        progress: &mut Progress,
+        run: &mut Running<'_>,
     ) -> CacheResult<u64> {
-        let config = self.config();
-        if !config.connect_to_reserved_ips {
+        if self.reserved.refused() {
             let endpoint = match &client_key.endpoint {
                 Some(endpoint) => endpoint.clone(),
                 None => Url::parse(DEFAULT_ENDPOINT).map_err(CacheError::internal)?,
@@ -343,17 +343,17 @@ impl Downloader {
                 }
             })?;
         }
-        let client = self.gcs_client(client_key).await?;
-        let head = config.head_timeout;
+        let client = self.client(client_key).await?;
+        let head = self.config.head_timeout;
         // The head timeout covers what the crate does before the body: connecting (its
         // client has no connect timeout of its own), fetching a token, the answer's head.
         let request = client
             .read_object(gcs_bucket(bucket), key)
-            .with_user_agent(config.user_agent.clone())
+            .with_user_agent(self.config.user_agent.clone())
             .send();
         let response = match tokio::time::timeout(head, request).await {
             Err(_) => return Err(CacheError::Timeout(head)),
-            Ok(Err(err)) => return Err(self.gcs_error(&err)),
+            Ok(Err(err)) => return Err(self.error(&err)),
             Ok(Ok(response)) => response,
         };
         // The stored size; the crate turns off transcoding, so it is what arrives.
@@ -362,19 +362,19 @@ impl Downloader {
             .filter(|&s| s > 0);
         let body = futures::stream::unfold(response, |mut response| async move {
             let chunk = response.next().await?;
-            Some((chunk.map_err(|err| self.gcs_error(&err)), response))
+            Some((chunk.map_err(|err| self.error(&err)), response))
         });
-        write_body(body, size, dest, config, max_size, progress).await
+        run.write_body(body, size, &self.config).await
     }
 
     /// Upstream's mapping, as for S3 and HTTP sources: missing objects and buckets are
     /// not found, refused credentials are permission errors, the rest download errors.
-    fn gcs_error(&self, err: &google_cloud_storage::Error) -> CacheError {
+    fn error(&self, err: &google_cloud_storage::Error) -> CacheError {
         if let Some(mapped) = status_failure(err).or_else(|| credentials_failure(err)) {
             return mapped;
         }
         if err.is_timeout() {
-            return CacheError::Timeout(self.config().head_timeout);
+            return CacheError::Timeout(self.config.head_timeout);
         }
         CacheError::DownloadError(root_cause(err))
     }
@@ -383,9 +383,7 @@ impl Downloader {
 #[cfg(test)]
 mod tests {
     use std::net::SocketAddr;
-    use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::time::Duration;
 
     use axum::Router;
     use axum::extract::{Path as AxPath, State};
@@ -394,7 +392,7 @@ mod tests {
     use google_cloud_storage::Error;
 
     use super::*;
-    use crate::fetch::FetchConfig;
+    use crate::fetch::Downloader;
     use crate::sources::SourceConfig;
 
     fn gcs_answer(status: StatusCode, message: &str) -> Response {
@@ -466,7 +464,8 @@ mod tests {
         let downloader = Downloader::new(config).unwrap();
         let temp = tempfile::NamedTempFile::new().unwrap();
         let mut dest = tokio::fs::File::from_std(temp.reopen().unwrap());
-        let result = downloader.download_gcs(source, key, max, &mut dest).await;
+        let transfer = downloader.transfer_to(&mut dest, max);
+        let result = downloader.inner.gcs.fetch(source, key, transfer).await;
         (result, std::fs::read(temp.path()).unwrap())
     }
 
@@ -589,15 +588,14 @@ mod tests {
             SourceConfig::Gcs(c) => c.clone(),
             other => panic!("not gcs: {other:?}"),
         };
-        let strict = Downloader::new(test_config()).unwrap();
-        assert_eq!(strict.gcs_auth(&gcs(&request)), Ok(GcsAuth::Anonymous));
-        assert_eq!(strict.gcs_auth(&gcs(&configured)), Ok(GcsAuth::Default));
-        let trusting = Downloader::new(FetchConfig {
+        let strict = GcsBackend::new(Arc::new(test_config()));
+        assert_eq!(strict.auth(&gcs(&request)), Ok(GcsAuth::Anonymous));
+        assert_eq!(strict.auth(&gcs(&configured)), Ok(GcsAuth::Default));
+        let trusting = GcsBackend::new(Arc::new(FetchConfig {
             server_credentials_for_request_sources: true,
             ..test_config()
-        })
-        .unwrap();
-        assert_eq!(trusting.gcs_auth(&gcs(&request)), Ok(GcsAuth::Default));
+        }));
+        assert_eq!(trusting.auth(&gcs(&request)), Ok(GcsAuth::Default));
 
         // Anonymous credentials send nothing, wherever they go.
         let anonymous = gcs_credentials(&GcsAuth::Anonymous, None, GcsAccess::Read).unwrap();
@@ -611,21 +609,21 @@ mod tests {
 
     #[test]
     fn crate_errors_map_to_ours() {
-        let downloader = Downloader::new(test_config()).unwrap();
+        let gcs = GcsBackend::new(Arc::new(test_config()));
         let http = |status: u16| Error::http(status, HeaderMap::new(), bytes::Bytes::new());
-        assert_eq!(downloader.gcs_error(&http(404)), CacheError::NotFound);
+        assert_eq!(gcs.error(&http(404)), CacheError::NotFound);
         assert_eq!(
-            downloader.gcs_error(&http(401)),
+            gcs.error(&http(401)),
             CacheError::PermissionDenied("401 Unauthorized".into())
         );
         assert_eq!(
-            downloader.gcs_error(&http(503)),
+            gcs.error(&http(503)),
             CacheError::DownloadError("503 Service Unavailable".into())
         );
         let unavailable =
             Error::authentication(CredentialsError::from_msg(true, "metadata server down"));
         assert!(matches!(
-            downloader.gcs_error(&unavailable),
+            gcs.error(&unavailable),
             CacheError::DownloadError(_)
         ));
     }

@@ -1,20 +1,18 @@
 //! HTTP(S) downloads, with upstream's status mapping, timeouts and retries.
 
 use std::error::Error as StdError;
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{ACCEPT_ENCODING, HeaderMap, HeaderName, HeaderValue, LOCATION};
 use reqwest::{StatusCode, redirect};
 use url::Url;
 
-use super::progress::Progress;
-use super::reserved_ip::{
-    RESERVED_ADDRESS_MSG, ReservedAddress, resolve_public, url_has_reserved_ip_host,
-};
-use super::transfer::{log_download, retrying, truncate, within_download_timeout, write_body};
-use super::{Downloader, FetchConfig, redact_url};
+use super::reserved_ip::{ReservedAddress, ReservedIps, resolve_public, url_has_reserved_ip_host};
+use super::transfer::{Running, Transfer, streaming_timeout, with_retries};
+use super::{FetchConfig, redact_url};
 use crate::error::{CacheError, CacheResult};
 use crate::sources::Headers;
 
@@ -22,6 +20,35 @@ const MAX_REDIRECTS: usize = 10;
 /// The transfer encodings a file download accepts: those whose magic bytes
 /// `decompress_bounded` knows, so that the body it gets is unpacked like a compressed file.
 const FILE_ENCODINGS: &str = "gzip, zstd";
+
+/// How [`Downloader::download_http`](super::Downloader::download_http) fetches one URL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HttpOptions {
+    /// Largest body accepted, refused while it streams; `max_download_size` holds too.
+    /// Files whose use is smaller than a debug file's (a crash file, a source file) say so
+    /// here, so that a huge body is cut off early.
+    pub max_size: u64,
+    pub certificates: Certificates,
+}
+
+impl Default for HttpOptions {
+    /// The configured size limit only, and valid certificates.
+    fn default() -> Self {
+        HttpOptions {
+            max_size: u64::MAX,
+            certificates: Certificates::Verify,
+        }
+    }
+}
+
+/// Whether a server's TLS certificate must be valid.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Certificates {
+    #[default]
+    Verify,
+    /// Only for HTTP sources that set `accept_invalid_certs`.
+    AcceptInvalid,
+}
 
 /// Resolves through [`resolve_public`].
 struct PublicOnlyResolver;
@@ -42,7 +69,7 @@ enum Hop {
     Refuse,
     Stop,
     /// To another origin: reqwest would keep every header but a few it knows, so the
-    /// answer comes back to [`Downloader::send_checked`], which follows it without the
+    /// answer comes back to [`HttpBackend::send_checked`], which follows it without the
     /// source's headers.
     CrossOrigin,
     Continue,
@@ -104,18 +131,19 @@ fn cross_origin_headers(headers: &HeaderMap) -> HeaderMap {
         .unwrap_or_default()
 }
 
-pub(super) fn build_client(
+fn build_client(
     config: &FetchConfig,
-    accept_invalid_certs: bool,
+    reserved: ReservedIps,
+    certificates: Certificates,
 ) -> anyhow::Result<reqwest::Client> {
-    let refuse_reserved = !config.connect_to_reserved_ips;
+    let refuse_reserved = reserved.refused();
     let mut builder = reqwest::Client::builder()
         .user_agent(config.user_agent.clone())
         .connect_timeout(config.connect_timeout)
         .pool_idle_timeout(Duration::from_secs(30))
         // The referer would carry the previous URL's query (often a token) to another host.
         .referer(false)
-        .tls_danger_accept_invalid_certs(accept_invalid_certs)
+        .tls_danger_accept_invalid_certs(certificates == Certificates::AcceptInvalid)
         .redirect(redirect_policy(refuse_reserved));
     if refuse_reserved {
         // A proxy resolves and connects to the target itself, past the filtering
@@ -135,9 +163,9 @@ fn proxy_variables() -> Vec<String> {
 }
 
 /// Says once, at start, that source downloads ignore the proxy the environment names.
-pub(super) fn warn_about_ignored_proxy(config: &FetchConfig) {
+fn warn_about_ignored_proxy(reserved: ReservedIps) {
     let set = proxy_variables();
-    if !config.connect_to_reserved_ips && !set.is_empty() {
+    if reserved.refused() && !set.is_empty() {
         tracing::warn!(
             variables = ?set,
             "source downloads ignore the proxy environment variables: a proxy would \
@@ -180,89 +208,57 @@ fn to_header_map(headers: &Headers) -> HeaderMap {
     map
 }
 
-impl Downloader {
-    /// Streams `url` into `dest` (a file the caller created, e.g. a `NamedTempFile` in the
-    /// cache dir), never buffering the whole body in memory. `dest` is truncated first, and
-    /// again before each retry. Returns the number of bytes written.
-    pub async fn download_http(
-        &self,
-        url: &Url,
-        headers: &Headers,
-        dest: &mut tokio::fs::File,
-    ) -> CacheResult<u64> {
-        let max_size = self.inner.config.max_download_size;
-        self.download(url, headers, false, max_size, dest).await
+/// HTTP(S) transfers, and the requests of the backends built on HTTP (Sentry's). Cheap
+/// to clone: the clients are connection pools shared by all clones.
+#[derive(Clone)]
+pub(super) struct HttpBackend {
+    client: reqwest::Client,
+    /// Only for sources configured with `accept_invalid_certs`.
+    insecure_client: reqwest::Client,
+    config: Arc<FetchConfig>,
+    reserved: ReservedIps,
+}
+
+impl HttpBackend {
+    pub fn new(config: Arc<FetchConfig>) -> anyhow::Result<Self> {
+        let reserved = ReservedIps::from_config(&config);
+        warn_about_ignored_proxy(reserved);
+        Ok(HttpBackend {
+            client: build_client(&config, reserved, Certificates::Verify)?,
+            insecure_client: build_client(&config, reserved, Certificates::AcceptInvalid)?,
+            reserved,
+            config,
+        })
     }
 
-    /// [`Self::download_http`] with a lower size limit for this one file (a crash file, a
-    /// linked source file), enforced while it streams rather than after it landed.
-    pub async fn download_http_capped(
+    /// Streams `url` into the transfer's destination, never buffering the whole body in
+    /// memory; the destination is emptied before each attempt. Returns the number of bytes
+    /// written.
+    pub async fn fetch(
         &self,
         url: &Url,
         headers: &Headers,
-        max_size: u64,
-        dest: &mut tokio::fs::File,
+        certificates: Certificates,
+        transfer: Transfer<'_>,
     ) -> CacheResult<u64> {
-        let max_size = max_size.min(self.inner.config.max_download_size);
-        self.download(url, headers, false, max_size, dest).await
-    }
-
-    /// [`Self::download_http_capped`] that may skip certificate checks, for sources that
-    /// set `accept_invalid_certs`.
-    pub async fn download_http_with(
-        &self,
-        url: &Url,
-        headers: &Headers,
-        accept_invalid_certs: bool,
-        max_size: u64,
-        dest: &mut tokio::fs::File,
-    ) -> CacheResult<u64> {
-        let max_size = max_size.min(self.inner.config.max_download_size);
-        self.download(url, headers, accept_invalid_certs, max_size, dest)
-            .await
-    }
-
-    async fn download(
-        &self,
-        url: &Url,
-        headers: &Headers,
-        accept_invalid_certs: bool,
-        max_size: u64,
-        dest: &mut tokio::fs::File,
-    ) -> CacheResult<u64> {
-        let config = &self.inner.config;
-        let client = if accept_invalid_certs {
-            &self.inner.insecure_client
-        } else {
-            &self.inner.client
+        let client = match certificates {
+            Certificates::Verify => &self.client,
+            Certificates::AcceptInvalid => &self.insecure_client,
         };
         let headers = to_header_map(headers);
         let what = redact_url(url);
-        let mut progress = Progress::start(self, &what);
-        let transfer = async {
-            retrying!(&what, {
-                truncate(dest).await?;
-                progress.restart();
-                self.attempt_http(client, url, &headers, max_size, dest, &mut progress)
-                    .await
-            })
-        };
-        let result = within_download_timeout(config, transfer).await;
-        log_download(&what, &result);
-        progress.finish(&result);
-        result
+        with_retries!(transfer, &what, &self.config, |run| {
+            self.attempt(client, url, &headers, &mut run).await
+        })
     }
 
-    async fn attempt_http(
+    async fn attempt(
         &self,
         client: &reqwest::Client,
         url: &Url,
         headers: &HeaderMap,
-        max_size: u64,
-        dest: &mut tokio::fs::File,
-        progress: &mut Progress,
+        run: &mut Running<'_>,
     ) -> CacheResult<u64> {
-        let config = &self.inner.config;
         let mut headers = headers.clone();
         // reqwest decodes nothing (its decoders have no output limit): the encoded body
         // lands as it is and is unpacked, by its magic bytes, under the size and ratio
@@ -273,14 +269,21 @@ impl Downloader {
         let response = self.send_checked(client, url, &headers).await?;
         let content_length = response.content_length();
         let body = response.bytes_stream().map_err(|e| self.reqwest_error(e));
-        write_body(body, content_length, dest, config, max_size, progress).await
+        run.write_body(body, content_length, &self.config).await
+    }
+
+    /// Sends one GET with certificates checked (an API request rather than a file
+    /// transfer) and returns the response if its status is a success; see
+    /// [`Self::send_checked`].
+    pub async fn get(&self, url: &Url, headers: &HeaderMap) -> CacheResult<reqwest::Response> {
+        self.send_checked(&self.client, url, headers).await
     }
 
     /// Sends one GET, following redirects, and returns the response if its status is a
     /// success: the part of an attempt that the head timeout covers (per hop to another
     /// origin). A redirect to another origin is followed without `headers`. Also refuses
     /// reserved IP literals, which the filtering resolver never sees.
-    pub(super) async fn send_checked(
+    async fn send_checked(
         &self,
         client: &reqwest::Client,
         url: &Url,
@@ -312,16 +315,13 @@ impl Downloader {
         url: &Url,
         headers: &HeaderMap,
     ) -> CacheResult<reqwest::Response> {
-        let config = &self.inner.config;
-        if !config.connect_to_reserved_ips && url_has_reserved_ip_host(url) {
-            return Err(CacheError::DownloadError(RESERVED_ADDRESS_MSG.to_owned()));
-        }
+        self.reserved.check_literal(url)?;
         let request = client
             .get(url.clone())
             .headers(headers.clone())
             .build()
             .map_err(|e| self.reqwest_error(e))?;
-        let head = config.head_timeout;
+        let head = self.config.head_timeout;
         match tokio::time::timeout(head, client.execute(request)).await {
             Err(_) => Err(CacheError::Timeout(head)),
             Ok(Err(e)) => Err(self.reqwest_error(e)),
@@ -329,12 +329,39 @@ impl Downloader {
         }
     }
 
+    /// Reads a small answer (a search page, an API answer) into memory: at most `cap`
+    /// bytes, within the streaming timeout's floor.
+    pub async fn read_capped(
+        &self,
+        response: reqwest::Response,
+        cap: usize,
+    ) -> CacheResult<Vec<u8>> {
+        let timeout = streaming_timeout(0, self.config.streaming_timeout);
+        let read = async {
+            let mut body = Vec::new();
+            let mut stream = response.bytes_stream();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| self.reqwest_error(e))?;
+                if body.len().saturating_add(chunk.len()) > cap {
+                    return Err(CacheError::DownloadError(format!(
+                        "answer exceeds {cap} bytes"
+                    )));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(body)
+        };
+        tokio::time::timeout(timeout, read)
+            .await
+            .map_err(|_| CacheError::Timeout(timeout))?
+    }
+
     /// Converts a transport error, reporting its root cause as upstream does: the outer
     /// layers only say "error sending request", and reqwest's own text embeds the URL,
     /// whose query may hold a token.
-    pub(super) fn reqwest_error(&self, err: reqwest::Error) -> CacheError {
+    fn reqwest_error(&self, err: reqwest::Error) -> CacheError {
         if err.is_connect() && err.is_timeout() {
-            return CacheError::Timeout(self.inner.config.connect_timeout);
+            return CacheError::Timeout(self.config.connect_timeout);
         }
         let err = err.without_url();
         let mut root: &dyn StdError = &err;
@@ -350,6 +377,7 @@ mod tests {
     use std::net::SocketAddr;
 
     use super::*;
+    use crate::fetch::reserved_ip::RESERVED_ADDRESS_MSG;
 
     #[test]
     fn status_mapping() {

@@ -1,22 +1,30 @@
-//! Getting the raw bytes of a source file onto local disk: one backend per source kind
-//! (filesystem copies; HTTP, Sentry, S3 and GCS downloads) writing into a caller-owned
-//! destination file under the configured size and time limits, with bounded retries, a
-//! concurrency limit per source, and refusal of reserved IP ranges unless
-//! `connect_to_reserved_ips` is set; listing what a source has for an object (Sentry's
-//! search; the directory layouts for the others); and decompression of the downloaded
-//! payload (gzip, zstd, zlib, zip, CAB, xz, bzip2) into a temp file. A file is named by
-//! a location on a source or by a whole URL (`RemoteFile`). Credentials never reach logs or errors. Errors
-//! are reported as [`CacheError`] so callers can store them as negative cache entries.
+//! Getting the raw bytes of a source file onto local disk. [`Downloader::fetch`] is the
+//! one way in for a file on a source: it does what every kind of source shares (a
+//! download slot per source, upstream's deny list for HTTP hosts, the size limits, the
+//! observer, metrics, and unpacking gzip, zstd, zlib, zip, CAB, xz and bzip2 afterwards)
+//! and hands the transfer itself to the backend of the file's source kind, which owns its
+//! clients: `http`, `filesystem`, `sentry` (also Sentry's search and API), `s3`, `gcs`.
+//! Transfers run under the configured size and time limits with bounded retries
+//! (`transfer`), and refuse reserved IP ranges unless `connect_to_reserved_ips` is set
+//! (`reserved_ip`). A file is named by a location on a source or by a whole URL
+//! (`RemoteFile`); which locations a source has is `lookup`'s business. Credentials never
+//! reach logs or errors. Errors are [`CacheError`]s so callers can store them as negative
+//! cache entries.
 
+use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use tempfile::NamedTempFile;
+use tokio::io::AsyncWriteExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use url::Url;
 
 use crate::error::{CacheError, CacheResult};
+use crate::sources::{FileType, Headers, ObjectId, SentrySourceConfig, SourceConfig};
 use crate::units::FOREVER;
 
+mod config;
 mod decompress;
 mod deny_list;
 mod filesystem;
@@ -31,97 +39,24 @@ mod sentry;
 mod tests;
 mod transfer;
 
+pub use config::FetchConfig;
 pub use decompress::{DecompressLimits, decompress_bounded, decompress_file};
 pub use deny_list::DenyListConfig;
 pub(crate) use gcs::{
     GcsAccess, build_gcs_client, gcs_bucket, gcs_credentials, gcs_key_file_credentials,
 };
+pub use http::{Certificates, HttpOptions};
 pub use progress::{DownloadObserver, DownloadOutcome, DownloadState};
-pub use remote::{RemoteFile, fetch_file};
+pub use remote::RemoteFile;
 pub(crate) use s3::{build_client as build_s3_client, http_client as s3_http_client};
 pub use transfer::record_download;
 
-/// Limits and identity for outgoing fetches. Field names follow upstream's config keys.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FetchConfig {
-    /// Time allowed for establishing one TCP/TLS connection.
-    pub connect_timeout: Duration,
-    /// Time allowed from sending a request until its response headers arrive.
-    pub head_timeout: Duration,
-    /// Time allowed per GiB of body when the size is announced (never below 10s).
-    pub streaming_timeout: Duration,
-    /// Upper bound for one whole download, retries included.
-    pub max_download_timeout: Duration,
-    /// Largest body, and largest decompressed payload, accepted; `u64::MAX` means no limit.
-    pub max_download_size: u64,
-    /// Largest decompressed/compressed size ratio of a downloaded file; `u64::MAX` means
-    /// no limit. Payloads up to `decompression_ratio_floor` bytes are exempt.
-    pub max_decompression_ratio: u64,
-    pub decompression_ratio_floor: u64,
-    /// Whether sources may point at loopback, private and other reserved addresses.
-    pub connect_to_reserved_ips: bool,
-    /// Whether S3 and GCS sources without credentials that a request names (rather than
-    /// the config file) are read with the server's own cloud credentials.
-    pub server_credentials_for_request_sources: bool,
-    pub user_agent: String,
-    /// Downloads from one source (by its whole configuration) running at once; more wait
-    /// their turn.
-    pub max_concurrent_downloads_per_source: usize,
-    /// Sentry search answers kept, how many bytes they may hold together, and for how
-    /// long.
-    pub sentry_index_capacity: u64,
-    pub sentry_index_max_bytes: u64,
-    pub sentry_index_ttl: Duration,
-    /// Bytes of `000Admin` index segments read for one symstore; a bigger index is not
-    /// used (every path is tried instead).
-    pub max_symstore_index_size: u64,
-    /// S3 clients (one per region, endpoint and credentials) kept.
-    pub s3_client_capacity: u64,
-    /// GCS clients (one per credentials, endpoint and access) kept; each holds its
-    /// credentials' OAuth token, so this bounds the tokens kept too.
-    pub gcs_token_capacity: u64,
-    /// When an HTTP host that keeps failing is left alone for a while.
-    pub deny_list: DenyListConfig,
-}
-
-impl Default for FetchConfig {
-    fn default() -> Self {
-        Self {
-            // Upstream's defaults.
-            connect_timeout: Duration::from_secs(5),
-            head_timeout: Duration::from_secs(10),
-            // Lets a 4 MB/s connection download 1 GB.
-            streaming_timeout: Duration::from_secs(250),
-            max_download_timeout: Duration::from_secs(300),
-            // Upstream's: real debug files reach several GiB, none 15.
-            max_download_size: 15 * 1024 * 1024 * 1024,
-            // Debug files compress 3-5 times, text (Breakpad, source maps, sources) 5-10
-            // times, small PDBs of mostly empty pages about 20 times; gzip cannot exceed
-            // about 1,000 times, while zstd, xz and bzip2 bombs reach a million. 200 leaves
-            // real files a wide margin and stops a bomb after writing 200 times its size.
-            max_decompression_ratio: 200,
-            // A small file of mostly zeros may exceed the ratio; below this size its
-            // payload costs nothing worth refusing it for.
-            decompression_ratio_floor: 64 * 1024 * 1024,
-            connect_to_reserved_ips: false,
-            server_credentials_for_request_sources: false,
-            user_agent: concat!("omnisym/", env!("CARGO_PKG_VERSION")).to_owned(),
-            max_concurrent_downloads_per_source: 32,
-            // Upstream's defaults.
-            sentry_index_capacity: 100_000,
-            // An answer names a few files in some hundred bytes: room for the 100,000
-            // answers, and a bound when a hostile endpoint makes them big.
-            sentry_index_max_bytes: 64 * 1024 * 1024,
-            sentry_index_ttl: Duration::from_secs(3600),
-            // A segment line is about 100 bytes: two million files, more than stores
-            // that publish an index hold, in memory only while it loads.
-            max_symstore_index_size: 256 * 1024 * 1024,
-            s3_client_capacity: 100,
-            gcs_token_capacity: 100,
-            deny_list: DenyListConfig::default(),
-        }
-    }
-}
+use filesystem::FilesystemBackend;
+use gcs::GcsBackend;
+use http::HttpBackend;
+use s3::S3Backend;
+use sentry::SentryBackend;
+use transfer::Transfer;
 
 /// Fetches source files. Cheap to clone: all clones share one set of connection pools.
 #[derive(Debug, Clone)]
@@ -129,20 +64,18 @@ pub struct Downloader {
     inner: Arc<Inner>,
 }
 
+/// What the backends share is here; what one backend needs, it owns.
 struct Inner {
-    config: FetchConfig,
-    client: reqwest::Client,
-    /// Only for sources configured with `accept_invalid_certs`.
-    insecure_client: reqwest::Client,
+    config: Arc<FetchConfig>,
     /// Keyed by [`RemoteFile::slot_key`]: a source's whole configuration, not its id.
     source_limits: moka::sync::Cache<[u8; 32], Arc<Semaphore>>,
     deny_list: Option<deny_list::HostDenyList>,
-    sentry_index: sentry::SentryIndex,
-    s3_http: aws_sdk_s3::config::SharedHttpClient,
-    s3_clients: s3::S3Clients,
-    gcs_clients: gcs::GcsClients,
-    gcs_emulator: Option<Url>,
     observer: Option<Arc<dyn DownloadObserver>>,
+    http: HttpBackend,
+    filesystem: FilesystemBackend,
+    sentry: SentryBackend,
+    s3: S3Backend,
+    gcs: GcsBackend,
 }
 
 // Hand-written so that no cached token or client state can ever be printed.
@@ -174,33 +107,21 @@ impl Downloader {
         config: FetchConfig,
         observer: Option<Arc<dyn DownloadObserver>>,
     ) -> anyhow::Result<Self> {
-        http::warn_about_ignored_proxy(&config);
-        let client = http::build_client(&config, false)?;
-        let insecure_client = http::build_client(&config, true)?;
+        let config = Arc::new(config);
+        let http = HttpBackend::new(config.clone())?;
         Ok(Self {
             inner: Arc::new(Inner {
-                client,
-                insecure_client,
                 deny_list: deny_list::HostDenyList::new(&config.deny_list),
                 source_limits: moka::sync::Cache::builder()
                     .max_capacity(MAX_TRACKED_SOURCES)
                     .time_to_idle(Duration::from_secs(600))
                     .build(),
-                sentry_index: sentry::new_index(
-                    config.sentry_index_capacity,
-                    config.sentry_index_ttl,
-                    config.sentry_index_max_bytes,
-                ),
-                s3_http: s3::http_client(&config),
-                s3_clients: moka::future::Cache::new(config.s3_client_capacity),
-                // A client keeps refreshing its token while it lives, and keeps a
-                // credential's lasting failure: neither should outlive its use for long.
-                gcs_clients: moka::future::Cache::builder()
-                    .max_capacity(config.gcs_token_capacity)
-                    .time_to_idle(Duration::from_secs(3600))
-                    .build(),
-                gcs_emulator: gcs::emulator_from_env(),
                 observer,
+                sentry: SentryBackend::new(http.clone(), config.clone()),
+                http,
+                filesystem: FilesystemBackend,
+                s3: S3Backend::new(config.clone()),
+                gcs: GcsBackend::new(config.clone()),
                 config,
             }),
         })
@@ -210,16 +131,132 @@ impl Downloader {
         &self.inner.config
     }
 
-    /// Whether a bucket source without credentials of its own may be read with the
-    /// server's: any client can name a source, and the server's credentials reach what
-    /// the operator's do, so only sources of the config file get them unless configured.
-    fn may_use_server_credentials(&self, from_config_file: bool) -> bool {
-        from_config_file || self.inner.config.server_credentials_for_request_sources
-    }
-
     /// The emulator named by `STORAGE_EMULATOR_HOST`, if any.
     pub(crate) fn gcs_emulator(&self) -> Option<&Url> {
-        self.inner.gcs_emulator.as_ref()
+        self.inner.gcs.emulator()
+    }
+
+    /// Downloads `file` into `dest` and unpacks it if it is compressed, so `dest` ends up
+    /// holding the plain file. `max_size` caps the payload below the configured
+    /// `max_download_size`: an HTTP or GCS transfer while it streams, every kind when
+    /// unpacked.
+    pub async fn fetch(
+        &self,
+        file: &RemoteFile,
+        dest: &mut NamedTempFile,
+        max_size: u64,
+    ) -> CacheResult<()> {
+        let mut out =
+            tokio::fs::File::from_std(dest.as_file().try_clone().map_err(CacheError::internal)?);
+        let permit = self.source_permit(file).await?;
+        let started = Instant::now();
+        let downloaded = self.backend_transfer(file, max_size, &mut out).await;
+        record_download(file.source.type_name(), started, &downloaded);
+        downloaded?;
+        // Decompression is local work; the slot is for the source's sake.
+        drop(permit);
+        out.flush().await.map_err(CacheError::internal)?;
+        drop(out);
+        self.unpack(dest, max_size).await
+    }
+
+    /// Hands `file` to the backend of its source's kind.
+    async fn backend_transfer(
+        &self,
+        file: &RemoteFile,
+        max_size: u64,
+        out: &mut tokio::fs::File,
+    ) -> CacheResult<u64> {
+        let inner = &*self.inner;
+        // Only HTTP and GCS transfers stop at `max_size` while they stream; the other
+        // kinds stream up to the configured limit and meet `max_size` when unpacked.
+        match &file.source {
+            SourceConfig::Http(http) => {
+                let Some(url) = http.join_url(&file.path) else {
+                    return Err(CacheError::NotFound);
+                };
+                let certificates = if http.accept_invalid_certs {
+                    Certificates::AcceptInvalid
+                } else {
+                    Certificates::Verify
+                };
+                let options = HttpOptions {
+                    max_size,
+                    certificates,
+                };
+                let download = self.download_http(&url, &http.headers, options, out);
+                self.unless_denied(&url, download).await
+            }
+            SourceConfig::Filesystem(fs) => {
+                let transfer = self.transfer_to(out, u64::MAX);
+                inner
+                    .filesystem
+                    .fetch(&fs.join_path(&file.path), transfer)
+                    .await
+            }
+            SourceConfig::Sentry(sentry) => {
+                let url = match file.sentry_download_url() {
+                    Some(url) => url.clone(),
+                    None => sentry.download_url(&file.path),
+                };
+                let transfer = self.transfer_to(out, u64::MAX);
+                inner.sentry.fetch(sentry, &url, transfer).await
+            }
+            SourceConfig::S3(s3) => {
+                let transfer = self.transfer_to(out, u64::MAX);
+                inner.s3.fetch(s3, &s3.key(&file.path), transfer).await
+            }
+            SourceConfig::Gcs(gcs) => {
+                let transfer = self.transfer_to(out, max_size);
+                inner.gcs.fetch(gcs, &gcs.key(&file.path), transfer).await
+            }
+        }
+    }
+
+    /// A transfer into `dest` of at most `max_size` bytes, and never more than the
+    /// configured limit, reported to the observer.
+    fn transfer_to<'a>(&self, dest: &'a mut tokio::fs::File, max_size: u64) -> Transfer<'a> {
+        let max_size = max_size.min(self.inner.config.max_download_size);
+        Transfer::new(dest, max_size, self.inner.observer.clone())
+    }
+
+    /// Runs `download` from `url` unless its host is on the deny list; the outcome counts
+    /// toward blocking it. As upstream, only HTTP hosts are blocked: the other kinds are
+    /// few, configured by the operator, and their failures are rarely the host's.
+    async fn unless_denied(
+        &self,
+        url: &Url,
+        download: impl Future<Output = CacheResult<u64>>,
+    ) -> CacheResult<u64> {
+        let Some(deny_list) = &self.inner.deny_list else {
+            return download.await;
+        };
+        let host = url.host_str().unwrap_or_default();
+        deny_list.check(host)?;
+        let result = download.await;
+        deny_list.record(host, &result);
+        result
+    }
+
+    /// Replaces `dest` with its unpacked payload if it is compressed, within the size
+    /// and ratio limits.
+    async fn unpack(&self, dest: &mut NamedTempFile, max_size: u64) -> CacheResult<()> {
+        let config = self.config();
+        let limits = DecompressLimits {
+            max_size: max_size.min(config.max_download_size),
+            max_ratio: config.max_decompression_ratio,
+            ratio_floor: config.decompression_ratio_floor,
+        };
+        let path = dest.path().to_owned();
+        let dir = path.parent().unwrap_or(Path::new(".")).to_owned();
+        let unpacked =
+            tokio::task::spawn_blocking(move || decompress_bounded(&path, &dir, &limits))
+                .await
+                .map_err(CacheError::internal)??;
+        if let Some(unpacked) = unpacked {
+            *dest = unpacked;
+        }
+        Ok(())
     }
 
     /// Waits for a download slot of the source of `file`. A semaphore evicted while in use
@@ -239,6 +276,48 @@ impl Downloader {
             .acquire_owned()
             .await
             .map_err(CacheError::internal)
+    }
+
+    /// Streams `url` into `dest` (a file the caller created, e.g. a `NamedTempFile` in the
+    /// cache dir), never buffering the whole body in memory. `dest` is emptied first, and
+    /// again before each retry. Returns the number of bytes written. Neither a source's
+    /// download slot nor the deny list applies, and nothing is unpacked: for a URL that is
+    /// no source's (a crash file's `storage_url`).
+    pub async fn download_http(
+        &self,
+        url: &Url,
+        headers: &Headers,
+        options: HttpOptions,
+        dest: &mut tokio::fs::File,
+    ) -> CacheResult<u64> {
+        let transfer = self.transfer_to(dest, options.max_size);
+        self.inner
+            .http
+            .fetch(url, headers, options.certificates, transfer)
+            .await
+    }
+
+    /// Sentry's ids of the files `source` has for `id`, most preferred first. Answers are
+    /// kept briefly per query and token, so a burst of events asks Sentry once.
+    pub async fn sentry_search(
+        &self,
+        source: &SentrySourceConfig,
+        filetypes: &[FileType],
+        id: &ObjectId,
+    ) -> CacheResult<Vec<String>> {
+        self.inner.sentry.file_ids(source, filetypes, id).await
+    }
+
+    /// GETs `url`, an API endpoint of `source` (the JavaScript artifact lookup), with the
+    /// source's token, retried and within the download timeout. The answer is bounded
+    /// by `max_bytes`, and the token is only sent to the source's own origin.
+    pub async fn sentry_api_get(
+        &self,
+        source: &SentrySourceConfig,
+        url: &Url,
+        max_bytes: usize,
+    ) -> CacheResult<Vec<u8>> {
+        self.inner.sentry.api_get(source, url, max_bytes).await
     }
 }
 

@@ -1,13 +1,12 @@
-//! Watching transfers while they run. A [`DownloadObserver`] given to the [`Downloader`]
-//! hears when each transfer starts, as its bytes land and how it ends, so a front end can
-//! show progress (the offline CLI does). The server installs none; then tracking costs a
-//! branch per chunk and no allocation.
+//! Watching transfers while they run. A [`DownloadObserver`] given to the
+//! [`Downloader`](super::Downloader) hears when each transfer starts, as its bytes land
+//! and how it ends, so a front end can show progress (the offline CLI does). The server
+//! installs none; then tracking costs a branch per chunk and no allocation.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use super::Downloader;
 use crate::error::{CacheError, CacheResult};
 
 /// A transfer as an observer sees it.
@@ -33,16 +32,16 @@ pub enum DownloadOutcome<'a> {
     Abandoned,
 }
 
-/// Hears about every transfer of one [`Downloader`]. It is called on the downloading
-/// task, for every chunk, so it has to be quick and must never block.
+/// Hears about every transfer of one [`Downloader`](super::Downloader). It is called on
+/// the downloading task, for every chunk, so it has to be quick and must never block.
 pub trait DownloadObserver: Send + Sync {
     fn started(&self, download: &DownloadState);
     fn progressed(&self, download: &DownloadState);
     fn finished(&self, download: &DownloadState, outcome: DownloadOutcome<'_>);
 }
 
-/// The tracking of one transfer, retries included; reports to the downloader's observer
-/// when it has one.
+/// The tracking of one transfer, retries included; reports to the observer when there is
+/// one.
 pub(super) struct Progress {
     observer: Option<Arc<dyn DownloadObserver>>,
     state: DownloadState,
@@ -50,9 +49,8 @@ pub(super) struct Progress {
 }
 
 impl Progress {
-    pub fn start(downloader: &Downloader, name: &str) -> Self {
+    pub fn start(observer: Option<Arc<dyn DownloadObserver>>, name: &str) -> Self {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
-        let observer = downloader.inner.observer.clone();
         let state = DownloadState {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             name: match observer {

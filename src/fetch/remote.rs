@@ -1,18 +1,14 @@
-use std::path::Path;
-use std::sync::Arc;
-use std::time::Instant;
+//! A file on a source ([`RemoteFile`]): what names it in candidate reports and cache keys
+//! without its credentials, and whose download slots it waits for.
 
-use tempfile::NamedTempFile;
+use std::sync::Arc;
+
 use url::Url;
 
-use super::decompress::{DecompressLimits, decompress_bounded};
-use super::transfer::record_download;
-use super::{Downloader, shown_url};
-use crate::error::{CacheError, CacheResult};
+use super::shown_url;
 use crate::sources::Headers;
 use crate::sources::{
-    CommonSourceConfig, FileType, HttpSourceConfig, ObjectId, SourceConfig, SourceId,
-    sentry_file_uri, source_locations,
+    CommonSourceConfig, HttpSourceConfig, SourceConfig, SourceId, sentry_file_uri,
 };
 
 /// One file at one source: where a debug file could be. Its `uri` is what candidate
@@ -123,127 +119,13 @@ impl RemoteFile {
         }
     }
 
+    /// Where Sentry said to download this file from, if it named a URL itself.
+    pub(super) fn sentry_download_url(&self) -> Option<&Url> {
+        self.download_url.as_ref()
+    }
+
     /// Whether this file is named by a whole URL rather than a location on a source.
     fn is_whole_url(&self) -> bool {
         self.path.is_empty()
     }
-}
-
-impl Downloader {
-    /// Every file `source` could have for `id`, most preferred first: the source's layout
-    /// paths, or what Sentry's search finds. A failed search lists nothing, as upstream,
-    /// and is logged without the token.
-    pub async fn list_files(
-        &self,
-        source: &SourceConfig,
-        filetypes: &[FileType],
-        id: &ObjectId,
-    ) -> Vec<RemoteFile> {
-        let paths = match source {
-            SourceConfig::Sentry(sentry) => {
-                match self.sentry_file_ids(sentry, filetypes, id).await {
-                    Ok(ids) => ids,
-                    Err(err) => {
-                        tracing::warn!(source = %sentry.id, error = %err, "Sentry search failed");
-                        Vec::new()
-                    }
-                }
-            }
-            _ => source_locations(source.files(), filetypes, id),
-        };
-        paths
-            .into_iter()
-            .map(|path| RemoteFile::new(source.clone(), path))
-            .collect()
-    }
-}
-
-/// Downloads `file` into `dest` and unpacks it if it is compressed, so `dest` ends up
-/// holding the plain file. `max_size` caps the payload (HTTP and GCS downloads while
-/// they stream, every kind when unpacked) below the configured `max_download_size`.
-pub async fn fetch_file(
-    downloader: &Downloader,
-    file: &RemoteFile,
-    dest: &mut NamedTempFile,
-    max_size: u64,
-) -> CacheResult<()> {
-    let mut out =
-        tokio::fs::File::from_std(dest.as_file().try_clone().map_err(CacheError::internal)?);
-    let permit = downloader.source_permit(file).await?;
-    let started = Instant::now();
-    let downloaded = match &file.source {
-        SourceConfig::Http(http) => match http.join_url(&file.path) {
-            Some(url) => download_unless_blocked(downloader, &url, http, max_size, &mut out).await,
-            None => Err(CacheError::NotFound),
-        },
-        SourceConfig::Filesystem(fs) => {
-            downloader
-                .copy_file(&fs.join_path(&file.path), &mut out)
-                .await
-        }
-        SourceConfig::Sentry(sentry) => {
-            let url = match &file.download_url {
-                Some(url) => url.clone(),
-                None => sentry.download_url(&file.path),
-            };
-            downloader.download_sentry(sentry, &url, &mut out).await
-        }
-        SourceConfig::S3(s3) => {
-            downloader
-                .download_s3(s3, &s3.key(&file.path), &mut out)
-                .await
-        }
-        SourceConfig::Gcs(gcs) => {
-            downloader
-                .download_gcs(gcs, &gcs.key(&file.path), max_size, &mut out)
-                .await
-        }
-    };
-    record_download(file.source.type_name(), started, &downloaded);
-    downloaded?;
-    // Decompression is local work; the slot is for the source's sake.
-    drop(permit);
-    use tokio::io::AsyncWriteExt;
-    out.flush().await.map_err(CacheError::internal)?;
-    drop(out);
-
-    let config = downloader.config();
-    let limits = DecompressLimits {
-        max_size: max_size.min(config.max_download_size),
-        max_ratio: config.max_decompression_ratio,
-        ratio_floor: config.decompression_ratio_floor,
-    };
-    let path = dest.path().to_owned();
-    let dir = path.parent().unwrap_or(Path::new(".")).to_owned();
-    let unpacked = tokio::task::spawn_blocking(move || decompress_bounded(&path, &dir, &limits))
-        .await
-        .map_err(CacheError::internal)??;
-    if let Some(unpacked) = unpacked {
-        *dest = unpacked;
-    }
-    Ok(())
-}
-
-/// A file of an HTTP source, unless its host is on the deny list; the outcome counts
-/// toward blocking it. As upstream, only HTTP hosts are blocked: the other kinds are few,
-/// configured by the operator, and their failures are rarely the host's.
-async fn download_unless_blocked(
-    downloader: &Downloader,
-    url: &Url,
-    http: &HttpSourceConfig,
-    max_size: u64,
-    out: &mut tokio::fs::File,
-) -> CacheResult<u64> {
-    let host = url.host_str().unwrap_or_default();
-    let deny_list = downloader.inner.deny_list.as_ref();
-    if let Some(deny_list) = deny_list {
-        deny_list.check(host)?;
-    }
-    let result = downloader
-        .download_http_with(url, &http.headers, http.accept_invalid_certs, max_size, out)
-        .await;
-    if let Some(deny_list) = deny_list {
-        deny_list.record(host, &result);
-    }
-    result
 }

@@ -7,7 +7,11 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use ipnet::{Ipv4Net, Ipv6Net};
 use url::{Host, Url};
+
+use super::FetchConfig;
+use crate::error::{CacheError, CacheResult};
 
 pub(super) const RESERVED_ADDRESS_MSG: &str = "refusing to connect to a reserved IP address";
 
@@ -22,6 +26,38 @@ impl fmt::Display for ReservedAddress {
 }
 
 impl StdError for ReservedAddress {}
+
+/// Whether downloads may reach reserved addresses (`connect_to_reserved_ips`): decided
+/// once, when the downloader is built, and applied by each backend where it connects,
+/// since only there are a redirect's next hop and a name's addresses known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ReservedIps {
+    Refuse,
+    Allow,
+}
+
+impl ReservedIps {
+    pub fn from_config(config: &FetchConfig) -> Self {
+        if config.connect_to_reserved_ips {
+            ReservedIps::Allow
+        } else {
+            ReservedIps::Refuse
+        }
+    }
+
+    pub fn refused(self) -> bool {
+        self == ReservedIps::Refuse
+    }
+
+    /// Fails for a URL whose host is a reserved IP literal: clients connect to literals
+    /// without asking the filtering resolver.
+    pub fn check_literal(self, url: &Url) -> CacheResult<()> {
+        if self.refused() && url_has_reserved_ip_host(url) {
+            return Err(CacheError::DownloadError(RESERVED_ADDRESS_MSG.to_owned()));
+        }
+        Ok(())
+    }
+}
 
 /// Resolves `host` with the system resolver and drops reserved addresses, so a public name
 /// pointing at an internal address (or rebinding to one) cannot be used to reach it. Every
@@ -69,39 +105,45 @@ pub(super) async fn ensure_public_url(url: &Url) -> Result<(), Box<dyn StdError 
 /// IPv4 blocks that are not reachable public unicast. Upstream's list, plus TEST-NET-3,
 /// and the whole of 192.0.0.0/24 rather than its /29: the few anycast services in that
 /// block are never symbol servers.
-const RESERVED_V4: &[(Ipv4Addr, u8)] = &[
-    (Ipv4Addr::new(0, 0, 0, 0), 8), // "this network", includes unspecified
-    (Ipv4Addr::new(10, 0, 0, 0), 8), // private
-    (Ipv4Addr::new(100, 64, 0, 0), 10), // carrier-grade NAT
-    (Ipv4Addr::new(127, 0, 0, 0), 8), // loopback
-    (Ipv4Addr::new(169, 254, 0, 0), 16), // link-local, cloud metadata
-    (Ipv4Addr::new(172, 16, 0, 0), 12), // private
-    (Ipv4Addr::new(192, 0, 0, 0), 24), // IETF protocol assignments
-    (Ipv4Addr::new(192, 0, 2, 0), 24), // TEST-NET-1
-    (Ipv4Addr::new(192, 88, 99, 0), 24), // 6to4 relay anycast
-    (Ipv4Addr::new(192, 168, 0, 0), 16), // private
-    (Ipv4Addr::new(198, 18, 0, 0), 15), // benchmarking
-    (Ipv4Addr::new(198, 51, 100, 0), 24), // TEST-NET-2
-    (Ipv4Addr::new(203, 0, 113, 0), 24), // TEST-NET-3
-    (Ipv4Addr::new(224, 0, 0, 0), 4), // multicast
-    (Ipv4Addr::new(240, 0, 0, 0), 4), // reserved, includes broadcast
+const RESERVED_V4: &[Ipv4Net] = &[
+    v4(0, 0, 0, 0, 8),       // "this network", includes unspecified
+    v4(10, 0, 0, 0, 8),      // private
+    v4(100, 64, 0, 0, 10),   // carrier-grade NAT
+    v4(127, 0, 0, 0, 8),     // loopback
+    v4(169, 254, 0, 0, 16),  // link-local, cloud metadata
+    v4(172, 16, 0, 0, 12),   // private
+    v4(192, 0, 0, 0, 24),    // IETF protocol assignments
+    v4(192, 0, 2, 0, 24),    // TEST-NET-1
+    v4(192, 88, 99, 0, 24),  // 6to4 relay anycast
+    v4(192, 168, 0, 0, 16),  // private
+    v4(198, 18, 0, 0, 15),   // benchmarking
+    v4(198, 51, 100, 0, 24), // TEST-NET-2
+    v4(203, 0, 113, 0, 24),  // TEST-NET-3
+    v4(224, 0, 0, 0, 4),     // multicast
+    v4(240, 0, 0, 0, 4),     // reserved, includes broadcast
 ];
 
-/// Reserved blocks inside 2000::/3, the only IPv6 range with public unicast hosts.
-const RESERVED_V6_IN_GLOBAL: &[(Ipv6Addr, u8)] = &[
-    (Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0), 23), // IETF protocol assignments, Teredo
-    (Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0), 32), // documentation
-    (Ipv6Addr::new(0x3fff, 0, 0, 0, 0, 0, 0, 0), 20), // documentation (RFC 9637)
+/// Reserved blocks inside [`GLOBAL_UNICAST_V6`], the only IPv6 range with public hosts.
+const RESERVED_V6_IN_GLOBAL: &[Ipv6Net] = &[
+    v6([0x2001, 0, 0, 0, 0, 0, 0, 0], 23), // IETF protocol assignments, Teredo
+    v6([0x2001, 0xdb8, 0, 0, 0, 0, 0, 0], 32), // documentation
+    v6([0x3fff, 0, 0, 0, 0, 0, 0, 0], 20), // documentation (RFC 9637)
 ];
 
-fn v4_in(ip: Ipv4Addr, net: Ipv4Addr, prefix: u8) -> bool {
-    let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
-    u32::from(ip) & mask == u32::from(net) & mask
+const GLOBAL_UNICAST_V6: Ipv6Net = v6([0x2000, 0, 0, 0, 0, 0, 0, 0], 3);
+/// NAT64's well-known prefix: the last 32 bits are the IPv4 address reached.
+const NAT64_V6: Ipv6Net = v6([0x64, 0xff9b, 0, 0, 0, 0, 0, 0], 96);
+/// 6to4: the 32 bits after the prefix are the IPv4 address reached.
+const SIX_TO_FOUR_V6: Ipv6Net = v6([0x2002, 0, 0, 0, 0, 0, 0, 0], 16);
+
+/// A block as the tables write it; a bad prefix length fails the build.
+const fn v4(a: u8, b: u8, c: u8, d: u8, prefix: u8) -> Ipv4Net {
+    Ipv4Net::new_assert(Ipv4Addr::new(a, b, c, d), prefix)
 }
 
-fn v6_in(ip: Ipv6Addr, net: Ipv6Addr, prefix: u8) -> bool {
-    let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
-    u128::from(ip) & mask == u128::from(net) & mask
+const fn v6(segments: [u16; 8], prefix: u8) -> Ipv6Net {
+    let [a, b, c, d, e, f, g, h] = segments;
+    Ipv6Net::new_assert(Ipv6Addr::new(a, b, c, d, e, f, g, h), prefix)
 }
 
 /// Whether `ip` is in a reserved, private, loopback, link-local, multicast or otherwise
@@ -114,9 +156,7 @@ pub fn is_reserved_ip(ip: IpAddr) -> bool {
 }
 
 fn is_reserved_v4(ip: Ipv4Addr) -> bool {
-    RESERVED_V4
-        .iter()
-        .any(|&(net, prefix)| v4_in(ip, net, prefix))
+    RESERVED_V4.iter().any(|net| net.contains(&ip))
 }
 
 fn is_reserved_v6(ip: Ipv6Addr) -> bool {
@@ -126,20 +166,18 @@ fn is_reserved_v6(ip: Ipv6Addr) -> bool {
         return is_reserved_v4(v4);
     }
     let bits = u128::from(ip);
-    if v6_in(ip, Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0), 96) {
+    if NAT64_V6.contains(&ip) {
         return is_reserved_v4(Ipv4Addr::from(bits as u32));
     }
-    if v6_in(ip, Ipv6Addr::new(0x2002, 0, 0, 0, 0, 0, 0, 0), 16) {
+    if SIX_TO_FOUR_V6.contains(&ip) {
         return is_reserved_v4(Ipv4Addr::from((bits >> 80) as u32));
     }
     // Allow-listing global unicast covers loopback, unspecified, IPv4-compatible,
     // discard, ULA, link-local, site-local and multicast in one go.
-    if !v6_in(ip, Ipv6Addr::new(0x2000, 0, 0, 0, 0, 0, 0, 0), 3) {
+    if !GLOBAL_UNICAST_V6.contains(&ip) {
         return true;
     }
-    RESERVED_V6_IN_GLOBAL
-        .iter()
-        .any(|&(net, prefix)| v6_in(ip, net, prefix))
+    RESERVED_V6_IN_GLOBAL.iter().any(|net| net.contains(&ip))
 }
 
 /// Whether the URL's host is an IP literal in a reserved range.

@@ -16,18 +16,15 @@ use aws_smithy_http_client::tls;
 use aws_smithy_runtime_api::client::dns::{DnsFuture, ResolveDns, ResolveDnsError};
 use url::Url;
 
-use super::progress::Progress;
-use super::reserved_ip::{RESERVED_ADDRESS_MSG, resolve_public, url_has_reserved_ip_host};
-use super::transfer::{
-    log_download, retrying, root_cause, truncate, within_download_timeout, write_body,
-};
-use super::{Downloader, FetchConfig};
+use super::FetchConfig;
+use super::reserved_ip::{ReservedIps, resolve_public};
+use super::transfer::{Running, Transfer, root_cause, with_retries};
 use crate::error::{CacheError, CacheResult};
 use crate::sources::{S3SourceConfig, Secret};
 
 /// What distinguishes one S3 client from another.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(super) struct S3ClientKey {
+struct S3ClientKey {
     region: String,
     endpoint: Option<Url>,
     credentials: S3Credentials,
@@ -44,8 +41,6 @@ enum S3Credentials {
     /// None: the requests go unsigned, and only public buckets answer them.
     Anonymous,
 }
-
-pub(super) type S3Clients = moka::future::Cache<S3ClientKey, Arc<aws_sdk_s3::Client>>;
 
 /// Resolves through [`resolve_public`].
 #[derive(Clone, Debug)]
@@ -123,10 +118,9 @@ pub(crate) fn http_client(config: &FetchConfig) -> SharedHttpClient {
     let builder = aws_smithy_http_client::Builder::new().tls_provider(tls::Provider::Rustls(
         tls::rustls_provider::CryptoMode::AwsLc,
     ));
-    if config.connect_to_reserved_ips {
-        builder.build_https()
-    } else {
-        builder.build_with_resolver(PublicOnlyDns)
+    match ReservedIps::from_config(config) {
+        ReservedIps::Allow => builder.build_https(),
+        ReservedIps::Refuse => builder.build_with_resolver(PublicOnlyDns),
     }
 }
 
@@ -141,11 +135,32 @@ fn credentials_error<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a Creden
     None
 }
 
-impl Downloader {
-    async fn s3_client(&self, source: &S3SourceConfig) -> Arc<aws_sdk_s3::Client> {
+/// S3 transfers: the clients, one per region, endpoint and credentials (building one
+/// loads the AWS config, so they are kept), over one connection pool.
+pub(super) struct S3Backend {
+    http: SharedHttpClient,
+    clients: moka::future::Cache<S3ClientKey, Arc<aws_sdk_s3::Client>>,
+    config: Arc<FetchConfig>,
+    reserved: ReservedIps,
+}
+
+impl S3Backend {
+    pub fn new(config: Arc<FetchConfig>) -> Self {
+        S3Backend {
+            http: http_client(&config),
+            clients: moka::future::Cache::new(config.s3_client_capacity),
+            reserved: ReservedIps::from_config(&config),
+            config,
+        }
+    }
+
+    async fn client(&self, source: &S3SourceConfig) -> Arc<aws_sdk_s3::Client> {
         let credentials = match source.static_keys() {
             Some((access, secret)) => S3Credentials::Static(access.to_owned(), secret.clone()),
-            None if self.may_use_server_credentials(source.files.from_config_file) => {
+            None if self
+                .config
+                .may_use_server_credentials(source.files.from_config_file) =>
+            {
                 S3Credentials::Server
             }
             None => S3Credentials::Anonymous,
@@ -161,60 +176,44 @@ impl Downloader {
                     &key.region,
                     key.endpoint.as_ref(),
                     &key.credentials,
-                    self.inner.s3_http.clone(),
-                    self.config().connect_timeout,
+                    self.http.clone(),
+                    self.config.connect_timeout,
                 )
                 .await,
             )
         };
-        self.inner.s3_clients.get_with_by_ref(&key, init).await
+        self.clients.get_with_by_ref(&key, init).await
     }
 
-    /// Streams the object `key` of the source's bucket into `dest`.
-    pub(super) async fn download_s3(
+    /// Streams the object `key` of the source's bucket into the transfer's destination.
+    pub async fn fetch(
         &self,
         source: &S3SourceConfig,
         key: &str,
-        dest: &mut tokio::fs::File,
+        transfer: Transfer<'_>,
     ) -> CacheResult<u64> {
-        let config = self.config();
-        if let Some(endpoint) = &source.region.endpoint
-            && !config.connect_to_reserved_ips
-            && url_has_reserved_ip_host(endpoint)
-        {
-            return Err(CacheError::DownloadError(RESERVED_ADDRESS_MSG.to_owned()));
+        if let Some(endpoint) = &source.region.endpoint {
+            self.reserved.check_literal(endpoint)?;
         }
-        let client = self.s3_client(source).await;
+        let client = self.client(source).await;
         let what = format!("s3://{}/{key}", source.bucket);
-        let mut progress = Progress::start(self, &what);
-        let transfer = async {
-            retrying!(&what, {
-                truncate(dest).await?;
-                progress.restart();
-                self.attempt_s3(&client, &source.bucket, key, dest, &mut progress)
-                    .await
-            })
-        };
-        let result = within_download_timeout(config, transfer).await;
-        log_download(&what, &result);
-        progress.finish(&result);
-        result
+        with_retries!(transfer, &what, &self.config, |run| {
+            self.attempt(&client, &source.bucket, key, &mut run).await
+        })
     }
 
-    async fn attempt_s3(
+    async fn attempt(
         &self,
         client: &aws_sdk_s3::Client,
         bucket: &str,
         key: &str,
-        dest: &mut tokio::fs::File,
-        progress: &mut Progress,
+        run: &mut Running<'_>,
     ) -> CacheResult<u64> {
-        let config = self.config();
-        let head = config.head_timeout;
+        let head = self.config.head_timeout;
         let request = client.get_object().bucket(bucket).key(key).send();
         let output = match tokio::time::timeout(head, request).await {
             Err(_) => return Err(CacheError::Timeout(head)),
-            Ok(Err(err)) => return Err(self.s3_error(err)),
+            Ok(Err(err)) => return Err(self.error(err)),
             Ok(Ok(output)) => output,
         };
         let content_length = output.content_length().and_then(|l| u64::try_from(l).ok());
@@ -229,25 +228,17 @@ impl Downloader {
                 body,
             ))
         });
-        write_body(
-            body,
-            content_length,
-            dest,
-            config,
-            config.max_download_size,
-            progress,
-        )
-        .await
+        run.write_body(body, content_length, &self.config).await
     }
 
     /// Upstream's mapping: missing keys and buckets are not found, refused credentials are
     /// permission errors, everything else a (retryable) download error. S3's messages name
     /// neither keys nor signatures, so they are safe to report.
-    fn s3_error(&self, err: SdkError<GetObjectError>) -> CacheError {
+    fn error(&self, err: SdkError<GetObjectError>) -> CacheError {
         match &err {
-            SdkError::TimeoutError(_) => return CacheError::Timeout(self.config().head_timeout),
+            SdkError::TimeoutError(_) => return CacheError::Timeout(self.config.head_timeout),
             SdkError::DispatchFailure(failure) if failure.is_timeout() => {
-                return CacheError::Timeout(self.config().connect_timeout);
+                return CacheError::Timeout(self.config.connect_timeout);
             }
             SdkError::ServiceError(service) => {
                 let status = service.raw().status().as_u16();

@@ -8,8 +8,9 @@ use std::time::Duration;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, LINK};
 use url::Url;
 
-use super::transfer::{read_capped, retrying, within_download_timeout};
-use super::{Downloader, lifetime, redact_url};
+use super::http::{Certificates, HttpBackend};
+use super::transfer::{Transfer, retrying, within_download_timeout};
+use super::{FetchConfig, lifetime, redact_url};
 use crate::error::{CacheError, CacheResult};
 use crate::sources::{
     FileType, ObjectId, Secret, SentryFileInfo, SentrySourceConfig, next_page, parse_search_answer,
@@ -24,11 +25,11 @@ const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
 
 /// Search answers per (search URL, token), so two projects with the same URL but different
 /// tokens never see each other's files.
-pub(super) type SentryIndex = moka::future::Cache<(Url, Secret), Arc<[SentryFileInfo]>>;
+type SentryIndex = moka::future::Cache<(Url, Secret), Arc<[SentryFileInfo]>>;
 
 /// At most `capacity` answers, together at most `max_bytes`: each answer weighs its
 /// bytes, and never less than an even share of the budget, which bounds the count.
-pub(super) fn new_index(capacity: u64, ttl: Duration, max_bytes: u64) -> SentryIndex {
+fn new_index(capacity: u64, ttl: Duration, max_bytes: u64) -> SentryIndex {
     let share = max_bytes.div_ceil(capacity.max(1)).max(1);
     moka::future::Cache::builder()
         .max_capacity(max_bytes)
@@ -64,10 +65,30 @@ fn auth_headers(source: &SentrySourceConfig) -> CacheResult<HeaderMap> {
     Ok(HeaderMap::from_iter([(AUTHORIZATION, auth)]))
 }
 
-impl Downloader {
+/// Sentry sources: the search, whose answers are kept, and downloads and API requests
+/// over the HTTP backend's clients with the source's token.
+pub(super) struct SentryBackend {
+    http: HttpBackend,
+    index: SentryIndex,
+    config: Arc<FetchConfig>,
+}
+
+impl SentryBackend {
+    pub fn new(http: HttpBackend, config: Arc<FetchConfig>) -> Self {
+        SentryBackend {
+            http,
+            index: new_index(
+                config.sentry_index_capacity,
+                config.sentry_index_ttl,
+                config.sentry_index_max_bytes,
+            ),
+            config,
+        }
+    }
+
     /// Sentry's ids of the files `source` has for `id`. Failures are not cached, so the
     /// next request asks again.
-    pub(super) async fn sentry_file_ids(
+    pub async fn file_ids(
         &self,
         source: &SentrySourceConfig,
         filetypes: &[FileType],
@@ -78,15 +99,14 @@ impl Downloader {
         };
         let key = (url.clone(), source.token.clone());
         let files = self
-            .inner
-            .sentry_index
-            .try_get_with(key, self.sentry_search(source, url))
+            .index
+            .try_get_with(key, self.search(source, url))
             .await
             .map_err(|err| (*err).clone())?;
         Ok(files.iter().map(|file| file.id.clone()).collect())
     }
 
-    async fn sentry_search(
+    async fn search(
         &self,
         source: &SentrySourceConfig,
         url: Url,
@@ -99,10 +119,9 @@ impl Downloader {
         while let Some(page) = next.take() {
             pages += 1;
             let what = redact_url(&page);
-            let fetch_page =
-                async { retrying!(&what, self.sentry_page(&page, &headers, left).await) };
+            let fetch_page = async { retrying!(&what, self.page(&page, &headers, left).await) };
             let (mut batch, link, bytes) =
-                within_download_timeout(self.config(), fetch_page).await?;
+                within_download_timeout(&self.config, fetch_page).await?;
             left = left.saturating_sub(bytes);
             files.append(&mut batch);
             next = link
@@ -119,20 +138,20 @@ impl Downloader {
 
     /// One page of search results of at most `max_bytes`, the link to the next one, and
     /// the page's size.
-    async fn sentry_page(
+    async fn page(
         &self,
         url: &Url,
         headers: &HeaderMap,
         max_bytes: usize,
     ) -> CacheResult<(Vec<SentryFileInfo>, Option<String>, usize)> {
-        let response = self.send_checked(&self.inner.client, url, headers).await?;
+        let response = self.http.get(url, headers).await?;
         let link = response
             .headers()
             .get(LINK)
             .and_then(|value| value.to_str().ok())
             .and_then(next_page)
             .map(str::to_owned);
-        let body = read_capped(self, response, max_bytes).await?;
+        let body = self.http.read_capped(response, max_bytes).await?;
         let files = parse_search_answer(&body).map_err(|err| {
             CacheError::DownloadError(format!("invalid Sentry search answer: {err}"))
         })?;
@@ -142,11 +161,11 @@ impl Downloader {
     /// Downloads a file of `source` from `url`. The endpoint usually redirects to
     /// storage; the token follows only same-host redirects (reqwest drops it otherwise),
     /// and is only sent at all to the source's own origin.
-    pub(super) async fn download_sentry(
+    pub async fn fetch(
         &self,
         source: &SentrySourceConfig,
         url: &Url,
-        dest: &mut tokio::fs::File,
+        transfer: Transfer<'_>,
     ) -> CacheResult<u64> {
         let mut headers = BTreeMap::new();
         if source.same_origin(url) {
@@ -155,13 +174,15 @@ impl Downloader {
                 Secret::new(bearer(&source.token)),
             );
         }
-        self.download_http(url, &headers, dest).await
+        self.http
+            .fetch(url, &headers, Certificates::Verify, transfer)
+            .await
     }
 
     /// GETs `url`, an API endpoint of `source` (the JavaScript artifact lookup), with the
     /// source's token, retried and within the download timeout. The answer is bounded
     /// by `max_bytes`, and the token is only sent to the source's own origin.
-    pub async fn sentry_api_get(
+    pub async fn api_get(
         &self,
         source: &SentrySourceConfig,
         url: &Url,
@@ -173,23 +194,18 @@ impl Downloader {
             HeaderMap::new()
         };
         let what = redact_url(url);
-        let fetch = async {
-            retrying!(
-                &what,
-                self.sentry_api_attempt(url, &headers, max_bytes).await
-            )
-        };
-        within_download_timeout(self.config(), fetch).await
+        let fetch = async { retrying!(&what, self.api_attempt(url, &headers, max_bytes).await) };
+        within_download_timeout(&self.config, fetch).await
     }
 
-    async fn sentry_api_attempt(
+    async fn api_attempt(
         &self,
         url: &Url,
         headers: &HeaderMap,
         max_bytes: usize,
     ) -> CacheResult<Vec<u8>> {
-        let response = self.send_checked(&self.inner.client, url, headers).await?;
-        read_capped(self, response, max_bytes).await
+        let response = self.http.get(url, headers).await?;
+        self.http.read_capped(response, max_bytes).await
     }
 }
 
@@ -203,7 +219,7 @@ mod tests {
     use axum::routing::get;
 
     use super::*;
-    use crate::fetch::FetchConfig;
+    use crate::fetch::Downloader;
     use crate::sources::SourceConfig;
 
     fn answer(files: usize) -> Arc<[SentryFileInfo]> {
@@ -275,7 +291,7 @@ mod tests {
             debug_id: Some("d96fdc6c-1668-6d8a-e479-531b3d99327b".parse().unwrap()),
             ..ObjectId::default()
         };
-        let result = downloader.sentry_file_ids(&source, &[], &id).await;
+        let result = downloader.sentry_search(&source, &[], &id).await;
         assert!(
             matches!(&result, Err(CacheError::DownloadError(msg)) if msg.contains("exceeds")),
             "{:?}",

@@ -19,7 +19,7 @@ use serde_json::json;
 use tempfile::NamedTempFile;
 use url::Url;
 
-use super::{Downloader, FetchConfig, RemoteFile, fetch_file};
+use super::{Downloader, FetchConfig, HttpOptions, RemoteFile};
 use crate::error::CacheError;
 use crate::sources::{Headers, Secret, SourceConfig, SourceId};
 
@@ -190,7 +190,9 @@ async fn fetch_with_headers(
 ) -> (Result<u64, CacheError>, Dest) {
     let downloader = Downloader::new(config).unwrap();
     let mut dest = Dest::new();
-    let result = downloader.download_http(url, headers, &mut dest.file).await;
+    let result = downloader
+        .download_http(url, headers, HttpOptions::default(), &mut dest.file)
+        .await;
     (result, dest)
 }
 
@@ -211,7 +213,12 @@ async fn destination_is_truncated_first() {
         .write_all(b"stale contents that are longer than the body")
         .unwrap();
     let result = downloader
-        .download_http(&url(addr, "/hello"), &BTreeMap::new(), &mut dest.file)
+        .download_http(
+            &url(addr, "/hello"),
+            &BTreeMap::new(),
+            HttpOptions::default(),
+            &mut dest.file,
+        )
         .await;
     assert_eq!(result, Ok(12));
     assert_eq!(dest.contents(), b"hello world\n");
@@ -363,7 +370,7 @@ async fn fetch_url(config: FetchConfig, url: Url) -> (Result<(), CacheError>, Na
     let downloader = Downloader::new(config).unwrap();
     let file = RemoteFile::from_url(SourceId::new("web"), url, BTreeMap::new());
     let mut dest = NamedTempFile::new().unwrap();
-    let result = fetch_file(&downloader, &file, &mut dest, u64::MAX).await;
+    let result = downloader.fetch(&file, &mut dest, u64::MAX).await;
     (result, dest)
 }
 
@@ -470,6 +477,16 @@ async fn errors_do_not_leak_url_secrets() {
     );
 }
 
+/// Copies `src` the way a filesystem source's file is copied, without unpacking it.
+async fn copy_file(
+    downloader: &Downloader,
+    src: &std::path::Path,
+    dest: &mut tokio::fs::File,
+) -> Result<u64, CacheError> {
+    let transfer = downloader.transfer_to(dest, u64::MAX);
+    downloader.inner.filesystem.fetch(src, transfer).await
+}
+
 #[tokio::test]
 async fn copy_file_copies() {
     let dir = tempfile::tempdir().unwrap();
@@ -477,7 +494,7 @@ async fn copy_file_copies() {
     std::fs::write(&src, b"local symbols").unwrap();
     let downloader = Downloader::new(test_config()).unwrap();
     let mut dest = Dest::new();
-    assert_eq!(downloader.copy_file(&src, &mut dest.file).await, Ok(13));
+    assert_eq!(copy_file(&downloader, &src, &mut dest.file).await, Ok(13));
     assert_eq!(dest.contents(), b"local symbols");
 }
 
@@ -492,7 +509,7 @@ async fn copy_file_missing_or_directory_is_not_found() {
         dir.path().to_owned(),
     ] {
         assert_eq!(
-            downloader.copy_file(&src, &mut dest.file).await,
+            copy_file(&downloader, &src, &mut dest.file).await,
             Err(CacheError::NotFound),
             "{}",
             src.display()
@@ -514,7 +531,7 @@ async fn copy_file_unreadable_is_permission_denied() {
     }
     let downloader = Downloader::new(test_config()).unwrap();
     let mut dest = Dest::new();
-    let result = downloader.copy_file(&src, &mut dest.file).await;
+    let result = copy_file(&downloader, &src, &mut dest.file).await;
     assert!(
         matches!(result, Err(CacheError::PermissionDenied(_))),
         "{result:?}"
@@ -532,8 +549,7 @@ async fn copy_file_over_limit_is_too_large() {
     })
     .unwrap();
     let mut dest = Dest::new();
-    let err = downloader
-        .copy_file(&src, &mut dest.file)
+    let err = copy_file(&downloader, &src, &mut dest.file)
         .await
         .unwrap_err();
     assert!(matches!(err, CacheError::TooLarge(_)), "{err:?}");
@@ -627,7 +643,7 @@ async fn a_reused_source_id_does_not_share_download_slots() {
         let downloader = downloader.clone();
         async move {
             let mut dest = NamedTempFile::new().unwrap();
-            fetch_file(&downloader, &file, &mut dest, u64::MAX).await
+            downloader.fetch(&file, &mut dest, u64::MAX).await
         }
     };
 

@@ -1,18 +1,126 @@
-//! What every remote backend (HTTP, Sentry, S3, GCS) shares: bounded retries with
-//! exponential backoff, and writing a response body to the destination file under the size
-//! and streaming-time limits.
+//! What every backend shares once the downloader has handed it a [`Transfer`]: the
+//! destination, its size limit and the observer; and for the remote ones (HTTP, Sentry,
+//! S3, GCS) bounded retries with exponential backoff under the overall download timeout,
+//! and writing a response body under the size and streaming-time limits.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 
-use super::progress::Progress;
+use super::progress::{DownloadObserver, Progress};
 use super::reserved_ip::RESERVED_ADDRESS_MSG;
-use super::{Downloader, FetchConfig, too_large};
+use super::{FetchConfig, too_large};
 use crate::error::{CacheError, CacheResult};
 use crate::telemetry::{self, DOWNLOAD_DURATION, DOWNLOADED_BYTES, DOWNLOADS};
+
+/// One file on its way to disk, as the downloader hands it to a backend: the backend
+/// only moves bytes, and the limit and the observer were decided once, by the caller.
+pub(super) struct Transfer<'a> {
+    dest: &'a mut tokio::fs::File,
+    max_size: u64,
+    observer: Option<Arc<dyn DownloadObserver>>,
+}
+
+impl<'a> Transfer<'a> {
+    /// Into `dest`, at most `max_size` bytes (the caller's cap, already within the
+    /// configured limit).
+    pub fn new(
+        dest: &'a mut tokio::fs::File,
+        max_size: u64,
+        observer: Option<Arc<dyn DownloadObserver>>,
+    ) -> Self {
+        Transfer {
+            dest,
+            max_size,
+            observer,
+        }
+    }
+
+    /// Begins the transfer called `what` (observers show it, so it carries no
+    /// credentials).
+    pub fn start(self, what: &str) -> Running<'a> {
+        Running {
+            dest: self.dest,
+            max_size: self.max_size,
+            progress: Progress::start(self.observer, what),
+        }
+    }
+}
+
+/// A [`Transfer`] under way: what its attempts write through.
+pub(super) struct Running<'a> {
+    pub dest: &'a mut tokio::fs::File,
+    pub max_size: u64,
+    pub progress: Progress,
+}
+
+impl Running<'_> {
+    /// Empties the destination for an attempt: a failed one leaves a partial body behind.
+    pub async fn restart(&mut self) -> CacheResult<()> {
+        self.dest.rewind().await.map_err(CacheError::internal)?;
+        self.dest.set_len(0).await.map_err(CacheError::internal)?;
+        self.progress.restart();
+        Ok(())
+    }
+
+    /// Writes `body` to the destination, never holding more than one chunk in memory.
+    /// Refuses bodies over the size limit, early when the size is announced. Without an
+    /// announced size only the overall download timeout bounds the body, as upstream.
+    pub async fn write_body(
+        &mut self,
+        body: impl Stream<Item = CacheResult<Bytes>>,
+        content_length: Option<u64>,
+        config: &FetchConfig,
+    ) -> CacheResult<u64> {
+        let max_size = self.max_size;
+        self.progress.set_total(content_length);
+        if let Some(len) = content_length
+            && len > max_size
+        {
+            return Err(too_large(format!(
+                "Content-Length {len} exceeds the limit of {max_size} bytes"
+            )));
+        }
+        let copy = async {
+            let mut body = std::pin::pin!(body);
+            let mut written: u64 = 0;
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk?;
+                // A body's length is the server's to choose: count without overflowing.
+                written = written.saturating_add(chunk.len() as u64);
+                if written > max_size {
+                    return Err(too_large(format!(
+                        "body exceeds the limit of {max_size} bytes"
+                    )));
+                }
+                self.dest
+                    .write_all(&chunk)
+                    .await
+                    .map_err(CacheError::internal)?;
+                self.progress.advance(chunk.len() as u64);
+            }
+            self.dest.flush().await.map_err(CacheError::internal)?;
+            Ok(written)
+        };
+        match content_length {
+            Some(len) => {
+                let timeout = streaming_timeout(len, config.streaming_timeout);
+                tokio::time::timeout(timeout, copy)
+                    .await
+                    .map_err(|_| CacheError::Timeout(timeout))?
+            }
+            None => copy.await,
+        }
+    }
+
+    /// Tells the observer how the transfer ended.
+    pub fn finish(self, result: &CacheResult<u64>) {
+        self.progress.finish(result);
+    }
+}
 
 pub(super) const MAX_TRIES: u32 = 3;
 /// First retry delay; doubled for each further try, so a struggling server gets room.
@@ -75,6 +183,28 @@ macro_rules! retrying {
 }
 pub(super) use retrying;
 
+/// Runs a remote transfer: `$attempt` (which writes through `$run`, a [`Running`]) until
+/// it succeeds, fails for good or runs out of tries, each on an emptied destination, all
+/// within `max_download_timeout`; then logs and reports how it ended. A macro for the
+/// same reason as [`retrying!`].
+macro_rules! with_retries {
+    ($transfer:expr, $what:expr, $config:expr, |$run:ident| $attempt:expr) => {{
+        let what: &str = $what;
+        let mut $run = $transfer.start(what);
+        let attempts = async {
+            $crate::fetch::transfer::retrying!(what, {
+                $run.restart().await?;
+                $attempt
+            })
+        };
+        let result = $crate::fetch::transfer::within_download_timeout($config, attempts).await;
+        $crate::fetch::transfer::log_download(what, &result);
+        $run.finish(&result);
+        result
+    }};
+}
+pub(super) use with_retries;
+
 /// Counts a download of a file from a source of type `source_type` (or a crash file's
 /// `storage_url`) that began at `started`: its outcome, its bytes and its duration.
 pub fn record_download(source_type: &'static str, started: Instant, result: &CacheResult<u64>) {
@@ -109,93 +239,12 @@ pub(super) fn log_download(what: &str, result: &CacheResult<u64>) {
     }
 }
 
-/// Empties `dest`: a failed attempt leaves a partial body behind.
-pub(super) async fn truncate(dest: &mut tokio::fs::File) -> CacheResult<()> {
-    dest.rewind().await.map_err(CacheError::internal)?;
-    dest.set_len(0).await.map_err(CacheError::internal)
-}
-
 /// Per-attempt body timeout for a body of `content_length` bytes, as upstream scales it.
 pub(super) fn streaming_timeout(content_length: u64, per_gb: Duration) -> Duration {
     let gb = content_length as f64 / (1024.0 * 1024.0 * 1024.0);
     Duration::try_from_secs_f64(per_gb.as_secs_f64() * gb)
         .unwrap_or(Duration::MAX)
         .max(MIN_STREAMING_TIMEOUT)
-}
-
-/// Writes `body` to `dest`, never holding more than one chunk in memory. Refuses bodies over
-/// `max_size`, early when the size is announced. Without an announced size only the caller's
-/// overall download timeout bounds the body, as upstream.
-pub(super) async fn write_body(
-    body: impl Stream<Item = CacheResult<Bytes>>,
-    content_length: Option<u64>,
-    dest: &mut tokio::fs::File,
-    config: &FetchConfig,
-    max_size: u64,
-    progress: &mut Progress,
-) -> CacheResult<u64> {
-    progress.set_total(content_length);
-    if let Some(len) = content_length
-        && len > max_size
-    {
-        return Err(too_large(format!(
-            "Content-Length {len} exceeds the limit of {max_size} bytes"
-        )));
-    }
-    let copy = async {
-        let mut body = std::pin::pin!(body);
-        let mut written: u64 = 0;
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk?;
-            // A body's length is the server's to choose: count without overflowing.
-            written = written.saturating_add(chunk.len() as u64);
-            if written > max_size {
-                return Err(too_large(format!(
-                    "body exceeds the limit of {max_size} bytes"
-                )));
-            }
-            dest.write_all(&chunk).await.map_err(CacheError::internal)?;
-            progress.advance(chunk.len() as u64);
-        }
-        dest.flush().await.map_err(CacheError::internal)?;
-        Ok(written)
-    };
-    match content_length {
-        Some(len) => {
-            let timeout = streaming_timeout(len, config.streaming_timeout);
-            tokio::time::timeout(timeout, copy)
-                .await
-                .map_err(|_| CacheError::Timeout(timeout))?
-        }
-        None => copy.await,
-    }
-}
-
-/// Reads a small answer (a search page, a token) into memory: at most `cap` bytes, within
-/// the streaming timeout's floor.
-pub(super) async fn read_capped(
-    downloader: &Downloader,
-    response: reqwest::Response,
-    cap: usize,
-) -> CacheResult<Vec<u8>> {
-    let timeout = streaming_timeout(0, downloader.config().streaming_timeout);
-    let read = async {
-        let mut body = Vec::new();
-        let mut stream = response.bytes_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| downloader.reqwest_error(e))?;
-            if body.len().saturating_add(chunk.len()) > cap {
-                return Err(CacheError::DownloadError(format!(
-                    "answer exceeds {cap} bytes"
-                )));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(body)
-    };
-    tokio::time::timeout(timeout, read)
-        .await
-        .map_err(|_| CacheError::Timeout(timeout))?
 }
 
 /// Runs a whole transfer, retries included, under `max_download_timeout`.

@@ -12,7 +12,7 @@ use tempfile::NamedTempFile;
 
 use crate::cache::{CacheItemRequest, CacheKey, CacheKind, Cacher, Caches, Scope};
 use crate::error::{CacheError, CacheResult, isolate_blocking};
-use crate::fetch::{Downloader, RemoteFile, fetch_file};
+use crate::fetch::{Downloader, RemoteFile};
 
 /// What a downloaded file must be, and what it becomes once it is.
 pub trait FileFormat: Send + Sync + 'static {
@@ -58,7 +58,9 @@ impl<F: FileFormat> CacheItemRequest for DownloadRequest<F> {
 
     fn compute<'a>(&'a self, temp_file: &'a mut NamedTempFile) -> BoxFuture<'a, CacheResult<()>> {
         Box::pin(async move {
-            fetch_file(&self.downloader, &self.file, temp_file, F::MAX_SIZE).await?;
+            self.downloader
+                .fetch(&self.file, temp_file, F::MAX_SIZE)
+                .await?;
             let hint = self.hint.clone();
             let path = temp_file.path().to_owned();
             let kept = isolate_blocking(F::KIND.name, move || F::prepare(&path, &hint)).await?;

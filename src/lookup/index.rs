@@ -15,7 +15,7 @@ use super::downloads::file_key;
 use crate::cache::kinds;
 use crate::cache::{CacheItemRequest, Cacher, Caches, Scope};
 use crate::error::{CacheError, CacheResult};
-use crate::fetch::{Downloader, RemoteFile, fetch_file};
+use crate::fetch::{Downloader, RemoteFile};
 use crate::sources::index::{LASTID_PATH, SymstoreIndex, parse_lastid, segment_path};
 use crate::sources::{DirectoryLayoutType, SourceConfig};
 use crate::telemetry::SYMSTORE_INDEX_UNAVAILABLE;
@@ -63,7 +63,9 @@ impl LoadIndex {
     async fn fetch_text(&self, path: String, dir: &std::path::Path) -> CacheResult<String> {
         let file = RemoteFile::new(self.source.clone(), path);
         let mut temp = NamedTempFile::new_in(dir).map_err(CacheError::internal)?;
-        fetch_file(&self.downloader, &file, &mut temp, MAX_SEGMENT_SIZE).await?;
+        self.downloader
+            .fetch(&file, &mut temp, MAX_SEGMENT_SIZE)
+            .await?;
         let bytes = tokio::fs::read(temp.path())
             .await
             .map_err(CacheError::internal)?;

@@ -1,11 +1,12 @@
 //! Finding and fetching the files that serve a module or an artifact, for every
-//! platform pipeline: where a file could be on each source (`locate`, with symstore
-//! indexes), downloading it once into the cache in any format (`downloads`: object
-//! files, source files, and whatever a platform reads itself, named by a source
-//! location or by a whole URL), object files and their ranking for a purpose with the
-//! candidate report (`objects`, `object_file`), caches derived from the best object
-//! file (`derived`), source files for source context (`source_files`), and symbols
-//! uploaded as symbfiles, stored and served by FileID (`symbfile`).
+//! platform pipeline: where a file could be on each source (`locate`: the source's
+//! layout or Sentry's search, filtered by symstore indexes), downloading it once into
+//! the cache in any format (`downloads`: object files, source files, and whatever a
+//! platform reads itself, named by a source location or by a whole URL), object files
+//! and their ranking for a purpose with the candidate report (`objects`,
+//! `object_file`), caches derived from the best object file (`derived`), source files
+//! for source context (`source_files`), and symbols uploaded as symbfiles, stored and
+//! served by FileID (`symbfile`).
 //!
 //! Pipelines (`native`, `js`, `jvm`) call this module; it never calls them.
 

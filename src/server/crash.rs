@@ -20,7 +20,7 @@ use url::Url;
 use super::error::{RequestBody, parse_json};
 use super::{ApiError, AppState, Params, RequestParams, Slot};
 use crate::error::CacheError;
-use crate::fetch::{decompress_file, record_download};
+use crate::fetch::{HttpOptions, decompress_file, record_download};
 use crate::native::{CrashKind, CrashReportRequest};
 use crate::sources::SourceConfig;
 use crate::types::{Counted, RequestLimits, RequestOptions, RequestRefused, RewriteRules};
@@ -252,8 +252,12 @@ async fn fetch_attachment(
         );
     }
     let started = std::time::Instant::now();
+    let options = HttpOptions {
+        max_size: files.max_size,
+        ..HttpOptions::default()
+    };
     let downloaded = downloader
-        .download_http_capped(url, &headers, files.max_size, &mut out)
+        .download_http(url, &headers, options, &mut out)
         .await;
     record_download("storage_url", started, &downloaded);
     downloaded
