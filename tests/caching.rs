@@ -269,7 +269,7 @@ async fn cleanup_dry_run_deletes_nothing_and_real_run_frees_unused_files() {
         )
         .await;
     assert_elf_symbolicated(&r);
-    let files = walk(&server.cache_dir);
+    let files = settled(&server.cache_dir).await;
     let config = server.cache_dir.parent().unwrap().join("cleanup.yml");
     let run = |yaml: String, dry: bool| {
         std::fs::write(&config, yaml).unwrap();
@@ -295,6 +295,24 @@ async fn cleanup_dry_run_deletes_nothing_and_real_run_frees_unused_files() {
         "{out} ({files:?})"
     );
     assert!(walk(&server.cache_dir).iter().all(|p| is_placeholder(p)));
+}
+
+/// The files under `dir` once the conversions a cold request started in the background
+/// are done: a SymCache is there, no temp file is, and nothing changes for a moment.
+async fn settled(dir: &Path) -> Vec<PathBuf> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut last = Vec::new();
+    loop {
+        let files = walk(dir);
+        let done = files.iter().any(|p| p.starts_with(dir.join("symcaches")))
+            && !files.iter().any(|p| is_temp(p));
+        if done && files == last {
+            return files;
+        }
+        assert!(std::time::Instant::now() < deadline, "never settled: {files:?}");
+        last = files;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test]
