@@ -58,29 +58,15 @@ fn parse_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error>
 }
 
 /// Parses `50GB`, `512MiB`, `1.5 TB` or a plain number of bytes. KB/MB/GB/TB are powers
-/// of 1000 and KiB/MiB/GiB/TiB powers of 1024, as disk vendors and `df -H` count.
+/// of 1000 and KiB/MiB/GiB/TiB powers of 1024, as disk vendors and `df -H` count (and
+/// as the `bytesize` crate reads them).
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("invalid size {text:?}: expected a number and a unit like 50GB"))?;
-    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" => 1000,
-        "m" | "mb" => 1000_u64.pow(2),
-        "g" | "gb" => 1000_u64.pow(3),
-        "t" | "tb" => 1000_u64.pow(4),
-        "kib" => 1 << 10,
-        "mib" => 1 << 20,
-        "gib" => 1 << 30,
-        "tib" => 1 << 40,
-        other => return Err(format!("invalid size {text:?}: unknown unit {other:?}")),
-    };
-    Ok((number * factor as f64) as u64)
+    text.parse::<bytesize::ByteSize>()
+        .map(|size| size.as_u64())
+        .map_err(|err| {
+            format!("invalid size {text:?} (expected a number and a unit like 50GB): {err}")
+        })
 }
 
 /// A size in bytes: a number, or a string for [`parse_size`]; `null` is no limit.

@@ -166,17 +166,7 @@ impl DownloadObserver for Shared {
 
 /// Bytes for people: exact below a KiB, else one decimal of the largest binary unit.
 fn size(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
+    bytesize::ByteSize(bytes).display().iec().to_string()
 }
 
 #[cfg(test)]
@@ -266,6 +256,6 @@ mod tests {
         assert_eq!(size(1023), "1023 B");
         assert_eq!(size(1024), "1.0 KiB");
         assert_eq!(size(5 * 1024 * 1024 + 512 * 1024), "5.5 MiB");
-        assert_eq!(size(u64::MAX), "16777216.0 TiB");
+        assert_eq!(size(u64::MAX), "16.0 EiB");
     }
 }
