@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use metrics::{Counter, Gauge};
@@ -49,46 +49,24 @@ impl Slot {
     }
 }
 
-/// Finished results whose id was handed out, oldest first. Bounded by bytes and by age;
-/// the oldest go first when the budget is exceeded, so memory stays flat under load.
-struct Finished {
-    order: std::collections::VecDeque<(Instant, RequestId)>,
-    slots: HashMap<RequestId, Arc<Slot>>,
-    bytes: u64,
-    max_bytes: u64,
-}
+/// Finished results whose id was handed out, for polling: bounded by bytes and by age
+/// ([`RESULT_RETENTION`]), least recently used first out, so memory stays flat under
+/// load.
+type Finished = moka::sync::Cache<RequestId, Bytes>;
 
-impl Finished {
-    fn insert(&mut self, id: RequestId, slot: Arc<Slot>, len: u64) {
-        self.expire(Instant::now());
-        self.order.push_back((Instant::now(), id));
-        self.slots.insert(id, slot);
-        self.bytes += len;
-        // The newest result stays even when it alone exceeds the budget: its client
-        // was just told to poll for it.
-        while self.bytes > self.max_bytes && self.order.len() > 1 {
-            self.pop_oldest();
-        }
-    }
-
-    fn expire(&mut self, now: Instant) {
-        while let Some((at, _)) = self.order.front() {
-            if now.duration_since(*at) < RESULT_RETENTION {
-                break;
-            }
-            self.pop_oldest();
-        }
-    }
-
-    fn pop_oldest(&mut self) -> bool {
-        let Some((_, id)) = self.order.pop_front() else {
-            return false;
-        };
-        if let Some(slot) = self.slots.remove(&id) {
-            self.bytes -= slot.body().map_or(0, |b| b.len() as u64);
-        }
-        true
-    }
+fn finished_results(max_bytes: u64) -> Finished {
+    moka::sync::Cache::builder()
+        .max_capacity(max_bytes)
+        // A result larger than the whole budget weighs the whole budget: it displaces
+        // every other rather than being refused, as its client was just told to poll.
+        .weigher(move |_, body: &Bytes| {
+            u32::try_from((body.len() as u64).min(max_bytes)).unwrap_or(u32::MAX)
+        })
+        .time_to_live(RESULT_RETENTION)
+        // Plain LRU: the newest result always gets in, which frequency-based admission
+        // would not promise.
+        .eviction_policy(moka::policy::EvictionPolicy::lru())
+        .build()
 }
 
 /// Registered once, so that counting a request costs no registry lookup.
@@ -122,7 +100,7 @@ struct Inner {
     metrics: ServiceMetrics,
     /// Requests still running; at most `max_concurrent` of them.
     running: Mutex<HashMap<RequestId, Arc<Slot>>>,
-    finished: Mutex<Finished>,
+    finished: Finished,
 }
 
 /// Cheap to clone; shared by all handlers.
@@ -162,12 +140,7 @@ impl RequestService {
                 in_flight: AtomicUsize::new(0),
                 metrics: ServiceMetrics::new(),
                 running: Mutex::new(HashMap::new()),
-                finished: Mutex::new(Finished {
-                    order: Default::default(),
-                    slots: HashMap::new(),
-                    bytes: 0,
-                    max_bytes: max_kept_bytes,
-                }),
+                finished: finished_results(max_kept_bytes),
             }),
         }
     }
@@ -208,15 +181,10 @@ impl RequestService {
     /// when the id is unknown or its result has expired.
     pub async fn get_response(&self, id: RequestId, timeout: Option<Duration>) -> Option<Bytes> {
         let running = self.inner.running.lock().unwrap().get(&id).cloned();
-        let slot = match running {
-            Some(slot) => slot,
-            None => {
-                let mut finished = self.inner.finished.lock().unwrap();
-                finished.expire(Instant::now());
-                finished.slots.get(&id)?.clone()
-            }
-        };
-        Some(Self::wait(RequestHandle { id, slot }, timeout).await)
+        match running {
+            Some(slot) => Some(Self::wait(RequestHandle { id, slot }, timeout).await),
+            None => self.inner.finished.get(&id),
+        }
     }
 
     /// Waits up to `timeout` for the answer; on time-out hands out the id in a
@@ -289,15 +257,14 @@ impl Reservation {
                 Outcome::Timeout => plain_body(&SymbolicationResponse::Timeout),
                 Outcome::Panicked => plain_body(&SymbolicationResponse::InternalError),
             };
-            let len = body.len() as u64;
             let keep = {
                 let mut state = slot.state.lock().unwrap();
-                state.body = Some(body);
+                state.body = Some(body.clone());
                 state.handed_out
             };
-            // Move to the finished store first, so a poll never finds neither.
+            // Into the finished store first, so a poll never finds neither.
             if keep {
-                inner.finished.lock().unwrap().insert(id, slot.clone(), len);
+                inner.finished.insert(id, body);
             }
             inner.running.lock().unwrap().remove(&id);
             slot.done.notify_waiters();
@@ -464,7 +431,12 @@ mod tests {
     #[tokio::test]
     async fn completed_within_timeout_is_dropped_at_once() {
         let svc = RequestService::new(10, 1 << 20);
-        let handle = svc.spawn(async { Ok(Answer { value: 7 }) }).unwrap();
+        let handle = svc
+            .spawn(async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Ok(Answer { value: 7 })
+            })
+            .unwrap();
         let id = handle.id();
         let body = RequestService::wait(handle, Some(Duration::from_secs(5))).await;
         assert_eq!(
@@ -518,9 +490,35 @@ mod tests {
         }
         // Each result is ~30 bytes: the budget of 100 holds the newest three at most,
         // and never more than the budget.
-        let finished = svc.inner.finished.lock().unwrap();
-        assert!(finished.bytes <= 100, "{}", finished.bytes);
-        assert!(finished.slots.contains_key(&ids[2]));
+        let finished = &svc.inner.finished;
+        finished.run_pending_tasks();
+        assert!(
+            finished.weighted_size() <= 100,
+            "{}",
+            finished.weighted_size()
+        );
+        assert!(finished.contains_key(&ids[2]));
+    }
+
+    #[tokio::test]
+    async fn a_result_larger_than_the_budget_is_still_kept_for_its_poll() {
+        let svc = RequestService::new(10, 8);
+        let handle = svc
+            .spawn(async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Ok(Answer { value: 7 })
+            })
+            .unwrap();
+        let id = handle.id();
+        let pending = RequestService::wait(handle, Some(Duration::ZERO)).await;
+        assert_eq!(json(&pending)["status"], "pending");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while svc.inner.running.lock().unwrap().contains_key(&id) {
+            assert!(std::time::Instant::now() < deadline);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let done = svc.get_response(id, Some(Duration::ZERO)).await.unwrap();
+        assert_eq!(json(&done)["value"], 7);
     }
 
     #[tokio::test]
