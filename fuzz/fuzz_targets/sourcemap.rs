@@ -29,9 +29,8 @@ use omnisym::js::interface::{
 use omnisym::js::sourcemap_cache::{
     OwnedSourceMapCache, SourceMapCacheFormat, SourceMapCacheInput,
 };
-use omnisym::js::symbolicate::{
-    Found, JsLookup, JsModuleFiles, MinifiedSource, SourceText, symbolicate_stacktraces,
-};
+use omnisym::js::lookup::{Found, JsLookup, JsModuleFiles, MinifiedSource, SourceText};
+use omnisym::js::symbolicate::symbolicate_stacktraces;
 use omnisym::types::FrameOrder;
 use omnisym_fuzz::{install_isolating_hook, isolating, runtime, scratch_dir, split_once};
 use symbolic::common::ByteView;

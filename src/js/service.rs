@@ -8,9 +8,8 @@ use std::sync::Arc;
 use symbolic::common::DebugId;
 
 use super::bundle::BundleLimits;
-use super::files::JsFiles;
 use super::interface::{CompletedJsSymbolicationResponse, JsSymbolicationRequest};
-use super::lookup::{LookupParams, RequestLookup};
+use super::lookup::{JsFiles, LookupParams, RequestLookup};
 use super::symbolicate::symbolicate_stacktraces;
 use crate::cache::{Caches, Scope};
 use crate::fetch::Downloader;

@@ -5,143 +5,16 @@
 //! ([`JsLookup`]); this module never fetches.
 
 use std::collections::BTreeSet;
-use std::future::Future;
-use std::sync::Arc;
 
-use symbolic::common::{ByteView, DebugId};
 use symbolic::sourcemapcache::SourcePosition;
 
-use super::discovery::SourceMapUrl;
-use super::interface::{
-    CachedFileUri, JsFrame, JsModuleError, JsModuleErrorKind, JsRequestOptions, JsStacktrace,
-    ResolvedWith,
-};
+use super::interface::{JsFrame, JsModuleError, JsModuleErrorKind, JsRequestOptions, JsStacktrace};
+use super::lookup::{JsLookup, is_scraping_disabled};
 use super::names::{fold_function_name, function_for_token, scope_name};
 use super::paths::{frame_filename_and_module, join_paths};
-use super::sourcemap_cache::OwnedSourceMapCache;
-use crate::error::{CacheError, CacheResult, isolate};
+use crate::error::{CacheError, isolate};
 use crate::lookup::context_lines;
 use crate::types::FrameOrder;
-
-/// The error a lookup reports for a file it would have had to scrape while scraping is
-/// off; frames then get `scraping_disabled` rather than `missing_source`.
-pub fn scraping_disabled() -> CacheError {
-    CacheError::DownloadError(SCRAPING_DISABLED.into())
-}
-
-const SCRAPING_DISABLED: &str = "Scraping disabled";
-
-fn is_scraping_disabled(err: &CacheError) -> bool {
-    matches!(err, CacheError::DownloadError(msg) if msg == SCRAPING_DISABLED)
-}
-
-/// The text of a JS file (minified or original), kept as the bytes it was read as
-/// (often a memory map), checked to be UTF-8 once.
-#[derive(Clone)]
-pub struct SourceText(ByteView<'static>);
-
-impl SourceText {
-    pub fn new(bytes: ByteView<'static>) -> CacheResult<Self> {
-        std::str::from_utf8(&bytes)
-            .map_err(|e| CacheError::Malformed(format!("not UTF-8: {e}")))?;
-        Ok(SourceText(bytes))
-    }
-
-    pub fn as_str(&self) -> &str {
-        // Checked in `new`; the bytes behind a ByteView never change.
-        std::str::from_utf8(&self.0).unwrap_or_default()
-    }
-
-    pub fn bytes(&self) -> &ByteView<'static> {
-        &self.0
-    }
-}
-
-impl From<String> for SourceText {
-    fn from(text: String) -> Self {
-        SourceText(ByteView::from_vec(text.into_bytes()))
-    }
-}
-
-impl std::fmt::Debug for SourceText {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SourceText({} bytes)", self.0.len())
-    }
-}
-
-/// A file the lookup found, or why not, and where from.
-#[derive(Debug, Clone)]
-pub struct Found<T> {
-    pub uri: CachedFileUri,
-    pub entry: CacheResult<T>,
-    pub resolved_with: ResolvedWith,
-}
-
-/// A minified file as the lookup found it.
-#[derive(Debug, Clone)]
-pub struct MinifiedSource {
-    /// Empty for Hermes bytecode bundles, which carry no text worth showing.
-    pub contents: SourceText,
-    /// From the file's headers or its comment (see [`super::discovery`]).
-    pub sourcemap_url: Option<SourceMapUrl>,
-    pub debug_id: Option<DebugId>,
-}
-
-/// Everything the lookup found for one `abs_path`.
-#[derive(Debug, Clone)]
-pub struct JsModuleFiles {
-    pub minified_source: Found<MinifiedSource>,
-    /// `None` when the minified file names no source map and has no debug id: the
-    /// frame is then left as it is. Otherwise the SourceMapCache built from the
-    /// minified file and its map, or why there is none.
-    pub smcache: Option<Found<OwnedSourceMapCache>>,
-}
-
-impl JsModuleFiles {
-    /// What original sources are joined onto: the source map's URL, or for inline and
-    /// debug-id-only maps the minified file's own.
-    pub fn source_file_base<'a>(&'a self, abs_path: &'a str) -> &'a str {
-        match &self.minified_source.entry {
-            Ok(MinifiedSource {
-                sourcemap_url: Some(SourceMapUrl::Remote(url)),
-                ..
-            }) => url,
-            _ => abs_path,
-        }
-    }
-
-    /// The URL `data.sourcemap` and errors name: the map's remote URL, else the
-    /// minified file's `abs_path`.
-    fn sourcemap_label(&self, abs_path: &str) -> String {
-        match &self.minified_source.entry {
-            Ok(source) => source
-                .sourcemap_url
-                .as_ref()
-                .and_then(SourceMapUrl::remote_url)
-                .unwrap_or(abs_path)
-                .to_owned(),
-            Err(_) => abs_path.to_owned(),
-        }
-    }
-}
-
-/// What frame resolution needs from the fetching side. An implementation fetches each
-/// file once per request and remembers it (and records `scraping_attempts`).
-pub trait JsLookup {
-    /// The minified file behind `abs_path` (already without an `async ` prefix), its
-    /// source map found by reference or by debug id, and the SourceMapCache of both.
-    /// The order of lookups is upstream's (see the module docs of `lookup.rs` there):
-    /// bundles by debug id, bundles by candidate URL, individual artifacts, a fresh
-    /// artifact-lookup query, then scraping.
-    fn module(&mut self, abs_path: &str) -> impl Future<Output = Arc<JsModuleFiles>> + Send;
-
-    /// An original source file by its absolute URL (a `sources` entry joined onto
-    /// [`JsModuleFiles::source_file_base`]), for context when the map carries none.
-    fn source_file(
-        &mut self,
-        abs_path: &str,
-    ) -> impl Future<Output = CacheResult<SourceText>> + Send;
-}
 
 /// The symbolicated and the raw stack traces (with minified context), and the errors
 /// by `abs_path`, sorted as upstream sorts them. The lookup adds `scraping_attempts`
@@ -357,12 +230,17 @@ fn apply_context(frame: &mut JsFrame, source: &str) {
 mod tests {
     use std::collections::HashMap;
     use std::path::PathBuf;
+    use std::sync::Arc;
 
     use serde::Deserialize;
+    use symbolic::common::ByteView;
 
     use super::*;
-    use crate::js::discovery::{discover_debug_id, resolve_sourcemap_url};
-    use crate::js::sourcemap_cache::{load, write_sourcemap_cache};
+    use crate::error::CacheResult;
+    use crate::js::discovery::{SourceMapUrl, discover_debug_id, resolve_sourcemap_url};
+    use crate::js::interface::{CachedFileUri, ResolvedWith};
+    use crate::js::lookup::{Found, JsModuleFiles, MinifiedSource, SourceText, scraping_disabled};
+    use crate::js::sourcemap_cache::{OwnedSourceMapCache, load, write_sourcemap_cache};
 
     const BASE: &str = "http://example.com/assets";
 

@@ -15,22 +15,22 @@ use sha2::{Digest, Sha256};
 use symbolic::common::{ByteView, DebugId};
 use url::Url;
 
-use super::bundle::ArtifactBundles;
-use super::discovery::{SourceMapUrl, discover_debug_id, resolve_sourcemap_url, sourcemap_comment};
 use super::files::{JsFiles, LookupResult};
-use super::interface::{
-    CachedFileUri, FileKey, JsScrapingAttempt, JsScrapingFailureReason, ResolvedWith,
-    ScrapingConfig,
-};
-use super::origins::is_allowed_origin;
-use super::paths::{extract_file_stem, release_file_candidate_urls};
-use super::sourcemap_cache::{OwnedSourceMapCache, SourceMapCacheInput};
-use super::symbolicate::{
-    Found, JsLookup, JsModuleFiles, MinifiedSource, SourceText, scraping_disabled,
-};
+use super::{Found, JsLookup, JsModuleFiles, MinifiedSource, SourceText, scraping_disabled};
 use crate::cache::{CacheKey, Scope};
 use crate::error::{CacheError, CacheResult};
 use crate::fetch::RemoteFile;
+use crate::js::bundle::ArtifactBundles;
+use crate::js::discovery::{
+    SourceMapUrl, discover_debug_id, resolve_sourcemap_url, sourcemap_comment,
+};
+use crate::js::interface::{
+    CachedFileUri, FileKey, JsScrapingAttempt, JsScrapingFailureReason, ResolvedWith,
+    ScrapingConfig,
+};
+use crate::js::origins::is_allowed_origin;
+use crate::js::paths::{extract_file_stem, release_file_candidate_urls};
+use crate::js::sourcemap_cache::{OwnedSourceMapCache, SourceMapCacheInput};
 use crate::sources::{SentrySourceConfig, SourceConfig, js_artifact_path};
 
 /// A release file the lookup API named; downloaded only when a frame needs it.

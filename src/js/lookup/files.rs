@@ -11,12 +11,12 @@ use url::Url;
 
 use serde::Deserialize;
 
-use super::bundle::{ArtifactBundle, ArtifactBundles, BundleLimits, FoundInBundle};
-use super::interface::{FileKey, ResolvedWith, ScrapingConfig};
-use super::sourcemap_cache::{OwnedSourceMapCache, SourceMapCacheFormat, SourceMapCacheInput};
 use crate::cache::{CacheKey, CacheKind, Caches, ConversionBudget, DerivedCache, Scope};
 use crate::error::{CacheError, CacheResult, isolate_blocking};
 use crate::fetch::{Downloader, RemoteFile};
+use crate::js::bundle::{ArtifactBundle, ArtifactBundles, BundleLimits, FoundInBundle};
+use crate::js::interface::{FileKey, ResolvedWith, ScrapingConfig};
+use crate::js::sourcemap_cache::{OwnedSourceMapCache, SourceMapCacheFormat, SourceMapCacheInput};
 use crate::lookup::{Downloads, Plain, PlainFormat};
 use crate::sources::{CommonSourceConfig, HttpSourceConfig, Secret, SentrySourceConfig, SourceId};
 
