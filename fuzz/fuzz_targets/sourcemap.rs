@@ -29,7 +29,9 @@ use omnisym::js::interface::{
 use omnisym::js::sourcemap_cache::{
     OwnedSourceMapCache, SourceMapCacheFormat, SourceMapCacheInput,
 };
-use omnisym::js::lookup::{Found, JsLookup, JsModuleFiles, MinifiedSource, SourceText};
+use omnisym::js::lookup::{
+    FileError, Found, JsLookup, JsModuleFiles, MinifiedSource, SourceText,
+};
 use omnisym::js::symbolicate::symbolicate_stacktraces;
 use omnisym::types::FrameOrder;
 use omnisym_fuzz::{install_isolating_hook, isolating, runtime, scratch_dir, split_once};
@@ -77,7 +79,7 @@ fn run(data: &[u8]) {
         },
         smcache: Some(Found {
             uri: map_uri,
-            entry: smcache,
+            entry: smcache.map_err(FileError::from),
             resolved_with: ResolvedWith::Release,
         }),
     });
@@ -156,7 +158,7 @@ impl JsLookup for Files {
     fn source_file(
         &mut self,
         _abs_path: &str,
-    ) -> impl Future<Output = CacheResult<SourceText>> + Send {
-        std::future::ready(Err(CacheError::NotFound))
+    ) -> impl Future<Output = Result<SourceText, FileError>> + Send {
+        std::future::ready(Err(CacheError::NotFound.into()))
     }
 }

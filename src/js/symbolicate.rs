@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use symbolic::sourcemapcache::SourcePosition;
 
 use super::interface::{JsFrame, JsModuleError, JsModuleErrorKind, JsRequestOptions, JsStacktrace};
-use super::lookup::{JsLookup, is_scraping_disabled};
+use super::lookup::{FileError, JsLookup};
 use super::names::{fold_function_name, function_for_token, scope_name};
 use super::paths::{frame_filename_and_module, join_paths};
 use crate::error::{CacheError, isolate};
@@ -124,8 +124,8 @@ pub async fn symbolicate_frame<L: JsLookup + Send>(
             }
             frame
         }
-        Err(err) if is_scraping_disabled(err) => return Err(JsModuleErrorKind::ScrapingDisabled),
-        Err(_) => return Err(JsModuleErrorKind::MissingSource),
+        Err(FileError::ScrapingDisabled) => return Err(JsModuleErrorKind::ScrapingDisabled),
+        Err(FileError::Cache(_)) => return Err(JsModuleErrorKind::MissingSource),
     };
 
     let sourcemap_label = module.sourcemap_label(&raw_frame.abs_path);
@@ -135,7 +135,7 @@ pub async fn symbolicate_frame<L: JsLookup + Send>(
     };
     let cache = match &smcache.entry {
         Ok(cache) => cache,
-        Err(CacheError::Malformed(_)) => {
+        Err(FileError::Cache(CacheError::Malformed(_))) => {
             // The map was found, only unusable: say where it came from.
             raw_frame.data.resolved_with = Some(smcache.resolved_with);
             raw_frame.data.sourcemap_origin = Some(smcache.uri.clone());
@@ -143,8 +143,8 @@ pub async fn symbolicate_frame<L: JsLookup + Send>(
                 url: sourcemap_label,
             });
         }
-        Err(err) if is_scraping_disabled(err) => return Err(JsModuleErrorKind::ScrapingDisabled),
-        Err(_) => return Err(JsModuleErrorKind::MissingSourcemap),
+        Err(FileError::ScrapingDisabled) => return Err(JsModuleErrorKind::ScrapingDisabled),
+        Err(FileError::Cache(_)) => return Err(JsModuleErrorKind::MissingSourcemap),
     };
 
     frame.data.sourcemap = Some(sourcemap_label.clone());
@@ -200,7 +200,7 @@ pub async fn symbolicate_frame<L: JsLookup + Send>(
     let source_url = file.name().map(|name| join_paths(&base, name));
     let source = match &source_url {
         Some(url) => lookup.source_file(url).await,
-        None => Err(CacheError::NotFound),
+        None => Err(CacheError::NotFound.into()),
     };
     match source {
         Ok(source) => apply_context(&mut frame, source.as_str()),
@@ -236,10 +236,9 @@ mod tests {
     use symbolic::common::ByteView;
 
     use super::*;
-    use crate::error::CacheResult;
     use crate::js::discovery::{SourceMapUrl, discover_debug_id, resolve_sourcemap_url};
     use crate::js::interface::{CachedFileUri, ResolvedWith};
-    use crate::js::lookup::{Found, JsModuleFiles, MinifiedSource, SourceText, scraping_disabled};
+    use crate::js::lookup::{Found, JsModuleFiles, MinifiedSource, SourceText};
     use crate::js::sourcemap_cache::{OwnedSourceMapCache, load, write_sourcemap_cache};
 
     const BASE: &str = "http://example.com/assets";
@@ -276,10 +275,10 @@ mod tests {
         serde_json::from_str(&fixture("manifest.json")).unwrap()
     }
 
-    fn smcache(minified: &str, map: &str) -> CacheResult<OwnedSourceMapCache> {
+    fn smcache(minified: &str, map: &str) -> Result<OwnedSourceMapCache, FileError> {
         let mut out = Vec::new();
         write_sourcemap_cache(minified.as_bytes(), map.as_bytes(), &mut out)?;
-        load(ByteView::from_vec(out))
+        Ok(load(ByteView::from_vec(out))?)
     }
 
     /// The fetching side over files in memory: minified files and maps by URL, as an
@@ -313,7 +312,7 @@ mod tests {
                 return Arc::new(JsModuleFiles {
                     minified_source: Found {
                         uri: CachedFileUri::ScrapedFile(abs_path.to_owned()),
-                        entry: Err(scraping_disabled()),
+                        entry: Err(FileError::ScrapingDisabled),
                         resolved_with: ResolvedWith::Unknown,
                     },
                     smcache: None,
@@ -332,7 +331,7 @@ mod tests {
                     uri: Self::artifact(url),
                     entry: match self.files.get(url) {
                         Some(map) => smcache(&contents, map),
-                        None => Err(CacheError::NotFound),
+                        None => Err(CacheError::NotFound.into()),
                     },
                     resolved_with: ResolvedWith::Release,
                 }),
@@ -351,13 +350,13 @@ mod tests {
             })
         }
 
-        async fn source_file(&mut self, abs_path: &str) -> CacheResult<SourceText> {
+        async fn source_file(&mut self, abs_path: &str) -> Result<SourceText, FileError> {
             self.asked.push(abs_path.to_owned());
             self.files
                 .get(abs_path)
                 .cloned()
                 .map(SourceText::from)
-                .ok_or(CacheError::NotFound)
+                .ok_or(CacheError::NotFound.into())
         }
     }
 
@@ -553,8 +552,8 @@ mod tests {
             })
         }
 
-        async fn source_file(&mut self, _: &str) -> CacheResult<SourceText> {
-            Err(CacheError::NotFound)
+        async fn source_file(&mut self, _: &str) -> Result<SourceText, FileError> {
+            Err(CacheError::NotFound.into())
         }
     }
 
@@ -723,7 +722,7 @@ mod tests {
 
     #[tokio::test]
     async fn unfound_files_are_missing_or_not_scraped() {
-        struct Failing(CacheError);
+        struct Failing(FileError);
         impl JsLookup for Failing {
             async fn module(&mut self, abs_path: &str) -> Arc<JsModuleFiles> {
                 Arc::new(JsModuleFiles {
@@ -735,7 +734,7 @@ mod tests {
                     smcache: None,
                 })
             }
-            async fn source_file(&mut self, _: &str) -> CacheResult<SourceText> {
+            async fn source_file(&mut self, _: &str) -> Result<SourceText, FileError> {
                 Err(self.0.clone())
             }
         }
@@ -747,12 +746,18 @@ mod tests {
             ..Default::default()
         };
         let cases = [
-            (CacheError::NotFound, JsModuleErrorKind::MissingSource),
             (
-                CacheError::DownloadError("relative URL without a base".into()),
+                CacheError::NotFound.into(),
                 JsModuleErrorKind::MissingSource,
             ),
-            (scraping_disabled(), JsModuleErrorKind::ScrapingDisabled),
+            (
+                CacheError::DownloadError("relative URL without a base".into()).into(),
+                JsModuleErrorKind::MissingSource,
+            ),
+            (
+                FileError::ScrapingDisabled,
+                JsModuleErrorKind::ScrapingDisabled,
+            ),
         ];
         for (err, kind) in cases {
             let stacktraces = vec![JsStacktrace {

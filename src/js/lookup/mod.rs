@@ -23,16 +23,20 @@ use crate::error::{CacheError, CacheResult};
 pub(super) use files::JsFiles;
 pub(super) use request::{LookupParams, RequestLookup};
 
-/// The error a lookup reports for a file it would have had to scrape while scraping is
-/// off; frames then get `scraping_disabled` rather than `missing_source`.
-pub fn scraping_disabled() -> CacheError {
-    CacheError::DownloadError(SCRAPING_DISABLED.into())
+/// Why the lookup has no file to hand over.
+#[derive(Debug, Clone)]
+pub enum FileError {
+    /// Only the web could have had it, and the request does not allow scraping: frames
+    /// then report `scraping_disabled` rather than a missing file.
+    ScrapingDisabled,
+    /// Nowhere had it, or fetching, reading or converting it failed.
+    Cache(CacheError),
 }
 
-const SCRAPING_DISABLED: &str = "Scraping disabled";
-
-pub fn is_scraping_disabled(err: &CacheError) -> bool {
-    matches!(err, CacheError::DownloadError(msg) if msg == SCRAPING_DISABLED)
+impl From<CacheError> for FileError {
+    fn from(err: CacheError) -> Self {
+        FileError::Cache(err)
+    }
 }
 
 /// The text of a JS file (minified or original), kept as the bytes it was read as
@@ -73,7 +77,7 @@ impl std::fmt::Debug for SourceText {
 #[derive(Debug, Clone)]
 pub struct Found<T> {
     pub uri: CachedFileUri,
-    pub entry: CacheResult<T>,
+    pub entry: Result<T, FileError>,
     pub resolved_with: ResolvedWith,
 }
 
@@ -140,5 +144,5 @@ pub trait JsLookup {
     fn source_file(
         &mut self,
         abs_path: &str,
-    ) -> impl Future<Output = CacheResult<SourceText>> + Send;
+    ) -> impl Future<Output = Result<SourceText, FileError>> + Send;
 }

@@ -16,9 +16,9 @@ use symbolic::common::{ByteView, DebugId};
 use url::Url;
 
 use super::files::{JsFiles, LookupResult};
-use super::{Found, JsLookup, JsModuleFiles, MinifiedSource, SourceText, scraping_disabled};
+use super::{FileError, Found, JsLookup, JsModuleFiles, MinifiedSource, SourceText};
 use crate::cache::{CacheKey, Scope};
-use crate::error::{CacheError, CacheResult};
+use crate::error::CacheError;
 use crate::fetch::RemoteFile;
 use crate::js::bundle::ArtifactBundles;
 use crate::js::discovery::{
@@ -54,7 +54,7 @@ type FileEntry = Found<CachedFile>;
 fn not_found() -> FileEntry {
     Found {
         uri: CachedFileUri::ScrapedFile(String::new()),
-        entry: Err(CacheError::NotFound),
+        entry: Err(CacheError::NotFound.into()),
         resolved_with: ResolvedWith::Unknown,
     }
 }
@@ -164,7 +164,8 @@ impl<'a> RequestLookup<'a> {
             sourcemap_url,
             // As upstream: a bundled file's own debug id does not lead anywhere new.
             debug_id: None,
-        });
+        })
+        .map_err(FileError::from);
         Some(Found {
             uri: found.uri,
             entry,
@@ -197,7 +198,7 @@ impl<'a> RequestLookup<'a> {
         });
         Some(Found {
             uri: CachedFileUri::IndividualFile(artifact.file.uri().to_owned()),
-            entry,
+            entry: entry.map_err(FileError::from),
             resolved_with: artifact.resolved_with,
         })
     }
@@ -323,7 +324,7 @@ impl<'a> RequestLookup<'a> {
                     });
                     return Some(Found {
                         uri: CachedFileUri::IndividualFile(file.uri().to_owned()),
-                        entry,
+                        entry: entry.map_err(FileError::from),
                         resolved_with: ResolvedWith::DebugId,
                     });
                 }
@@ -337,14 +338,17 @@ impl<'a> RequestLookup<'a> {
             return not_found();
         };
         let abs_path = abs_path.to_owned();
-        let failed = |abs_path: &str, err: CacheError| Found {
+        let failed = |abs_path: &str, err: FileError| Found {
             uri: CachedFileUri::ScrapedFile(abs_path.to_owned()),
             entry: Err(err),
             resolved_with: ResolvedWith::Unknown,
         };
         let mut url = match Url::parse(&abs_path) {
             Ok(url) => url,
-            Err(err) => return failed(&abs_path, CacheError::DownloadError(err.to_string())),
+            Err(err) => {
+                let err = CacheError::DownloadError(err.to_string());
+                return failed(&abs_path, err.into());
+            }
         };
         let refuse = |this: &mut Self, details: String| {
             this.scraping_attempts.push(JsScrapingAttempt::failure(
@@ -352,7 +356,7 @@ impl<'a> RequestLookup<'a> {
                 JsScrapingFailureReason::InvalidHost,
                 details.clone(),
             ));
-            failed(&abs_path, CacheError::DownloadError(details))
+            failed(&abs_path, CacheError::DownloadError(details).into())
         };
         if !self.scraping.enabled {
             self.scraping_attempts.push(JsScrapingAttempt::failure(
@@ -360,7 +364,7 @@ impl<'a> RequestLookup<'a> {
                 JsScrapingFailureReason::Disabled,
                 "",
             ));
-            return failed(&abs_path, scraping_disabled());
+            return failed(&abs_path, FileError::ScrapingDisabled);
         }
         let scheme = url.scheme().to_owned();
         if scheme != "http" && scheme != "https" {
@@ -408,7 +412,7 @@ impl<'a> RequestLookup<'a> {
                     url: abs_path.clone(),
                     result: err.clone().into(),
                 });
-                Err(err)
+                Err(err.into())
             }
         };
         Found {
@@ -485,7 +489,7 @@ impl<'a> RequestLookup<'a> {
         &self,
         minified: &FileEntry,
         sourcemap: &FileEntry,
-    ) -> CacheResult<OwnedSourceMapCache> {
+    ) -> Result<OwnedSourceMapCache, FileError> {
         let source = minified.entry.as_ref().map_err(Clone::clone)?;
         let map = sourcemap.entry.as_ref().map_err(Clone::clone)?;
         let source_key = self.content_key(&minified.uri, &source.contents);
@@ -494,9 +498,8 @@ impl<'a> RequestLookup<'a> {
             minified: source.contents.bytes().clone(),
             sourcemap: map.contents.bytes().clone(),
         };
-        self.service
-            .sourcemap_cache(&source_key, &map_key, input)
-            .await
+        let smcache = self.service.sourcemap_cache(&source_key, &map_key, input);
+        Ok(smcache.await?)
     }
 
     /// What identifies a file's contents: its URI, or for a scraped file (whose URL
@@ -522,7 +525,7 @@ impl JsLookup for RequestLookup<'_> {
         module
     }
 
-    async fn source_file(&mut self, abs_path: &str) -> CacheResult<SourceText> {
+    async fn source_file(&mut self, abs_path: &str) -> Result<SourceText, FileError> {
         let key = FileKey::Source {
             abs_path: abs_path.to_owned(),
         };
