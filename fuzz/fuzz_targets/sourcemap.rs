@@ -69,7 +69,7 @@ fn run(data: &[u8]) {
     let frames = frames(text);
     let module = Arc::new(JsModuleFiles {
         minified_source: Found {
-            uri: CachedFileUri::IndividualFile(ABS_PATH.into()),
+            uri: Some(CachedFileUri::IndividualFile(ABS_PATH.into())),
             entry: Ok(MinifiedSource {
                 contents: minified.clone(),
                 sourcemap_url,
@@ -78,7 +78,7 @@ fn run(data: &[u8]) {
             resolved_with: ResolvedWith::Release,
         },
         smcache: Some(Found {
-            uri: map_uri,
+            uri: Some(map_uri),
             entry: smcache.map_err(FileError::from),
             resolved_with: ResolvedWith::Release,
         }),

@@ -138,7 +138,7 @@ pub async fn symbolicate_frame<L: JsLookup + Send>(
         Err(FileError::Cache(CacheError::Malformed(_))) => {
             // The map was found, only unusable: say where it came from.
             raw_frame.data.resolved_with = Some(smcache.resolved_with);
-            raw_frame.data.sourcemap_origin = Some(smcache.uri.clone());
+            raw_frame.data.sourcemap_origin = smcache.uri.clone();
             return Err(JsModuleErrorKind::MalformedSourcemap {
                 url: sourcemap_label,
             });
@@ -148,7 +148,7 @@ pub async fn symbolicate_frame<L: JsLookup + Send>(
     };
 
     frame.data.sourcemap = Some(sourcemap_label.clone());
-    frame.data.sourcemap_origin = Some(smcache.uri.clone());
+    frame.data.sourcemap_origin = smcache.uri.clone();
     frame.data.resolved_with = Some(smcache.resolved_with);
 
     let position = SourcePosition::new(line - 1, col.saturating_sub(1));
@@ -311,7 +311,7 @@ mod tests {
             let Some(contents) = self.files.get(abs_path).cloned() else {
                 return Arc::new(JsModuleFiles {
                     minified_source: Found {
-                        uri: CachedFileUri::ScrapedFile(abs_path.to_owned()),
+                        uri: Some(CachedFileUri::ScrapedFile(abs_path.to_owned())),
                         entry: Err(FileError::ScrapingDisabled),
                         resolved_with: ResolvedWith::Unknown,
                     },
@@ -323,12 +323,12 @@ mod tests {
             let smcache = match &sourcemap_url {
                 None => None,
                 Some(SourceMapUrl::Data(map)) => Some(Found {
-                    uri: CachedFileUri::Embedded,
+                    uri: Some(CachedFileUri::Embedded),
                     entry: smcache(&contents, map),
                     resolved_with: ResolvedWith::Release,
                 }),
                 Some(SourceMapUrl::Remote(url)) => Some(Found {
-                    uri: Self::artifact(url),
+                    uri: Some(Self::artifact(url)),
                     entry: match self.files.get(url) {
                         Some(map) => smcache(&contents, map),
                         None => Err(CacheError::NotFound.into()),
@@ -338,7 +338,7 @@ mod tests {
             };
             Arc::new(JsModuleFiles {
                 minified_source: Found {
-                    uri: Self::artifact(abs_path),
+                    uri: Some(Self::artifact(abs_path)),
                     entry: Ok(MinifiedSource {
                         contents: contents.into(),
                         sourcemap_url,
@@ -536,12 +536,12 @@ mod tests {
             let map = self.0.find(&map_key).expect("the map is bundled");
             Arc::new(JsModuleFiles {
                 smcache: Some(Found {
-                    uri: map.uri,
+                    uri: Some(map.uri),
                     entry: smcache(&found.file.contents, &map.file.contents),
                     resolved_with: map.resolved_with,
                 }),
                 minified_source: Found {
-                    uri: found.uri,
+                    uri: Some(found.uri),
                     entry: Ok(MinifiedSource {
                         contents: found.file.contents.into(),
                         sourcemap_url,
@@ -727,7 +727,7 @@ mod tests {
             async fn module(&mut self, abs_path: &str) -> Arc<JsModuleFiles> {
                 Arc::new(JsModuleFiles {
                     minified_source: Found {
-                        uri: CachedFileUri::ScrapedFile(abs_path.to_owned()),
+                        uri: Some(CachedFileUri::ScrapedFile(abs_path.to_owned())),
                         entry: Err(self.0.clone()),
                         resolved_with: ResolvedWith::Scraping,
                     },

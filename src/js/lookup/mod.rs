@@ -76,7 +76,9 @@ impl std::fmt::Debug for SourceText {
 /// A file the lookup found, or why not, and where from.
 #[derive(Debug, Clone)]
 pub struct Found<T> {
-    pub uri: CachedFileUri,
+    /// `None` when no place had the file and none could be asked for it: a source map
+    /// looked for by debug id alone has no URL to scrape.
+    pub uri: Option<CachedFileUri>,
     pub entry: Result<T, FileError>,
     pub resolved_with: ResolvedWith,
 }

@@ -51,14 +51,6 @@ struct CachedFile {
 
 type FileEntry = Found<CachedFile>;
 
-fn not_found() -> FileEntry {
-    Found {
-        uri: CachedFileUri::ScrapedFile(String::new()),
-        entry: Err(CacheError::NotFound.into()),
-        resolved_with: ResolvedWith::Unknown,
-    }
-}
-
 /// Scraped files are fetched again after about this long, staggered per URL.
 const SCRAPE_EVERY_SECS: u64 = 3600;
 
@@ -141,7 +133,14 @@ impl<'a> RequestLookup<'a> {
             }
             return found;
         }
-        self.scrape(key).await
+        match key.abs_path() {
+            Some(abs_path) => self.scrape(abs_path).await,
+            None => Found {
+                uri: None,
+                entry: Err(CacheError::NotFound.into()),
+                resolved_with: ResolvedWith::Unknown,
+            },
+        }
     }
 
     async fn in_bundles(&self, key: &FileKey) -> Option<FileEntry> {
@@ -167,7 +166,7 @@ impl<'a> RequestLookup<'a> {
         })
         .map_err(FileError::from);
         Some(Found {
-            uri: found.uri,
+            uri: Some(found.uri),
             entry,
             resolved_with: found.resolved_with,
         })
@@ -197,7 +196,9 @@ impl<'a> RequestLookup<'a> {
             }
         });
         Some(Found {
-            uri: CachedFileUri::IndividualFile(artifact.file.uri().to_owned()),
+            uri: Some(CachedFileUri::IndividualFile(
+                artifact.file.uri().to_owned(),
+            )),
             entry: entry.map_err(FileError::from),
             resolved_with: artifact.resolved_with,
         })
@@ -323,7 +324,7 @@ impl<'a> RequestLookup<'a> {
                         }
                     });
                     return Some(Found {
-                        uri: CachedFileUri::IndividualFile(file.uri().to_owned()),
+                        uri: Some(CachedFileUri::IndividualFile(file.uri().to_owned())),
                         entry: entry.map_err(FileError::from),
                         resolved_with: ResolvedWith::DebugId,
                     });
@@ -333,38 +334,34 @@ impl<'a> RequestLookup<'a> {
         None
     }
 
-    async fn scrape(&mut self, key: &FileKey) -> FileEntry {
-        let Some(abs_path) = key.abs_path() else {
-            return not_found();
-        };
-        let abs_path = abs_path.to_owned();
-        let failed = |abs_path: &str, err: FileError| Found {
-            uri: CachedFileUri::ScrapedFile(abs_path.to_owned()),
+    async fn scrape(&mut self, abs_path: &str) -> FileEntry {
+        let failed = |err: FileError| Found {
+            uri: Some(CachedFileUri::ScrapedFile(abs_path.to_owned())),
             entry: Err(err),
             resolved_with: ResolvedWith::Unknown,
         };
-        let mut url = match Url::parse(&abs_path) {
+        let mut url = match Url::parse(abs_path) {
             Ok(url) => url,
             Err(err) => {
                 let err = CacheError::DownloadError(err.to_string());
-                return failed(&abs_path, err.into());
+                return failed(err.into());
             }
         };
         let refuse = |this: &mut Self, details: String| {
             this.scraping_attempts.push(JsScrapingAttempt::failure(
-                &abs_path,
+                abs_path,
                 JsScrapingFailureReason::InvalidHost,
                 details.clone(),
             ));
-            failed(&abs_path, CacheError::DownloadError(details).into())
+            failed(CacheError::DownloadError(details).into())
         };
         if !self.scraping.enabled {
             self.scraping_attempts.push(JsScrapingAttempt::failure(
-                &abs_path,
+                abs_path,
                 JsScrapingFailureReason::Disabled,
                 "",
             ));
-            return failed(&abs_path, FileError::ScrapingDisabled);
+            return failed(FileError::ScrapingDisabled);
         }
         let scheme = url.scheme().to_owned();
         if scheme != "http" && scheme != "https" {
@@ -390,7 +387,7 @@ impl<'a> RequestLookup<'a> {
         }
         url.set_fragment(Some(&cache_busting_key(url.as_str()).to_string()));
         let file = self.service.scrape_file(url, &self.scraping);
-        let uri = CachedFileUri::ScrapedFile(file.uri().to_owned());
+        let uri = Some(CachedFileUri::ScrapedFile(file.uri().to_owned()));
         let contents = self
             .service
             .fetch_file(&file, &self.scope)
@@ -399,17 +396,17 @@ impl<'a> RequestLookup<'a> {
         let entry = match contents {
             Ok(contents) => {
                 self.scraping_attempts
-                    .push(JsScrapingAttempt::success(&abs_path));
+                    .push(JsScrapingAttempt::success(abs_path));
                 Ok(CachedFile {
                     sourcemap_url: sourcemap_comment(contents.as_str())
-                        .and_then(|r| SourceMapUrl::parse_with_prefix(&abs_path, r).ok()),
+                        .and_then(|r| SourceMapUrl::parse_with_prefix(abs_path, r).ok()),
                     debug_id: discover_debug_id(contents.as_str()),
                     contents,
                 })
             }
             Err(err) => {
                 self.scraping_attempts.push(JsScrapingAttempt {
-                    url: abs_path.clone(),
+                    url: abs_path.to_owned(),
                     result: err.clone().into(),
                 });
                 Err(err.into())
@@ -451,7 +448,7 @@ impl<'a> RequestLookup<'a> {
         }
         let sourcemap = match sourcemap_url {
             Some(SourceMapUrl::Data(data)) => Found {
-                uri: CachedFileUri::Embedded,
+                uri: Some(CachedFileUri::Embedded),
                 entry: Ok(CachedFile {
                     contents: SourceText::from(data),
                     sourcemap_url: None,
@@ -492,8 +489,8 @@ impl<'a> RequestLookup<'a> {
     ) -> Result<OwnedSourceMapCache, FileError> {
         let source = minified.entry.as_ref().map_err(Clone::clone)?;
         let map = sourcemap.entry.as_ref().map_err(Clone::clone)?;
-        let source_key = self.content_key(&minified.uri, &source.contents);
-        let map_key = self.content_key(&sourcemap.uri, &map.contents);
+        let source_key = self.content_key(minified.uri.as_ref(), &source.contents);
+        let map_key = self.content_key(sourcemap.uri.as_ref(), &map.contents);
         let input = SourceMapCacheInput {
             minified: source.contents.bytes().clone(),
             sourcemap: map.contents.bytes().clone(),
@@ -503,14 +500,15 @@ impl<'a> RequestLookup<'a> {
     }
 
     /// What identifies a file's contents: its URI, or for a scraped file (whose URL
-    /// may serve anything tomorrow) a hash of the contents, as upstream keys them.
-    fn content_key(&self, uri: &CachedFileUri, contents: &SourceText) -> CacheKey {
+    /// may serve anything tomorrow) a hash of the contents, as upstream keys them. A
+    /// file without a URI never has contents, but would be known by its hash alike.
+    fn content_key(&self, uri: Option<&CachedFileUri>, contents: &SourceText) -> CacheKey {
         match uri {
-            CachedFileUri::ScrapedFile(_) => {
+            Some(CachedFileUri::ScrapedFile(_)) | None => {
                 let hash = hex::encode(Sha256::digest(contents.bytes().as_slice()));
                 CacheKey::new(self.scope.clone(), &["scraped", &hash])
             }
-            uri => CacheKey::new(self.scope.clone(), &["uri", &uri.to_string()]),
+            Some(uri) => CacheKey::new(self.scope.clone(), &["uri", &uri.to_string()]),
         }
     }
 }
