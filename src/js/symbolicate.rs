@@ -6,12 +6,13 @@
 
 use std::collections::BTreeSet;
 
-use symbolic::sourcemapcache::SourcePosition;
+use symbolic::sourcemapcache::{File, SourceLocation, SourcePosition};
 
 use super::interface::{JsFrame, JsModuleError, JsModuleErrorKind, JsRequestOptions, JsStacktrace};
-use super::lookup::{FileError, JsLookup};
+use super::lookup::{FileError, Found, JsLookup};
 use super::names::{fold_function_name, function_for_token, scope_name};
 use super::paths::{frame_filename_and_module, join_paths};
+use super::sourcemap_cache::OwnedSourceMapCache;
 use crate::error::{CacheError, isolate};
 use crate::lookup::context_lines;
 use crate::types::FrameOrder;
@@ -133,20 +134,7 @@ pub async fn symbolicate_frame<L: JsLookup + Send>(
         // A plain file without source map or debug id: nothing to resolve.
         return Ok(raw_frame.clone());
     };
-    let cache = match &smcache.entry {
-        Ok(cache) => cache,
-        Err(FileError::Cache(CacheError::Malformed(_))) => {
-            // The map was found, only unusable: say where it came from.
-            raw_frame.data.resolved_with = Some(smcache.resolved_with);
-            raw_frame.data.sourcemap_origin = smcache.uri.clone();
-            return Err(JsModuleErrorKind::MalformedSourcemap {
-                url: sourcemap_label,
-            });
-        }
-        Err(FileError::ScrapingDisabled) => return Err(JsModuleErrorKind::ScrapingDisabled),
-        Err(FileError::Cache(_)) => return Err(JsModuleErrorKind::MissingSourcemap),
-    };
-
+    let cache = usable_cache(smcache, raw_frame, &sourcemap_label)?;
     frame.data.sourcemap = Some(sourcemap_label.clone());
     frame.data.sourcemap_origin = smcache.uri.clone();
     frame.data.resolved_with = Some(smcache.resolved_with);
@@ -162,6 +150,79 @@ pub async fn symbolicate_frame<L: JsLookup + Send>(
             line,
             col: Some(col),
         })?;
+    let base = module.source_file_base(&raw_frame.abs_path);
+    move_to_token(&mut frame, raw_frame, &token, callsite_name, base);
+
+    if apply_source_context
+        && let Some(file) = token.file()
+        && let Err(source) = apply_original_context(lookup, &mut frame, &file, base).await
+    {
+        errors.insert(JsModuleError {
+            abs_path: raw_frame.abs_path.clone(),
+            kind: JsModuleErrorKind::MissingSourceContent {
+                source,
+                sourcemap: sourcemap_label,
+            },
+        });
+    }
+    Ok(frame)
+}
+
+/// Context for a resolved frame from the map's `sourcesContent`, else from the original
+/// file itself, which may have been uploaded (or be scrapable). Without either, the URL
+/// the file was looked for at (empty if the map names none), for the error.
+async fn apply_original_context<L: JsLookup + Send>(
+    lookup: &mut L,
+    frame: &mut JsFrame,
+    file: &File<'_>,
+    base: &str,
+) -> Result<(), String> {
+    if let Some(source) = file.source() {
+        apply_context(frame, source);
+        return Ok(());
+    }
+    let Some(url) = file.name().map(|name| join_paths(base, name)) else {
+        return Err(String::new());
+    };
+    match lookup.source_file(&url).await {
+        Ok(source) => {
+            apply_context(frame, source.as_str());
+            Ok(())
+        }
+        Err(_) => Err(url),
+    }
+}
+
+/// The SourceMapCache to resolve a frame with, or the error the frame gets instead.
+fn usable_cache<'m>(
+    smcache: &'m Found<OwnedSourceMapCache>,
+    raw_frame: &mut JsFrame,
+    sourcemap_label: &str,
+) -> Result<&'m OwnedSourceMapCache, JsModuleErrorKind> {
+    match &smcache.entry {
+        Ok(cache) => Ok(cache),
+        Err(FileError::Cache(CacheError::Malformed(_))) => {
+            // The map was found, only unusable: say where it came from.
+            raw_frame.data.resolved_with = Some(smcache.resolved_with);
+            raw_frame.data.sourcemap_origin = smcache.uri.clone();
+            Err(JsModuleErrorKind::MalformedSourcemap {
+                url: sourcemap_label.to_owned(),
+            })
+        }
+        Err(FileError::ScrapingDisabled) => Err(JsModuleErrorKind::ScrapingDisabled),
+        Err(FileError::Cache(_)) => Err(JsModuleErrorKind::MissingSourcemap),
+    }
+}
+
+/// Moves `frame` to the original position `token` names, under the function name
+/// upstream would give it; `base` is what the map's source paths are joined onto.
+fn move_to_token(
+    frame: &mut JsFrame,
+    raw_frame: &JsFrame,
+    token: &SourceLocation<'_>,
+    callsite_name: Option<String>,
+    base: &str,
+) {
     frame.data.symbolicated = true;
     frame.token_name = token.name().map(str::to_owned);
 
@@ -172,9 +233,8 @@ pub async fn symbolicate_frame<L: JsLookup + Send>(
         callsite_name.as_deref(),
     )));
 
-    let base = module.source_file_base(&raw_frame.abs_path).to_owned();
     if let Some(file_name) = token.file_name().filter(|name| !name.is_empty()) {
-        frame.abs_path = join_paths(&base, file_name);
+        frame.abs_path = join_paths(base, file_name);
         let (filename, module_name) = frame_filename_and_module(file_name, &frame.abs_path);
         frame.filename = Some(filename);
         if module_name.is_some() {
@@ -183,38 +243,6 @@ pub async fn symbolicate_frame<L: JsLookup + Send>(
     }
     frame.lineno = token.line().saturating_add(1);
     frame.colno = Some(token.column().saturating_add(1));
-
-    if !apply_source_context {
-        return Ok(frame);
-    }
-    let Some(file) = token.file() else {
-        return Ok(frame);
-    };
-    if let Some(source) = file.source() {
-        apply_context(&mut frame, source);
-        return Ok(frame);
-    }
-
-    // No `sourcesContent` for this file: the original file itself may have been
-    // uploaded (or be scrapable).
-    let source_url = file.name().map(|name| join_paths(&base, name));
-    let source = match &source_url {
-        Some(url) => lookup.source_file(url).await,
-        None => Err(CacheError::NotFound.into()),
-    };
-    match source {
-        Ok(source) => apply_context(&mut frame, source.as_str()),
-        Err(_) => {
-            errors.insert(JsModuleError {
-                abs_path: raw_frame.abs_path.clone(),
-                kind: JsModuleErrorKind::MissingSourceContent {
-                    source: source_url.unwrap_or_default(),
-                    sourcemap: sourcemap_label,
-                },
-            });
-        }
-    }
-    Ok(frame)
 }
 
 fn apply_context(frame: &mut JsFrame, source: &str) {
@@ -238,8 +266,8 @@ mod tests {
     use super::*;
     use crate::js::discovery::{SourceMapUrl, discover_debug_id, resolve_sourcemap_url};
     use crate::js::interface::{CachedFileUri, ResolvedWith};
-    use crate::js::lookup::{Found, JsModuleFiles, MinifiedSource, SourceText};
-    use crate::js::sourcemap_cache::{OwnedSourceMapCache, load, write_sourcemap_cache};
+    use crate::js::lookup::{JsModuleFiles, MinifiedSource, SourceText};
+    use crate::js::sourcemap_cache::{load, write_sourcemap_cache};
 
     const BASE: &str = "http://example.com/assets";
 
