@@ -52,14 +52,12 @@ impl JsService {
         );
         let result =
             symbolicate_stacktraces(&mut lookup, request.stacktraces, request.options).await;
-        let mut scraping_attempts = lookup.scraping_attempts;
-        scraping_attempts.sort_by(|a, b| a.url.cmp(&b.url));
         CompletedJsSymbolicationResponse {
             stacktraces: result.stacktraces,
             raw_stacktraces: result.raw_stacktraces,
             errors: result.errors,
             used_artifact_bundles: Vec::new(),
-            scraping_attempts,
+            scraping_attempts: lookup.into_scraping_attempts(),
         }
     }
 }

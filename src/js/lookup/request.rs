@@ -55,7 +55,7 @@ type FileEntry = Found<CachedFile>;
 const SCRAPE_EVERY_SECS: u64 = 3600;
 
 pub struct RequestLookup<'a> {
-    service: &'a JsFiles,
+    shared: &'a JsFiles,
     scope: Scope,
     sentry: Option<Arc<SentrySourceConfig>>,
     sources: Arc<[SourceConfig]>,
@@ -69,7 +69,7 @@ pub struct RequestLookup<'a> {
     queried: BTreeSet<(Option<DebugId>, Option<String>)>,
     modules: HashMap<String, Arc<JsModuleFiles>>,
     files: HashMap<FileKey, FileEntry>,
-    pub scraping_attempts: Vec<JsScrapingAttempt>,
+    scraping_attempts: Vec<JsScrapingAttempt>,
 }
 
 /// What a request says about where to look.
@@ -84,9 +84,9 @@ pub struct LookupParams {
 }
 
 impl<'a> RequestLookup<'a> {
-    pub fn new(service: &'a JsFiles, params: LookupParams) -> Self {
+    pub fn new(shared: &'a JsFiles, params: LookupParams) -> Self {
         RequestLookup {
-            service,
+            shared,
             scope: params.scope,
             sentry: params.sentry.map(Arc::new),
             sources: params.sources,
@@ -101,6 +101,14 @@ impl<'a> RequestLookup<'a> {
             files: HashMap::new(),
             scraping_attempts: Vec::new(),
         }
+    }
+
+    /// Every web fetch the request made or did without, in the order upstream answers
+    /// them: by URL.
+    pub fn into_scraping_attempts(self) -> Vec<JsScrapingAttempt> {
+        let mut attempts = self.scraping_attempts;
+        attempts.sort_by(|a, b| a.url.cmp(&b.url));
+        attempts
     }
 
     async fn file(&mut self, key: &FileKey) -> FileEntry {
@@ -147,7 +155,7 @@ impl<'a> RequestLookup<'a> {
         if self.bundles.is_empty() {
             return None;
         }
-        let found = self.service.find_in_bundles(&self.bundles, key).await?;
+        let found = self.shared.find_in_bundles(&self.bundles, key).await?;
         let entry = match found.file.sourcemap_reference.as_deref() {
             Some(reference) => match key.abs_path() {
                 // A map never names another map, so only a minified file gets here.
@@ -179,7 +187,7 @@ impl<'a> RequestLookup<'a> {
         let abs_path = key.abs_path()?;
         let artifact =
             release_file_candidate_urls(abs_path).find_map(|url| self.artifacts.get(&url))?;
-        let mut contents = self.service.fetch_file(&artifact.file, &self.scope).await;
+        let mut contents = self.shared.fetch_file(&artifact.file, &self.scope).await;
         // Hermes bytecode is uploaded as an empty file with headers: its text is empty.
         if matches!(contents, Err(CacheError::NotFound)) && !artifact.headers.is_empty() {
             contents = Ok(ByteView::from_vec(Vec::new()));
@@ -219,7 +227,7 @@ impl<'a> RequestLookup<'a> {
             return false;
         }
         let results = match self
-            .service
+            .shared
             .lookup_artifacts(
                 &sentry,
                 debug_id,
@@ -279,8 +287,8 @@ impl<'a> RequestLookup<'a> {
                     if self.bundles.contains(file.uri()) {
                         continue;
                     }
-                    let bundle = match self.service.fetch_file(&file, &self.scope).await {
-                        Ok(data) => self.service.open_bundle(data).await,
+                    let bundle = match self.shared.fetch_file(&file, &self.scope).await {
+                        Ok(data) => self.shared.open_bundle(data).await,
                         Err(err) => Err(err),
                     };
                     new |= self.bundles.insert(file.uri(), bundle, *resolved_with);
@@ -306,7 +314,7 @@ impl<'a> RequestLookup<'a> {
                 continue;
             };
             let file = RemoteFile::new(source.clone(), path);
-            match self.service.fetch_file(&file, &self.scope).await {
+            match self.shared.fetch_file(&file, &self.scope).await {
                 Err(CacheError::NotFound) => continue,
                 contents => {
                     let entry = contents.and_then(SourceText::new).map(|contents| {
@@ -379,17 +387,17 @@ impl<'a> RequestLookup<'a> {
         match url.host_str() {
             None => return refuse(self, String::new()),
             // The fetch layer refuses every reserved address; these two get a clear word.
-            Some(host @ ("localhost" | "127.0.0.1")) if !self.service.reserved_ips_allowed() => {
+            Some(host @ ("localhost" | "127.0.0.1")) if !self.shared.reserved_ips_allowed() => {
                 let details = format!("Can't connect to restricted host {host}");
                 return refuse(self, details);
             }
             _ => {}
         }
         url.set_fragment(Some(&cache_busting_key(url.as_str()).to_string()));
-        let file = self.service.scrape_file(url, &self.scraping);
+        let file = self.shared.scrape_file(url, &self.scraping);
         let uri = Some(CachedFileUri::ScrapedFile(file.uri().to_owned()));
         let contents = self
-            .service
+            .shared
             .fetch_file(&file, &self.scope)
             .await
             .and_then(SourceText::new);
@@ -495,7 +503,7 @@ impl<'a> RequestLookup<'a> {
             minified: source.contents.bytes().clone(),
             sourcemap: map.contents.bytes().clone(),
         };
-        let smcache = self.service.sourcemap_cache(&source_key, &map_key, input);
+        let smcache = self.shared.sourcemap_cache(&source_key, &map_key, input);
         Ok(smcache.await?)
     }
 
