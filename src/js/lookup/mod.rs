@@ -1,11 +1,11 @@
 //! Finding the files `/symbolicate-js` resolves frames with. Frame resolution asks
 //! through [`JsLookup`] and gets the types here back, so it never fetches and can be
 //! driven by files in memory (its tests, the fuzzer). What implements it for the
-//! server is [`RequestLookup`] (`request`): one request's search in upstream's order
+//! server is `RequestLookup` (`request.rs`): one request's search in upstream's order
 //! (artifact bundles, release files, Sentry's artifact lookup, the request's own
 //! sources, scraping) and its scraping attempts. What all requests share, the fetched
 //! files, the SourceMapCaches built from them and Sentry's lookup answers, is
-//! [`JsFiles`] (`files`).
+//! `JsFiles` (`files.rs`).
 
 mod files;
 mod request;
