@@ -138,7 +138,8 @@ pub trait JsLookup {
     /// source map found by reference or by debug id, and the SourceMapCache of both.
     /// The order of lookups is upstream's (see the module docs of `lookup.rs` there):
     /// bundles by debug id, bundles by candidate URL, individual artifacts, a fresh
-    /// artifact-lookup query, then scraping.
+    /// artifact-lookup query, then (omnisym's addition) the request's own sources, and
+    /// scraping last.
     fn module(&mut self, abs_path: &str) -> impl Future<Output = Arc<JsModuleFiles>> + Send;
 
     /// An original source file by its absolute URL (a `sources` entry joined onto
