@@ -1,6 +1,7 @@
 //! The layering `docs/architecture.md` promises, checked on the source text: no two
 //! top-level modules of `src/` import each other (directly or around a circle), no two
-//! files of one module do, the platform pipelines never import each other, the shared
+//! files of one module do (at any depth, a child module's directory counting as one
+//! file), the platform pipelines never import each other, the shared
 //! core never imports a pipeline, and nothing below the top layer (the server and the
 //! command-line tools) imports it; no module imports the command-line tools.
 
@@ -220,31 +221,76 @@ fn top_level_graph(src: &Path) -> Graph {
     graph
 }
 
-/// The files of one module directory (not `mod.rs`, which re-exports its children) and
-/// which siblings each names through `super::` or `crate::<module>::`.
-fn sibling_graph(module: &str, dir: &Path) -> Graph {
-    let tests = test_files(&rust_files(dir));
-    let files: BTreeMap<String, PathBuf> = std::fs::read_dir(dir)
+/// The module path of a file below `src`: `js/lookup/mod.rs` is `js::lookup`,
+/// `js/lookup/files.rs` is `js::lookup::files`.
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let mut path: Vec<String> = file
+        .strip_prefix(src)
         .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "rs") && !tests.contains(p))
-        .map(|p| (p.file_stem().unwrap().to_string_lossy().into_owned(), p))
-        .filter(|(name, _)| name != "mod")
+        .with_extension("")
+        .iter()
+        .map(|part| part.to_string_lossy().into_owned())
         .collect();
+    if path.last().is_some_and(|last| last == "mod") {
+        path.pop();
+    }
+    path
+}
+
+/// The children of one module directory, files and subdirectories (not `mod.rs`, which
+/// re-exports them), and which siblings each names: through as many `super::` as lead
+/// back to this directory, or through `crate::<module>::`. A subdirectory is one node,
+/// its files together, so that a child module cannot hide a cycle with its siblings.
+fn sibling_graph(src: &Path, dir: &Path) -> Graph {
+    let module = module_path(src, &dir.join("mod.rs"));
+    let tests = test_files(&rust_files(dir));
+    let mut children: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+    for path in std::fs::read_dir(dir).unwrap().flatten().map(|e| e.path()) {
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() {
+            let files: Vec<PathBuf> = rust_files(&path)
+                .into_iter()
+                .filter(|f| !tests.contains(f))
+                .collect();
+            if !files.is_empty() {
+                children.insert(name, files);
+            }
+        } else if path.extension().is_some_and(|e| e == "rs")
+            && !tests.contains(&path)
+            && name != "mod"
+        {
+            children.insert(name, vec![path]);
+        }
+    }
+    let crate_prefix = format!("crate::{}", module.join("::"));
     let mut graph = Graph::new();
-    for (name, path) in &files {
-        let text = code(path);
-        let mut named = names_after(&text, "super");
-        named.extend(names_after(&text, &format!("crate::{module}")));
+    for (name, files) in &children {
         let edges = graph.entry(name.clone()).or_default();
-        for other in named {
-            if files.contains_key(&other) && other != *name {
-                edges.insert(other);
+        for file in files {
+            let text = code(file);
+            let depth = module_path(src, file).len() - module.len();
+            let mut named = names_after(&text, &vec!["super"; depth].join("::"));
+            named.extend(names_after(&text, &crate_prefix));
+            for other in named {
+                if children.contains_key(&other) && other != *name {
+                    edges.insert(other);
+                }
             }
         }
     }
     graph
+}
+
+/// Every directory below `dir`, at any depth.
+fn module_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for path in std::fs::read_dir(dir).unwrap().flatten().map(|e| e.path()) {
+        if path.is_dir() {
+            out.extend(module_dirs(&path));
+            out.push(path);
+        }
+    }
+    out
 }
 
 /// One cycle of `graph`, if it has any.
@@ -297,18 +343,30 @@ fn top_level_modules_form_no_cycle() {
 
 #[test]
 fn files_within_a_module_form_no_cycle() {
-    for entry in std::fs::read_dir(src()).unwrap().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            let module = path.file_name().unwrap().to_string_lossy().into_owned();
-            if let Some(cycle) = find_cycle(&sibling_graph(&module, &path)) {
-                panic!(
-                    "files of {module}/ import each other: {}",
-                    cycle.join(" -> ")
-                );
-            }
+    let src = src();
+    for dir in module_dirs(&src) {
+        if let Some(cycle) = find_cycle(&sibling_graph(&src, &dir)) {
+            let module = module_path(&src, &dir.join("mod.rs")).join("::");
+            panic!(
+                "files of {module} import each other: {}",
+                cycle.join(" -> ")
+            );
         }
     }
+}
+
+#[test]
+fn a_child_module_is_one_node_among_its_siblings() {
+    let src = src();
+    let js = sibling_graph(&src, &src.join("js"));
+    // `symbolicate.rs` names `super::lookup`; `lookup/request.rs` names
+    // `crate::js::bundle`, and `lookup/mod.rs` `super::discovery`.
+    assert!(js["symbolicate"].contains("lookup"), "{js:?}");
+    assert!(js["lookup"].contains("bundle"), "{js:?}");
+    assert!(js["lookup"].contains("discovery"), "{js:?}");
+    // Inside it, `super::` names its own children.
+    let lookup = sibling_graph(&src, &src.join("js/lookup"));
+    assert!(lookup["request"].contains("files"), "{lookup:?}");
 }
 
 #[test]

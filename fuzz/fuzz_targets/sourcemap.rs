@@ -29,9 +29,10 @@ use omnisym::js::interface::{
 use omnisym::js::sourcemap_cache::{
     OwnedSourceMapCache, SourceMapCacheFormat, SourceMapCacheInput,
 };
-use omnisym::js::symbolicate::{
-    Found, JsLookup, JsModuleFiles, MinifiedSource, SourceText, symbolicate_stacktraces,
+use omnisym::js::lookup::{
+    FileError, Found, JsLookup, JsModuleFiles, MinifiedSource, SourceText,
 };
+use omnisym::js::symbolicate::symbolicate_stacktraces;
 use omnisym::types::FrameOrder;
 use omnisym_fuzz::{install_isolating_hook, isolating, runtime, scratch_dir, split_once};
 use symbolic::common::ByteView;
@@ -68,7 +69,7 @@ fn run(data: &[u8]) {
     let frames = frames(text);
     let module = Arc::new(JsModuleFiles {
         minified_source: Found {
-            uri: CachedFileUri::IndividualFile(ABS_PATH.into()),
+            uri: Some(CachedFileUri::IndividualFile(ABS_PATH.into())),
             entry: Ok(MinifiedSource {
                 contents: minified.clone(),
                 sourcemap_url,
@@ -77,8 +78,8 @@ fn run(data: &[u8]) {
             resolved_with: ResolvedWith::Release,
         },
         smcache: Some(Found {
-            uri: map_uri,
-            entry: smcache,
+            uri: Some(map_uri),
+            entry: smcache.map_err(FileError::from),
             resolved_with: ResolvedWith::Release,
         }),
     });
@@ -157,7 +158,7 @@ impl JsLookup for Files {
     fn source_file(
         &mut self,
         _abs_path: &str,
-    ) -> impl Future<Output = CacheResult<SourceText>> + Send {
-        std::future::ready(Err(CacheError::NotFound))
+    ) -> impl Future<Output = Result<SourceText, FileError>> + Send {
+        std::future::ready(Err(CacheError::NotFound.into()))
     }
 }

@@ -21,7 +21,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use url::Url;
 
 use crate::error::{CacheError, CacheResult};
-use crate::sources::{FileType, Headers, ObjectId, SentrySourceConfig, SourceConfig};
+use crate::sources::{
+    FileType, Headers, HttpSourceConfig, ObjectId, SentrySourceConfig, SourceConfig,
+};
 use crate::units::FOREVER;
 
 mod config;
@@ -168,49 +170,69 @@ impl Downloader {
         out: &mut tokio::fs::File,
     ) -> CacheResult<u64> {
         let inner = &*self.inner;
+        let Some(path) = file.path() else {
+            // Named by a whole URL: only `RemoteFile::whole_url` makes such a file, and
+            // always on an HTTP source.
+            return match &file.source {
+                SourceConfig::Http(http) => {
+                    self.http_source_transfer(&http.url, http, max_size, out)
+                        .await
+                }
+                _ => Err(CacheError::NotFound),
+            };
+        };
         // Only HTTP and GCS transfers stop at `max_size` while they stream; the other
         // kinds stream up to the configured limit and meet `max_size` when unpacked.
         match &file.source {
             SourceConfig::Http(http) => {
-                let Some(url) = http.join_url(&file.path) else {
+                let Some(url) = http.join_url(path) else {
                     return Err(CacheError::NotFound);
                 };
-                let certificates = if http.accept_invalid_certs {
-                    Certificates::AcceptInvalid
-                } else {
-                    Certificates::Verify
-                };
-                let options = HttpOptions {
-                    max_size,
-                    certificates,
-                };
-                let download = self.download_http(&url, &http.headers, options, out);
-                self.unless_denied(&url, download).await
+                self.http_source_transfer(&url, http, max_size, out).await
             }
             SourceConfig::Filesystem(fs) => {
                 let transfer = self.transfer_to(out, u64::MAX);
-                inner
-                    .filesystem
-                    .fetch(&fs.join_path(&file.path), transfer)
-                    .await
+                inner.filesystem.fetch(&fs.join_path(path), transfer).await
             }
             SourceConfig::Sentry(sentry) => {
                 let url = match file.sentry_download_url() {
                     Some(url) => url.clone(),
-                    None => sentry.download_url(&file.path),
+                    None => sentry.download_url(path),
                 };
                 let transfer = self.transfer_to(out, u64::MAX);
                 inner.sentry.fetch(sentry, &url, transfer).await
             }
             SourceConfig::S3(s3) => {
                 let transfer = self.transfer_to(out, u64::MAX);
-                inner.s3.fetch(s3, &s3.key(&file.path), transfer).await
+                inner.s3.fetch(s3, &s3.key(path), transfer).await
             }
             SourceConfig::Gcs(gcs) => {
                 let transfer = self.transfer_to(out, max_size);
-                inner.gcs.fetch(gcs, &gcs.key(&file.path), transfer).await
+                inner.gcs.fetch(gcs, &gcs.key(path), transfer).await
             }
         }
+    }
+
+    /// A file of an HTTP source at `url`, with the source's headers and certificate rule,
+    /// unless the host is on the deny list.
+    async fn http_source_transfer(
+        &self,
+        url: &Url,
+        http: &HttpSourceConfig,
+        max_size: u64,
+        out: &mut tokio::fs::File,
+    ) -> CacheResult<u64> {
+        let certificates = if http.accept_invalid_certs {
+            Certificates::AcceptInvalid
+        } else {
+            Certificates::Verify
+        };
+        let options = HttpOptions {
+            max_size,
+            certificates,
+        };
+        let download = self.download_http(url, &http.headers, options, out);
+        self.unless_denied(url, download).await
     }
 
     /// A transfer into `dest` of at most `max_size` bytes, and never more than the

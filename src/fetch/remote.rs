@@ -16,8 +16,9 @@ use crate::sources::{
 #[derive(Clone, Debug)]
 pub struct RemoteFile {
     pub source: SourceConfig,
-    /// The location in the source's layout; for a Sentry source, Sentry's file id.
-    pub path: String,
+    /// Private so that only [`RemoteFile::whole_url`] names a file by its URL, and
+    /// then always on an HTTP source.
+    location: Location,
     /// Computed once: every warm lookup needs it twice (cache key, candidate report).
     uri: Arc<str>,
     /// What the file's cache entry is named by: see [`Self::cache_identity`].
@@ -27,21 +28,27 @@ pub struct RemoteFile {
     download_url: Option<Url>,
 }
 
+/// Where on its source a file is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Location {
+    /// A location in the source's layout; for a Sentry source, Sentry's file id.
+    Path(String),
+    /// The HTTP source's URL itself: the file is named by a whole URL (a scraped
+    /// script, a download URL an API returned, a linked source file).
+    Url,
+}
+
 impl RemoteFile {
+    /// The file at `path` in `source`'s layout (for a Sentry source, its file id).
     pub fn new(source: SourceConfig, path: String) -> Self {
         let (uri, location) = match &source {
-            SourceConfig::Http(http) => {
-                // A whole URL is the file's own address (from an event or a debug
-                // file), not the source's, so only its userinfo is the source's secret.
-                let redact_query = !path.is_empty();
-                match http.join_url(&path) {
-                    Some(url) => (shown_url(&url, redact_query), url.to_string()),
-                    None => (
-                        format!("{}{}", shown_url(&http.url, redact_query), path),
-                        format!("{}{}", http.url, path),
-                    ),
-                }
-            }
+            SourceConfig::Http(http) => match http.join_url(&path) {
+                Some(url) => (shown_url(&url, true), url.to_string()),
+                None => (
+                    format!("{}{}", shown_url(&http.url, true), path),
+                    format!("{}{}", http.url, path),
+                ),
+            },
             SourceConfig::Filesystem(fs) => {
                 let path = fs.join_path(&path).display().to_string();
                 (path.clone(), path)
@@ -50,13 +57,26 @@ impl RemoteFile {
             SourceConfig::S3(s3) => (s3.uri(&path), s3.uri(&path)),
             SourceConfig::Gcs(gcs) => (gcs.uri(&path), gcs.uri(&path)),
         };
+        RemoteFile::at(source, Location::Path(path), uri, location)
+    }
+
+    /// The file at `http`'s URL itself. That URL is the file's own address (from an
+    /// event or a debug file), not the source's, so only its userinfo is the source's
+    /// secret: the query stays in the `uri`.
+    pub fn whole_url(http: HttpSourceConfig) -> Self {
+        let (uri, location) = (shown_url(&http.url, false), http.url.to_string());
+        let source = SourceConfig::Http(Arc::new(http));
+        RemoteFile::at(source, Location::Url, uri, location)
+    }
+
+    fn at(source: SourceConfig, location: Location, uri: String, full: String) -> Self {
         let identity = match source.access_digest() {
-            Some(digest) => format!("{location}\n{}", hex::encode(digest)),
-            None => location,
+            Some(digest) => format!("{full}\n{}", hex::encode(digest)),
+            None => full,
         };
         RemoteFile {
             source,
-            path,
+            location,
             uri: uri.into(),
             identity: identity.into(),
             download_url: None,
@@ -69,6 +89,14 @@ impl RemoteFile {
         RemoteFile {
             download_url: Some(url),
             ..RemoteFile::new(source, file_id)
+        }
+    }
+
+    /// The location in the source's layout; `None` for a file named by a whole URL.
+    pub fn path(&self) -> Option<&str> {
+        match &self.location {
+            Location::Path(path) => Some(path),
+            Location::Url => None,
         }
     }
 
@@ -93,14 +121,13 @@ impl RemoteFile {
     /// fetched like a file of an HTTP source with `headers`, under the same reserved-IP
     /// rule and limits; `source` names it in candidate reports and cache keys.
     pub fn from_url(source: SourceId, url: Url, headers: Headers) -> Self {
-        let http = HttpSourceConfig {
+        RemoteFile::whole_url(HttpSourceConfig {
             id: source,
             url,
             headers,
             files: CommonSourceConfig::default(),
             accept_invalid_certs: false,
-        };
-        RemoteFile::new(SourceConfig::Http(Arc::new(http)), String::new())
+        })
     }
 
     /// Whether files of this source may be shared across request scopes.
@@ -114,7 +141,9 @@ impl RemoteFile {
     /// the slots of whatever fetches them (linked sources, scraping) whatever their URL.
     pub(super) fn slot_key(&self) -> [u8; 32] {
         match &self.source {
-            SourceConfig::Http(_) if self.is_whole_url() => self.source.fingerprint_without_url(),
+            SourceConfig::Http(_) if self.location == Location::Url => {
+                self.source.fingerprint_without_url()
+            }
             source => source.fingerprint(),
         }
     }
@@ -122,10 +151,5 @@ impl RemoteFile {
     /// Where Sentry said to download this file from, if it named a URL itself.
     pub(super) fn sentry_download_url(&self) -> Option<&Url> {
         self.download_url.as_ref()
-    }
-
-    /// Whether this file is named by a whole URL rather than a location on a source.
-    fn is_whole_url(&self) -> bool {
-        self.path.is_empty()
     }
 }

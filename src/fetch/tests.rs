@@ -685,6 +685,7 @@ fn candidate_locations_show_no_credentials() {
         BTreeMap::new(),
     );
     assert_eq!(scraped.uri(), "https://cdn.example/app.js?v=3#k");
+    assert_eq!(scraped.path(), None);
 }
 
 #[test]

@@ -1,17 +1,18 @@
-//! JavaScript symbolication: everything `/symbolicate-js` needs that does not fetch.
-//! The wire types, SourceMapCaches (built from a minified file and its source map),
-//! reading artifact bundles, discovering a file's source map and debug id, the URL
-//! rules of upstream's lookup (candidate URLs, joining, allowed origins), and resolving
-//! frames with the files a lookup found, including function naming and source context.
-//! `service`, `lookup` and `files` fetch those files (Sentry's artifact lookup, the request's own
-//! sources, scraping) through the shared lookup and fetch layers and hand them over
-//! through [`symbolicate::JsLookup`].
+//! JavaScript symbolication: `/symbolicate-js`. Three parts, each using only the ones
+//! after it: `service` wires a request to a lookup and answers; [`symbolicate`]
+//! resolves frames with the files a lookup hands over (naming, paths, source context,
+//! errors) and never fetches; [`lookup`] finds those files (Sentry's artifact lookup,
+//! the request's own sources, scraping) through the shared lookup and fetch layers.
+//! Beneath them the pieces without I/O that upstream's rules live in: the wire types
+//! ([`interface`]), SourceMapCaches ([`sourcemap_cache`]), artifact bundles
+//! ([`bundle`]), finding a file's source map and debug id ([`discovery`]), candidate
+//! URLs and joining ([`paths`]), allowed origins ([`origins`]) and function names
+//! ([`names`]).
 
 pub mod bundle;
 pub mod discovery;
-mod files;
 pub mod interface;
-mod lookup;
+pub mod lookup;
 pub mod names;
 pub mod origins;
 pub mod paths;

@@ -8,9 +8,8 @@ use std::sync::Arc;
 use symbolic::common::DebugId;
 
 use super::bundle::BundleLimits;
-use super::files::JsFiles;
 use super::interface::{CompletedJsSymbolicationResponse, JsSymbolicationRequest};
-use super::lookup::{LookupParams, RequestLookup};
+use super::lookup::{JsFiles, LookupParams, RequestLookup};
 use super::symbolicate::symbolicate_stacktraces;
 use crate::cache::{Caches, Scope};
 use crate::fetch::Downloader;
@@ -53,14 +52,12 @@ impl JsService {
         );
         let result =
             symbolicate_stacktraces(&mut lookup, request.stacktraces, request.options).await;
-        let mut scraping_attempts = lookup.scraping_attempts;
-        scraping_attempts.sort_by(|a, b| a.url.cmp(&b.url));
         CompletedJsSymbolicationResponse {
             stacktraces: result.stacktraces,
             raw_stacktraces: result.raw_stacktraces,
             errors: result.errors,
             used_artifact_bundles: Vec::new(),
-            scraping_attempts,
+            scraping_attempts: lookup.into_scraping_attempts(),
         }
     }
 }

@@ -5,143 +5,17 @@
 //! ([`JsLookup`]); this module never fetches.
 
 use std::collections::BTreeSet;
-use std::future::Future;
-use std::sync::Arc;
 
-use symbolic::common::{ByteView, DebugId};
-use symbolic::sourcemapcache::SourcePosition;
+use symbolic::sourcemapcache::{File, SourceLocation, SourcePosition};
 
-use super::discovery::SourceMapUrl;
-use super::interface::{
-    CachedFileUri, JsFrame, JsModuleError, JsModuleErrorKind, JsRequestOptions, JsStacktrace,
-    ResolvedWith,
-};
+use super::interface::{JsFrame, JsModuleError, JsModuleErrorKind, JsRequestOptions, JsStacktrace};
+use super::lookup::{FileError, Found, JsLookup};
 use super::names::{fold_function_name, function_for_token, scope_name};
 use super::paths::{frame_filename_and_module, join_paths};
 use super::sourcemap_cache::OwnedSourceMapCache;
-use crate::error::{CacheError, CacheResult, isolate};
+use crate::error::{CacheError, isolate};
 use crate::lookup::context_lines;
 use crate::types::FrameOrder;
-
-/// The error a lookup reports for a file it would have had to scrape while scraping is
-/// off; frames then get `scraping_disabled` rather than `missing_source`.
-pub fn scraping_disabled() -> CacheError {
-    CacheError::DownloadError(SCRAPING_DISABLED.into())
-}
-
-const SCRAPING_DISABLED: &str = "Scraping disabled";
-
-fn is_scraping_disabled(err: &CacheError) -> bool {
-    matches!(err, CacheError::DownloadError(msg) if msg == SCRAPING_DISABLED)
-}
-
-/// The text of a JS file (minified or original), kept as the bytes it was read as
-/// (often a memory map), checked to be UTF-8 once.
-#[derive(Clone)]
-pub struct SourceText(ByteView<'static>);
-
-impl SourceText {
-    pub fn new(bytes: ByteView<'static>) -> CacheResult<Self> {
-        std::str::from_utf8(&bytes)
-            .map_err(|e| CacheError::Malformed(format!("not UTF-8: {e}")))?;
-        Ok(SourceText(bytes))
-    }
-
-    pub fn as_str(&self) -> &str {
-        // Checked in `new`; the bytes behind a ByteView never change.
-        std::str::from_utf8(&self.0).unwrap_or_default()
-    }
-
-    pub fn bytes(&self) -> &ByteView<'static> {
-        &self.0
-    }
-}
-
-impl From<String> for SourceText {
-    fn from(text: String) -> Self {
-        SourceText(ByteView::from_vec(text.into_bytes()))
-    }
-}
-
-impl std::fmt::Debug for SourceText {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SourceText({} bytes)", self.0.len())
-    }
-}
-
-/// A file the lookup found, or why not, and where from.
-#[derive(Debug, Clone)]
-pub struct Found<T> {
-    pub uri: CachedFileUri,
-    pub entry: CacheResult<T>,
-    pub resolved_with: ResolvedWith,
-}
-
-/// A minified file as the lookup found it.
-#[derive(Debug, Clone)]
-pub struct MinifiedSource {
-    /// Empty for Hermes bytecode bundles, which carry no text worth showing.
-    pub contents: SourceText,
-    /// From the file's headers or its comment (see [`super::discovery`]).
-    pub sourcemap_url: Option<SourceMapUrl>,
-    pub debug_id: Option<DebugId>,
-}
-
-/// Everything the lookup found for one `abs_path`.
-#[derive(Debug, Clone)]
-pub struct JsModuleFiles {
-    pub minified_source: Found<MinifiedSource>,
-    /// `None` when the minified file names no source map and has no debug id: the
-    /// frame is then left as it is. Otherwise the SourceMapCache built from the
-    /// minified file and its map, or why there is none.
-    pub smcache: Option<Found<OwnedSourceMapCache>>,
-}
-
-impl JsModuleFiles {
-    /// What original sources are joined onto: the source map's URL, or for inline and
-    /// debug-id-only maps the minified file's own.
-    pub fn source_file_base<'a>(&'a self, abs_path: &'a str) -> &'a str {
-        match &self.minified_source.entry {
-            Ok(MinifiedSource {
-                sourcemap_url: Some(SourceMapUrl::Remote(url)),
-                ..
-            }) => url,
-            _ => abs_path,
-        }
-    }
-
-    /// The URL `data.sourcemap` and errors name: the map's remote URL, else the
-    /// minified file's `abs_path`.
-    fn sourcemap_label(&self, abs_path: &str) -> String {
-        match &self.minified_source.entry {
-            Ok(source) => source
-                .sourcemap_url
-                .as_ref()
-                .and_then(SourceMapUrl::remote_url)
-                .unwrap_or(abs_path)
-                .to_owned(),
-            Err(_) => abs_path.to_owned(),
-        }
-    }
-}
-
-/// What frame resolution needs from the fetching side. An implementation fetches each
-/// file once per request and remembers it (and records `scraping_attempts`).
-pub trait JsLookup {
-    /// The minified file behind `abs_path` (already without an `async ` prefix), its
-    /// source map found by reference or by debug id, and the SourceMapCache of both.
-    /// The order of lookups is upstream's (see the module docs of `lookup.rs` there):
-    /// bundles by debug id, bundles by candidate URL, individual artifacts, a fresh
-    /// artifact-lookup query, then scraping.
-    fn module(&mut self, abs_path: &str) -> impl Future<Output = Arc<JsModuleFiles>> + Send;
-
-    /// An original source file by its absolute URL (a `sources` entry joined onto
-    /// [`JsModuleFiles::source_file_base`]), for context when the map carries none.
-    fn source_file(
-        &mut self,
-        abs_path: &str,
-    ) -> impl Future<Output = CacheResult<SourceText>> + Send;
-}
 
 /// The symbolicated and the raw stack traces (with minified context), and the errors
 /// by `abs_path`, sorted as upstream sorts them. The lookup adds `scraping_attempts`
@@ -251,8 +125,8 @@ pub async fn symbolicate_frame<L: JsLookup + Send>(
             }
             frame
         }
-        Err(err) if is_scraping_disabled(err) => return Err(JsModuleErrorKind::ScrapingDisabled),
-        Err(_) => return Err(JsModuleErrorKind::MissingSource),
+        Err(FileError::ScrapingDisabled) => return Err(JsModuleErrorKind::ScrapingDisabled),
+        Err(FileError::Cache(_)) => return Err(JsModuleErrorKind::MissingSource),
     };
 
     let sourcemap_label = module.sourcemap_label(&raw_frame.abs_path);
@@ -260,22 +134,9 @@ pub async fn symbolicate_frame<L: JsLookup + Send>(
         // A plain file without source map or debug id: nothing to resolve.
         return Ok(raw_frame.clone());
     };
-    let cache = match &smcache.entry {
-        Ok(cache) => cache,
-        Err(CacheError::Malformed(_)) => {
-            // The map was found, only unusable: say where it came from.
-            raw_frame.data.resolved_with = Some(smcache.resolved_with);
-            raw_frame.data.sourcemap_origin = Some(smcache.uri.clone());
-            return Err(JsModuleErrorKind::MalformedSourcemap {
-                url: sourcemap_label,
-            });
-        }
-        Err(err) if is_scraping_disabled(err) => return Err(JsModuleErrorKind::ScrapingDisabled),
-        Err(_) => return Err(JsModuleErrorKind::MissingSourcemap),
-    };
-
+    let cache = usable_cache(smcache, raw_frame, &sourcemap_label)?;
     frame.data.sourcemap = Some(sourcemap_label.clone());
-    frame.data.sourcemap_origin = Some(smcache.uri.clone());
+    frame.data.sourcemap_origin = smcache.uri.clone();
     frame.data.resolved_with = Some(smcache.resolved_with);
 
     let position = SourcePosition::new(line - 1, col.saturating_sub(1));
@@ -289,6 +150,79 @@ pub async fn symbolicate_frame<L: JsLookup + Send>(
             line,
             col: Some(col),
         })?;
+    let base = module.source_file_base(&raw_frame.abs_path);
+    move_to_token(&mut frame, raw_frame, &token, callsite_name, base);
+
+    if apply_source_context
+        && let Some(file) = token.file()
+        && let Err(source) = apply_original_context(lookup, &mut frame, &file, base).await
+    {
+        errors.insert(JsModuleError {
+            abs_path: raw_frame.abs_path.clone(),
+            kind: JsModuleErrorKind::MissingSourceContent {
+                source,
+                sourcemap: sourcemap_label,
+            },
+        });
+    }
+    Ok(frame)
+}
+
+/// Context for a resolved frame from the map's `sourcesContent`, else from the original
+/// file itself, which may have been uploaded (or be scrapable). Without either, the URL
+/// the file was looked for at (empty if the map names none), for the error.
+async fn apply_original_context<L: JsLookup + Send>(
+    lookup: &mut L,
+    frame: &mut JsFrame,
+    file: &File<'_>,
+    base: &str,
+) -> Result<(), String> {
+    if let Some(source) = file.source() {
+        apply_context(frame, source);
+        return Ok(());
+    }
+    let Some(url) = file.name().map(|name| join_paths(base, name)) else {
+        return Err(String::new());
+    };
+    match lookup.source_file(&url).await {
+        Ok(source) => {
+            apply_context(frame, source.as_str());
+            Ok(())
+        }
+        Err(_) => Err(url),
+    }
+}
+
+/// The SourceMapCache to resolve a frame with, or the error the frame gets instead.
+fn usable_cache<'m>(
+    smcache: &'m Found<OwnedSourceMapCache>,
+    raw_frame: &mut JsFrame,
+    sourcemap_label: &str,
+) -> Result<&'m OwnedSourceMapCache, JsModuleErrorKind> {
+    match &smcache.entry {
+        Ok(cache) => Ok(cache),
+        Err(FileError::Cache(CacheError::Malformed(_))) => {
+            // The map was found, only unusable: say where it came from.
+            raw_frame.data.resolved_with = Some(smcache.resolved_with);
+            raw_frame.data.sourcemap_origin = smcache.uri.clone();
+            Err(JsModuleErrorKind::MalformedSourcemap {
+                url: sourcemap_label.to_owned(),
+            })
+        }
+        Err(FileError::ScrapingDisabled) => Err(JsModuleErrorKind::ScrapingDisabled),
+        Err(FileError::Cache(_)) => Err(JsModuleErrorKind::MissingSourcemap),
+    }
+}
+
+/// Moves `frame` to the original position `token` names, under the function name
+/// upstream would give it; `base` is what the map's source paths are joined onto.
+fn move_to_token(
+    frame: &mut JsFrame,
+    raw_frame: &JsFrame,
+    token: &SourceLocation<'_>,
+    callsite_name: Option<String>,
+    base: &str,
+) {
     frame.data.symbolicated = true;
     frame.token_name = token.name().map(str::to_owned);
 
@@ -299,9 +233,8 @@ pub async fn symbolicate_frame<L: JsLookup + Send>(
         callsite_name.as_deref(),
     )));
 
-    let base = module.source_file_base(&raw_frame.abs_path).to_owned();
     if let Some(file_name) = token.file_name().filter(|name| !name.is_empty()) {
-        frame.abs_path = join_paths(&base, file_name);
+        frame.abs_path = join_paths(base, file_name);
         let (filename, module_name) = frame_filename_and_module(file_name, &frame.abs_path);
         frame.filename = Some(filename);
         if module_name.is_some() {
@@ -310,38 +243,6 @@ pub async fn symbolicate_frame<L: JsLookup + Send>(
     }
     frame.lineno = token.line().saturating_add(1);
     frame.colno = Some(token.column().saturating_add(1));
-
-    if !apply_source_context {
-        return Ok(frame);
-    }
-    let Some(file) = token.file() else {
-        return Ok(frame);
-    };
-    if let Some(source) = file.source() {
-        apply_context(&mut frame, source);
-        return Ok(frame);
-    }
-
-    // No `sourcesContent` for this file: the original file itself may have been
-    // uploaded (or be scrapable).
-    let source_url = file.name().map(|name| join_paths(&base, name));
-    let source = match &source_url {
-        Some(url) => lookup.source_file(url).await,
-        None => Err(CacheError::NotFound),
-    };
-    match source {
-        Ok(source) => apply_context(&mut frame, source.as_str()),
-        Err(_) => {
-            errors.insert(JsModuleError {
-                abs_path: raw_frame.abs_path.clone(),
-                kind: JsModuleErrorKind::MissingSourceContent {
-                    source: source_url.unwrap_or_default(),
-                    sourcemap: sourcemap_label,
-                },
-            });
-        }
-    }
-    Ok(frame)
 }
 
 fn apply_context(frame: &mut JsFrame, source: &str) {
@@ -357,11 +258,15 @@ fn apply_context(frame: &mut JsFrame, source: &str) {
 mod tests {
     use std::collections::HashMap;
     use std::path::PathBuf;
+    use std::sync::Arc;
 
     use serde::Deserialize;
+    use symbolic::common::ByteView;
 
     use super::*;
-    use crate::js::discovery::{discover_debug_id, resolve_sourcemap_url};
+    use crate::js::discovery::{SourceMapUrl, discover_debug_id, resolve_sourcemap_url};
+    use crate::js::interface::{CachedFileUri, ResolvedWith};
+    use crate::js::lookup::{JsModuleFiles, MinifiedSource, SourceText};
     use crate::js::sourcemap_cache::{load, write_sourcemap_cache};
 
     const BASE: &str = "http://example.com/assets";
@@ -398,10 +303,10 @@ mod tests {
         serde_json::from_str(&fixture("manifest.json")).unwrap()
     }
 
-    fn smcache(minified: &str, map: &str) -> CacheResult<OwnedSourceMapCache> {
+    fn smcache(minified: &str, map: &str) -> Result<OwnedSourceMapCache, FileError> {
         let mut out = Vec::new();
         write_sourcemap_cache(minified.as_bytes(), map.as_bytes(), &mut out)?;
-        load(ByteView::from_vec(out))
+        Ok(load(ByteView::from_vec(out))?)
     }
 
     /// The fetching side over files in memory: minified files and maps by URL, as an
@@ -434,8 +339,8 @@ mod tests {
             let Some(contents) = self.files.get(abs_path).cloned() else {
                 return Arc::new(JsModuleFiles {
                     minified_source: Found {
-                        uri: CachedFileUri::ScrapedFile(abs_path.to_owned()),
-                        entry: Err(scraping_disabled()),
+                        uri: Some(CachedFileUri::ScrapedFile(abs_path.to_owned())),
+                        entry: Err(FileError::ScrapingDisabled),
                         resolved_with: ResolvedWith::Unknown,
                     },
                     smcache: None,
@@ -446,22 +351,22 @@ mod tests {
             let smcache = match &sourcemap_url {
                 None => None,
                 Some(SourceMapUrl::Data(map)) => Some(Found {
-                    uri: CachedFileUri::Embedded,
+                    uri: Some(CachedFileUri::Embedded),
                     entry: smcache(&contents, map),
                     resolved_with: ResolvedWith::Release,
                 }),
                 Some(SourceMapUrl::Remote(url)) => Some(Found {
-                    uri: Self::artifact(url),
+                    uri: Some(Self::artifact(url)),
                     entry: match self.files.get(url) {
                         Some(map) => smcache(&contents, map),
-                        None => Err(CacheError::NotFound),
+                        None => Err(CacheError::NotFound.into()),
                     },
                     resolved_with: ResolvedWith::Release,
                 }),
             };
             Arc::new(JsModuleFiles {
                 minified_source: Found {
-                    uri: Self::artifact(abs_path),
+                    uri: Some(Self::artifact(abs_path)),
                     entry: Ok(MinifiedSource {
                         contents: contents.into(),
                         sourcemap_url,
@@ -473,13 +378,13 @@ mod tests {
             })
         }
 
-        async fn source_file(&mut self, abs_path: &str) -> CacheResult<SourceText> {
+        async fn source_file(&mut self, abs_path: &str) -> Result<SourceText, FileError> {
             self.asked.push(abs_path.to_owned());
             self.files
                 .get(abs_path)
                 .cloned()
                 .map(SourceText::from)
-                .ok_or(CacheError::NotFound)
+                .ok_or(CacheError::NotFound.into())
         }
     }
 
@@ -659,12 +564,12 @@ mod tests {
             let map = self.0.find(&map_key).expect("the map is bundled");
             Arc::new(JsModuleFiles {
                 smcache: Some(Found {
-                    uri: map.uri,
+                    uri: Some(map.uri),
                     entry: smcache(&found.file.contents, &map.file.contents),
                     resolved_with: map.resolved_with,
                 }),
                 minified_source: Found {
-                    uri: found.uri,
+                    uri: Some(found.uri),
                     entry: Ok(MinifiedSource {
                         contents: found.file.contents.into(),
                         sourcemap_url,
@@ -675,8 +580,8 @@ mod tests {
             })
         }
 
-        async fn source_file(&mut self, _: &str) -> CacheResult<SourceText> {
-            Err(CacheError::NotFound)
+        async fn source_file(&mut self, _: &str) -> Result<SourceText, FileError> {
+            Err(CacheError::NotFound.into())
         }
     }
 
@@ -845,19 +750,19 @@ mod tests {
 
     #[tokio::test]
     async fn unfound_files_are_missing_or_not_scraped() {
-        struct Failing(CacheError);
+        struct Failing(FileError);
         impl JsLookup for Failing {
             async fn module(&mut self, abs_path: &str) -> Arc<JsModuleFiles> {
                 Arc::new(JsModuleFiles {
                     minified_source: Found {
-                        uri: CachedFileUri::ScrapedFile(abs_path.to_owned()),
+                        uri: Some(CachedFileUri::ScrapedFile(abs_path.to_owned())),
                         entry: Err(self.0.clone()),
                         resolved_with: ResolvedWith::Scraping,
                     },
                     smcache: None,
                 })
             }
-            async fn source_file(&mut self, _: &str) -> CacheResult<SourceText> {
+            async fn source_file(&mut self, _: &str) -> Result<SourceText, FileError> {
                 Err(self.0.clone())
             }
         }
@@ -869,12 +774,18 @@ mod tests {
             ..Default::default()
         };
         let cases = [
-            (CacheError::NotFound, JsModuleErrorKind::MissingSource),
             (
-                CacheError::DownloadError("relative URL without a base".into()),
+                CacheError::NotFound.into(),
                 JsModuleErrorKind::MissingSource,
             ),
-            (scraping_disabled(), JsModuleErrorKind::ScrapingDisabled),
+            (
+                CacheError::DownloadError("relative URL without a base".into()).into(),
+                JsModuleErrorKind::MissingSource,
+            ),
+            (
+                FileError::ScrapingDisabled,
+                JsModuleErrorKind::ScrapingDisabled,
+            ),
         ];
         for (err, kind) in cases {
             let stacktraces = vec![JsStacktrace {

@@ -45,7 +45,7 @@ impl Locator {
                 && let Some(index) = self.indexes.get(source, scope).await
             {
                 let listed = files.len();
-                files.retain(|file| index.contains(&file.path));
+                files.retain(|file| file.path().is_some_and(|path| index.contains(path)));
                 metrics::counter!(SYMSTORE_INDEX_SKIPPED_PATHS)
                     .increment((listed - files.len()) as u64);
             }

@@ -40,8 +40,7 @@ impl HttpSourceConfig {
     /// dropped as well, so the result always stays below the base. Query and fragment of the
     /// base are kept. Returns `None` if the base URL cannot be a base (e.g. `mailto:`).
     ///
-    /// An empty `path` names the base URL itself, unchanged: that is how a file named by
-    /// a whole URL is fetched.
+    /// An empty `path` names the base URL itself, unchanged.
     pub fn join_url(&self, path: &str) -> Option<Url> {
         if path.is_empty() {
             return Some(self.url.clone());

@@ -15,22 +15,22 @@ use sha2::{Digest, Sha256};
 use symbolic::common::{ByteView, DebugId};
 use url::Url;
 
-use super::bundle::ArtifactBundles;
-use super::discovery::{SourceMapUrl, discover_debug_id, resolve_sourcemap_url, sourcemap_comment};
 use super::files::{JsFiles, LookupResult};
-use super::interface::{
+use super::{FileError, Found, JsLookup, JsModuleFiles, MinifiedSource, SourceText};
+use crate::cache::{CacheKey, Scope};
+use crate::error::CacheError;
+use crate::fetch::RemoteFile;
+use crate::js::bundle::ArtifactBundles;
+use crate::js::discovery::{
+    SourceMapUrl, discover_debug_id, resolve_sourcemap_url, sourcemap_comment,
+};
+use crate::js::interface::{
     CachedFileUri, FileKey, JsScrapingAttempt, JsScrapingFailureReason, ResolvedWith,
     ScrapingConfig,
 };
-use super::origins::is_allowed_origin;
-use super::paths::{extract_file_stem, release_file_candidate_urls};
-use super::sourcemap_cache::{OwnedSourceMapCache, SourceMapCacheInput};
-use super::symbolicate::{
-    Found, JsLookup, JsModuleFiles, MinifiedSource, SourceText, scraping_disabled,
-};
-use crate::cache::{CacheKey, Scope};
-use crate::error::{CacheError, CacheResult};
-use crate::fetch::RemoteFile;
+use crate::js::origins::is_allowed_origin;
+use crate::js::paths::{extract_file_stem, release_file_candidate_urls};
+use crate::js::sourcemap_cache::{OwnedSourceMapCache, SourceMapCacheInput};
 use crate::sources::{SentrySourceConfig, SourceConfig, js_artifact_path};
 
 /// A release file the lookup API named; downloaded only when a frame needs it.
@@ -51,19 +51,11 @@ struct CachedFile {
 
 type FileEntry = Found<CachedFile>;
 
-fn not_found() -> FileEntry {
-    Found {
-        uri: CachedFileUri::ScrapedFile(String::new()),
-        entry: Err(CacheError::NotFound),
-        resolved_with: ResolvedWith::Unknown,
-    }
-}
-
 /// Scraped files are fetched again after about this long, staggered per URL.
 const SCRAPE_EVERY_SECS: u64 = 3600;
 
 pub struct RequestLookup<'a> {
-    service: &'a JsFiles,
+    shared: &'a JsFiles,
     scope: Scope,
     sentry: Option<Arc<SentrySourceConfig>>,
     sources: Arc<[SourceConfig]>,
@@ -77,7 +69,7 @@ pub struct RequestLookup<'a> {
     queried: BTreeSet<(Option<DebugId>, Option<String>)>,
     modules: HashMap<String, Arc<JsModuleFiles>>,
     files: HashMap<FileKey, FileEntry>,
-    pub scraping_attempts: Vec<JsScrapingAttempt>,
+    scraping_attempts: Vec<JsScrapingAttempt>,
 }
 
 /// What a request says about where to look.
@@ -92,9 +84,9 @@ pub struct LookupParams {
 }
 
 impl<'a> RequestLookup<'a> {
-    pub fn new(service: &'a JsFiles, params: LookupParams) -> Self {
+    pub fn new(shared: &'a JsFiles, params: LookupParams) -> Self {
         RequestLookup {
-            service,
+            shared,
             scope: params.scope,
             sentry: params.sentry.map(Arc::new),
             sources: params.sources,
@@ -109,6 +101,14 @@ impl<'a> RequestLookup<'a> {
             files: HashMap::new(),
             scraping_attempts: Vec::new(),
         }
+    }
+
+    /// Every web fetch the request made or did without, in the order upstream answers
+    /// them: by URL.
+    pub fn into_scraping_attempts(self) -> Vec<JsScrapingAttempt> {
+        let mut attempts = self.scraping_attempts;
+        attempts.sort_by(|a, b| a.url.cmp(&b.url));
+        attempts
     }
 
     async fn file(&mut self, key: &FileKey) -> FileEntry {
@@ -141,14 +141,21 @@ impl<'a> RequestLookup<'a> {
             }
             return found;
         }
-        self.scrape(key).await
+        match key.abs_path() {
+            Some(abs_path) => self.scrape(abs_path).await,
+            None => Found {
+                uri: None,
+                entry: Err(CacheError::NotFound.into()),
+                resolved_with: ResolvedWith::Unknown,
+            },
+        }
     }
 
     async fn in_bundles(&self, key: &FileKey) -> Option<FileEntry> {
         if self.bundles.is_empty() {
             return None;
         }
-        let found = self.service.find_in_bundles(&self.bundles, key).await?;
+        let found = self.shared.find_in_bundles(&self.bundles, key).await?;
         let entry = match found.file.sourcemap_reference.as_deref() {
             Some(reference) => match key.abs_path() {
                 // A map never names another map, so only a minified file gets here.
@@ -164,9 +171,10 @@ impl<'a> RequestLookup<'a> {
             sourcemap_url,
             // As upstream: a bundled file's own debug id does not lead anywhere new.
             debug_id: None,
-        });
+        })
+        .map_err(FileError::from);
         Some(Found {
-            uri: found.uri,
+            uri: Some(found.uri),
             entry,
             resolved_with: found.resolved_with,
         })
@@ -179,7 +187,7 @@ impl<'a> RequestLookup<'a> {
         let abs_path = key.abs_path()?;
         let artifact =
             release_file_candidate_urls(abs_path).find_map(|url| self.artifacts.get(&url))?;
-        let mut contents = self.service.fetch_file(&artifact.file, &self.scope).await;
+        let mut contents = self.shared.fetch_file(&artifact.file, &self.scope).await;
         // Hermes bytecode is uploaded as an empty file with headers: its text is empty.
         if matches!(contents, Err(CacheError::NotFound)) && !artifact.headers.is_empty() {
             contents = Ok(ByteView::from_vec(Vec::new()));
@@ -196,8 +204,10 @@ impl<'a> RequestLookup<'a> {
             }
         });
         Some(Found {
-            uri: CachedFileUri::IndividualFile(artifact.file.uri().to_owned()),
-            entry,
+            uri: Some(CachedFileUri::IndividualFile(
+                artifact.file.uri().to_owned(),
+            )),
+            entry: entry.map_err(FileError::from),
             resolved_with: artifact.resolved_with,
         })
     }
@@ -217,7 +227,7 @@ impl<'a> RequestLookup<'a> {
             return false;
         }
         let results = match self
-            .service
+            .shared
             .lookup_artifacts(
                 &sentry,
                 debug_id,
@@ -277,8 +287,8 @@ impl<'a> RequestLookup<'a> {
                     if self.bundles.contains(file.uri()) {
                         continue;
                     }
-                    let bundle = match self.service.fetch_file(&file, &self.scope).await {
-                        Ok(data) => self.service.open_bundle(data).await,
+                    let bundle = match self.shared.fetch_file(&file, &self.scope).await {
+                        Ok(data) => self.shared.open_bundle(data).await,
                         Err(err) => Err(err),
                     };
                     new |= self.bundles.insert(file.uri(), bundle, *resolved_with);
@@ -304,7 +314,7 @@ impl<'a> RequestLookup<'a> {
                 continue;
             };
             let file = RemoteFile::new(source.clone(), path);
-            match self.service.fetch_file(&file, &self.scope).await {
+            match self.shared.fetch_file(&file, &self.scope).await {
                 Err(CacheError::NotFound) => continue,
                 contents => {
                     let entry = contents.and_then(SourceText::new).map(|contents| {
@@ -322,8 +332,8 @@ impl<'a> RequestLookup<'a> {
                         }
                     });
                     return Some(Found {
-                        uri: CachedFileUri::IndividualFile(file.uri().to_owned()),
-                        entry,
+                        uri: Some(CachedFileUri::IndividualFile(file.uri().to_owned())),
+                        entry: entry.map_err(FileError::from),
                         resolved_with: ResolvedWith::DebugId,
                     });
                 }
@@ -332,35 +342,34 @@ impl<'a> RequestLookup<'a> {
         None
     }
 
-    async fn scrape(&mut self, key: &FileKey) -> FileEntry {
-        let Some(abs_path) = key.abs_path() else {
-            return not_found();
-        };
-        let abs_path = abs_path.to_owned();
-        let failed = |abs_path: &str, err: CacheError| Found {
-            uri: CachedFileUri::ScrapedFile(abs_path.to_owned()),
+    async fn scrape(&mut self, abs_path: &str) -> FileEntry {
+        let failed = |err: FileError| Found {
+            uri: Some(CachedFileUri::ScrapedFile(abs_path.to_owned())),
             entry: Err(err),
             resolved_with: ResolvedWith::Unknown,
         };
-        let mut url = match Url::parse(&abs_path) {
+        let mut url = match Url::parse(abs_path) {
             Ok(url) => url,
-            Err(err) => return failed(&abs_path, CacheError::DownloadError(err.to_string())),
+            Err(err) => {
+                let err = CacheError::DownloadError(err.to_string());
+                return failed(err.into());
+            }
         };
         let refuse = |this: &mut Self, details: String| {
             this.scraping_attempts.push(JsScrapingAttempt::failure(
-                &abs_path,
+                abs_path,
                 JsScrapingFailureReason::InvalidHost,
                 details.clone(),
             ));
-            failed(&abs_path, CacheError::DownloadError(details))
+            failed(CacheError::DownloadError(details).into())
         };
         if !self.scraping.enabled {
             self.scraping_attempts.push(JsScrapingAttempt::failure(
-                &abs_path,
+                abs_path,
                 JsScrapingFailureReason::Disabled,
                 "",
             ));
-            return failed(&abs_path, scraping_disabled());
+            return failed(FileError::ScrapingDisabled);
         }
         let scheme = url.scheme().to_owned();
         if scheme != "http" && scheme != "https" {
@@ -378,37 +387,37 @@ impl<'a> RequestLookup<'a> {
         match url.host_str() {
             None => return refuse(self, String::new()),
             // The fetch layer refuses every reserved address; these two get a clear word.
-            Some(host @ ("localhost" | "127.0.0.1")) if !self.service.reserved_ips_allowed() => {
+            Some(host @ ("localhost" | "127.0.0.1")) if !self.shared.reserved_ips_allowed() => {
                 let details = format!("Can't connect to restricted host {host}");
                 return refuse(self, details);
             }
             _ => {}
         }
         url.set_fragment(Some(&cache_busting_key(url.as_str()).to_string()));
-        let file = self.service.scrape_file(url, &self.scraping);
-        let uri = CachedFileUri::ScrapedFile(file.uri().to_owned());
+        let file = self.shared.scrape_file(url, &self.scraping);
+        let uri = Some(CachedFileUri::ScrapedFile(file.uri().to_owned()));
         let contents = self
-            .service
+            .shared
             .fetch_file(&file, &self.scope)
             .await
             .and_then(SourceText::new);
         let entry = match contents {
             Ok(contents) => {
                 self.scraping_attempts
-                    .push(JsScrapingAttempt::success(&abs_path));
+                    .push(JsScrapingAttempt::success(abs_path));
                 Ok(CachedFile {
                     sourcemap_url: sourcemap_comment(contents.as_str())
-                        .and_then(|r| SourceMapUrl::parse_with_prefix(&abs_path, r).ok()),
+                        .and_then(|r| SourceMapUrl::parse_with_prefix(abs_path, r).ok()),
                     debug_id: discover_debug_id(contents.as_str()),
                     contents,
                 })
             }
             Err(err) => {
                 self.scraping_attempts.push(JsScrapingAttempt {
-                    url: abs_path.clone(),
+                    url: abs_path.to_owned(),
                     result: err.clone().into(),
                 });
-                Err(err)
+                Err(err.into())
             }
         };
         Found {
@@ -447,7 +456,7 @@ impl<'a> RequestLookup<'a> {
         }
         let sourcemap = match sourcemap_url {
             Some(SourceMapUrl::Data(data)) => Found {
-                uri: CachedFileUri::Embedded,
+                uri: Some(CachedFileUri::Embedded),
                 entry: Ok(CachedFile {
                     contents: SourceText::from(data),
                     sourcemap_url: None,
@@ -485,29 +494,29 @@ impl<'a> RequestLookup<'a> {
         &self,
         minified: &FileEntry,
         sourcemap: &FileEntry,
-    ) -> CacheResult<OwnedSourceMapCache> {
+    ) -> Result<OwnedSourceMapCache, FileError> {
         let source = minified.entry.as_ref().map_err(Clone::clone)?;
         let map = sourcemap.entry.as_ref().map_err(Clone::clone)?;
-        let source_key = self.content_key(&minified.uri, &source.contents);
-        let map_key = self.content_key(&sourcemap.uri, &map.contents);
+        let source_key = self.content_key(minified.uri.as_ref(), &source.contents);
+        let map_key = self.content_key(sourcemap.uri.as_ref(), &map.contents);
         let input = SourceMapCacheInput {
             minified: source.contents.bytes().clone(),
             sourcemap: map.contents.bytes().clone(),
         };
-        self.service
-            .sourcemap_cache(&source_key, &map_key, input)
-            .await
+        let smcache = self.shared.sourcemap_cache(&source_key, &map_key, input);
+        Ok(smcache.await?)
     }
 
     /// What identifies a file's contents: its URI, or for a scraped file (whose URL
-    /// may serve anything tomorrow) a hash of the contents, as upstream keys them.
-    fn content_key(&self, uri: &CachedFileUri, contents: &SourceText) -> CacheKey {
+    /// may serve anything tomorrow) a hash of the contents, as upstream keys them. A
+    /// file without a URI never has contents, but would be known by its hash alike.
+    fn content_key(&self, uri: Option<&CachedFileUri>, contents: &SourceText) -> CacheKey {
         match uri {
-            CachedFileUri::ScrapedFile(_) => {
+            Some(CachedFileUri::ScrapedFile(_)) | None => {
                 let hash = hex::encode(Sha256::digest(contents.bytes().as_slice()));
                 CacheKey::new(self.scope.clone(), &["scraped", &hash])
             }
-            uri => CacheKey::new(self.scope.clone(), &["uri", &uri.to_string()]),
+            Some(uri) => CacheKey::new(self.scope.clone(), &["uri", &uri.to_string()]),
         }
     }
 }
@@ -522,7 +531,7 @@ impl JsLookup for RequestLookup<'_> {
         module
     }
 
-    async fn source_file(&mut self, abs_path: &str) -> CacheResult<SourceText> {
+    async fn source_file(&mut self, abs_path: &str) -> Result<SourceText, FileError> {
         let key = FileKey::Source {
             abs_path: abs_path.to_owned(),
         };

@@ -11,17 +11,15 @@ use url::Url;
 
 use serde::Deserialize;
 
-use super::bundle::{ArtifactBundle, ArtifactBundles, BundleLimits, FoundInBundle};
-use super::interface::{FileKey, ResolvedWith, ScrapingConfig};
-use super::sourcemap_cache::{OwnedSourceMapCache, SourceMapCacheFormat, SourceMapCacheInput};
 use crate::cache::kinds;
 use crate::cache::{CacheKey, CacheKind, Caches, ConversionBudget, DerivedCache, Scope};
 use crate::error::{CacheError, CacheResult, isolate_blocking};
 use crate::fetch::{Downloader, RemoteFile};
+use crate::js::bundle::{ArtifactBundle, ArtifactBundles, BundleLimits, FoundInBundle};
+use crate::js::interface::{FileKey, ResolvedWith, ScrapingConfig};
+use crate::js::sourcemap_cache::{OwnedSourceMapCache, SourceMapCacheFormat, SourceMapCacheInput};
 use crate::lookup::{Downloads, Plain, PlainFormat};
-use crate::sources::{
-    CommonSourceConfig, HttpSourceConfig, Secret, SentrySourceConfig, SourceConfig, SourceId,
-};
+use crate::sources::{CommonSourceConfig, HttpSourceConfig, Secret, SentrySourceConfig, SourceId};
 
 struct JsFile;
 
@@ -108,7 +106,7 @@ impl JsFiles {
     }
 
     pub(super) fn scrape_file(&self, url: Url, scraping: &ScrapingConfig) -> RemoteFile {
-        RemoteFile::new(scrape_source(url, scraping), String::new())
+        RemoteFile::whole_url(scrape_source(url, scraping))
     }
 
     pub(super) fn reserved_ips_allowed(&self) -> bool {
@@ -196,12 +194,12 @@ pub enum LookupResult {
 
 /// The HTTP source a scraped URL is fetched as: the request's scraping headers, and
 /// certificate checks unless the request turned them off.
-fn scrape_source(url: Url, scraping: &ScrapingConfig) -> SourceConfig {
-    SourceConfig::Http(Arc::new(HttpSourceConfig {
+fn scrape_source(url: Url, scraping: &ScrapingConfig) -> HttpSourceConfig {
+    HttpSourceConfig {
         id: SourceId::new("web-scraping"),
         url,
         headers: scraping.headers.clone(),
         files: CommonSourceConfig::default(),
         accept_invalid_certs: !scraping.verify_ssl,
-    }))
+    }
 }
