@@ -38,12 +38,12 @@ struct SlotState {
 }
 
 #[derive(Default)]
-struct Slot {
+struct ResultSlot {
     state: Mutex<SlotState>,
     done: Notify,
 }
 
-impl Slot {
+impl ResultSlot {
     fn body(&self) -> Option<Bytes> {
         self.state.lock().unwrap().body.clone()
     }
@@ -99,7 +99,7 @@ struct Inner {
     in_flight: AtomicUsize,
     metrics: ServiceMetrics,
     /// Requests still running; at most `max_concurrent` of them.
-    running: Mutex<HashMap<RequestId, Arc<Slot>>>,
+    running: Mutex<HashMap<RequestId, Arc<ResultSlot>>>,
     finished: Finished,
 }
 
@@ -241,7 +241,7 @@ impl Reservation {
         let guard = self.guard;
         let inner = guard.inner.clone();
         let id = RequestId(uuid::Uuid::new_v4());
-        let slot = Arc::new(Slot::default());
+        let slot = Arc::new(ResultSlot::default());
         inner.running.lock().unwrap().insert(id, slot.clone());
         let handle = RequestHandle {
             id,
@@ -335,7 +335,7 @@ where
 /// A spawned request: its id and the place its answer will appear.
 pub struct RequestHandle {
     id: RequestId,
-    slot: Arc<Slot>,
+    slot: Arc<ResultSlot>,
 }
 
 impl RequestHandle {

@@ -135,7 +135,7 @@ struct S3Backend {
     connect_timeout: std::time::Duration,
 }
 
-struct Upload {
+struct SharedUpload {
     /// `<kind>/<version>/<scope>/<digest>`, already sanitised by `CacheKey`.
     path: String,
     data: ByteView<'static>,
@@ -145,7 +145,7 @@ struct Upload {
 /// computing, and written after computing through a bounded background queue.
 pub struct SharedCache {
     backend: Arc<Backend>,
-    queue: mpsc::Sender<Upload>,
+    queue: mpsc::Sender<SharedUpload>,
     metrics: Arc<SharedCacheMetrics>,
 }
 
@@ -224,14 +224,14 @@ impl SharedCache {
 
     /// Queues an upload; never waits.
     pub fn store(&self, path: String, data: ByteView<'static>) {
-        if self.queue.try_send(Upload { path, data }).is_err() {
+        if self.queue.try_send(SharedUpload { path, data }).is_err() {
             self.metrics.uploads_dropped.increment(1);
         }
     }
 }
 
 async fn upload_worker(
-    mut rx: mpsc::Receiver<Upload>,
+    mut rx: mpsc::Receiver<SharedUpload>,
     backend: Arc<Backend>,
     metrics: Arc<SharedCacheMetrics>,
     max_concurrent: usize,

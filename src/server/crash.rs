@@ -18,7 +18,7 @@ use tokio::io::AsyncWriteExt;
 use url::Url;
 
 use super::error::{RequestBody, parse_json};
-use super::{ApiError, AppState, Params, RequestParams, Slot};
+use super::{ApiError, AppState, Params, RequestParams, RequestSlot};
 use crate::error::CacheError;
 use crate::fetch::{HttpOptions, decompress_file, record_download};
 use crate::native::{CrashKind, CrashReportRequest};
@@ -201,7 +201,7 @@ fn unpack_error(err: CacheError, files: &CrashFiles) -> ApiError {
 async fn run_crash(
     state: &AppState,
     params: &RequestParams,
-    slot: Slot,
+    slot: RequestSlot,
     kind: CrashKind,
     file: CrashFile,
     request: CrashReportRequest,
@@ -272,14 +272,14 @@ async fn fetch_attachment(
 /// An upload, before its body is read: a bad query or an announced length past the
 /// limit is refused first, then the request takes its slot, and only then is the
 /// multipart body read.
-pub struct Upload {
+pub struct CrashUpload {
     state: AppState,
     params: RequestParams,
-    slot: Slot,
+    slot: RequestSlot,
     multipart: Multipart,
 }
 
-impl FromRequest<AppState> for Upload {
+impl FromRequest<AppState> for CrashUpload {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &AppState) -> Result<Self, ApiError> {
@@ -287,14 +287,14 @@ impl FromRequest<AppState> for Upload {
         let Params(params) = Params::from_request_parts(&mut parts, state).await?;
         params.timeout()?;
         check_content_length(&parts.headers, &state.crash_files)?;
-        let slot = Slot::from_request_parts(&mut parts, state).await?;
+        let slot = RequestSlot::from_request_parts(&mut parts, state).await?;
         let multipart = Multipart::from_request(Request::from_parts(parts, body), state)
             .await
             .map_err(|rejection| ApiError {
                 status: rejection.status(),
                 message: rejection.body_text(),
             })?;
-        Ok(Upload {
+        Ok(CrashUpload {
             state: state.clone(),
             params,
             slot,
@@ -303,8 +303,8 @@ impl FromRequest<AppState> for Upload {
     }
 }
 
-async fn upload(upload: Upload, kind: CrashKind) -> Result<Response, ApiError> {
-    let Upload {
+async fn upload(upload: CrashUpload, kind: CrashKind) -> Result<Response, ApiError> {
+    let CrashUpload {
         state,
         params,
         slot,
@@ -381,12 +381,12 @@ fn starts_with(path: &Path, prefix: &[u8]) -> bool {
 }
 
 /// `POST /minidump`: a minidump upload, walked and symbolicated.
-pub async fn minidump(upload_form: Upload) -> Result<Response, ApiError> {
+pub async fn minidump(upload_form: CrashUpload) -> Result<Response, ApiError> {
     upload(upload_form, CrashKind::Minidump).await
 }
 
 /// `POST /applecrashreport`: an Apple crash report upload, symbolicated.
-pub async fn apple_crash_report(upload_form: Upload) -> Result<Response, ApiError> {
+pub async fn apple_crash_report(upload_form: CrashUpload) -> Result<Response, ApiError> {
     upload(upload_form, CrashKind::AppleCrashReport).await
 }
 
@@ -421,7 +421,7 @@ enum AttachmentRequest {
 pub async fn symbolicate_any(
     State(state): State<AppState>,
     Params(params): Params,
-    slot: Slot,
+    slot: RequestSlot,
     RequestBody(body): RequestBody,
 ) -> Result<Response, ApiError> {
     let request: SymbolicateAnyRequest = state.parse_request(body, &[])?;

@@ -4,7 +4,7 @@ use axum::extract::State;
 use axum::response::Response;
 
 use super::error::RequestBody;
-use super::{ApiError, AppState, Params, Slot};
+use super::{ApiError, AppState, Params, RequestSlot};
 use crate::js::JsSymbolicationRequest;
 use crate::sources::SourceConfig;
 
@@ -13,7 +13,7 @@ use crate::sources::SourceConfig;
 pub async fn symbolicate_js(
     State(state): State<AppState>,
     Params(params): Params,
-    slot: Slot,
+    slot: RequestSlot,
     RequestBody(body): RequestBody,
 ) -> Result<Response, ApiError> {
     let mut request: JsSymbolicationRequest = state.parse_request(body, &[])?;

@@ -2,7 +2,7 @@ use axum::extract::State;
 use axum::response::Response;
 
 use super::error::RequestBody;
-use super::{ApiError, AppState, Params, Slot};
+use super::{ApiError, AppState, Params, RequestSlot};
 use crate::jvm::SymbolicateJvmRequest;
 use crate::types::Counted;
 
@@ -18,7 +18,7 @@ const JVM_LISTS: &[(&str, Counted)] = &[
 pub async fn symbolicate_jvm(
     State(state): State<AppState>,
     Params(params): Params,
-    slot: Slot,
+    slot: RequestSlot,
     RequestBody(body): RequestBody,
 ) -> Result<Response, ApiError> {
     let mut request: SymbolicateJvmRequest = state.parse_request(body, JVM_LISTS)?;

@@ -263,9 +263,9 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Params {
 
 /// A slot under `max_concurrent_requests`, taken before the body is read (the body is
 /// the last extractor): an overloaded server refuses an upload without reading it.
-pub struct Slot(Reservation);
+pub struct RequestSlot(Reservation);
 
-impl axum::extract::FromRequestParts<AppState> for Slot {
+impl axum::extract::FromRequestParts<AppState> for RequestSlot {
     type Rejection = ApiError;
 
     async fn from_request_parts(
@@ -275,7 +275,7 @@ impl axum::extract::FromRequestParts<AppState> for Slot {
         state
             .service
             .reserve()
-            .map(Slot)
+            .map(RequestSlot)
             .map_err(|_| ApiError::overloaded())
     }
 }
@@ -286,7 +286,7 @@ impl AppState {
     pub async fn run<F, T>(
         &self,
         params: &RequestParams,
-        Slot(slot): Slot,
+        RequestSlot(slot): RequestSlot,
         work: F,
     ) -> Result<Response, ApiError>
     where

@@ -2,14 +2,14 @@ use axum::extract::State;
 use axum::response::Response;
 
 use super::error::RequestBody;
-use super::{ApiError, AppState, Params, Slot};
+use super::{ApiError, AppState, Params, RequestSlot};
 use crate::native::SymbolicateRequest;
 
 /// `POST /symbolicate`: native stack traces plus the modules they run in.
 pub async fn symbolicate(
     State(state): State<AppState>,
     Params(params): Params,
-    slot: Slot,
+    slot: RequestSlot,
     RequestBody(body): RequestBody,
 ) -> Result<Response, ApiError> {
     let mut request: SymbolicateRequest = state.parse_request(body, &[])?;

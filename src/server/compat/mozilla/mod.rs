@@ -31,7 +31,7 @@ use crate::cache::kinds::SYMCACHES;
 use crate::config::MozillaConfig;
 use crate::native::SymbolicateRequest;
 use crate::server::error::RequestBody;
-use crate::server::{ApiError, AppState, Slot, parse_json};
+use crate::server::{ApiError, AppState, RequestSlot, parse_json};
 use crate::service::Outcome;
 use crate::sources::ObjectType;
 use crate::telemetry::{RequestStats, RequestStatsData};
@@ -348,7 +348,7 @@ fn plan(jobs: &[Job]) -> Plan {
 /// Runs the native symbolication in the request's slot, recording what it costs.
 async fn run(
     state: &AppState,
-    Slot(slot): Slot,
+    RequestSlot(slot): RequestSlot,
     request: SymbolicateRequest,
     keys: &[String],
 ) -> Result<(CompletedSymbolicationResponse, RequestStatsData), ApiError> {
@@ -377,7 +377,7 @@ async fn run(
 /// Validates the jobs, symbolicates them in the request's slot and answers each.
 async fn symbolicate_jobs(
     state: &AppState,
-    slot: Slot,
+    slot: RequestSlot,
     jobs: &[Job],
     shape: Shape,
 ) -> Result<(Vec<JobResult>, RequestStatsData), ApiError> {
@@ -635,7 +635,7 @@ struct DebugInfo {
     /// cache holds SymCaches too); `hits` were answered from a cache, the others built
     /// one. `by_kind` has every cache the request used.
     cache_lookups: CacheLookups,
-    downloads: Downloads,
+    downloads: DownloadStats,
     modules: Modules,
     stacks: Stacks,
 }
@@ -656,7 +656,7 @@ struct KindLookups {
 }
 
 #[derive(Debug, Serialize)]
-struct Downloads {
+struct DownloadStats {
     /// Files fetched from sources, a "not found" answer included.
     count: u64,
     failed: u64,
@@ -727,7 +727,7 @@ fn debug_info(
                 })
                 .collect(),
         },
-        downloads: Downloads {
+        downloads: DownloadStats {
             count: stats.downloads.count,
             failed: stats.downloads.failed,
             size: stats.downloads.bytes,
@@ -764,7 +764,7 @@ async fn symbolicate_v5(
     State(state): State<AppState>,
     Extension(config): Extension<MozillaConfig>,
     headers: HeaderMap,
-    slot: Slot,
+    slot: RequestSlot,
     RequestBody(body): RequestBody,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
@@ -788,7 +788,7 @@ struct V4Response {
 /// `POST /symbolicate/v4`: one job; frames as `function (in module)` strings.
 async fn symbolicate_v4(
     State(state): State<AppState>,
-    slot: Slot,
+    slot: RequestSlot,
     RequestBody(body): RequestBody,
 ) -> Result<Response, ApiError> {
     count_first(&body, Version::V4, &state.request_limits, 1)?;
