@@ -23,17 +23,11 @@ pub struct SourceArgs {
     /// An HTTP symbol server. Repeatable.
     #[arg(long = "source", value_name = "URL")]
     pub source: Vec<Url>,
-    /// How --symbols and --source lay out their files: native, symstore,
-    /// symstore_index2, ssqp, debuginfod, unified or slashsymbols. Default: native for
-    /// native debug files; unified for JavaScript and JVM files, which have no other
-    /// layout outside Sentry.
-    #[arg(long, value_name = "TYPE", value_parser = parse_layout)]
+    /// How --symbols and --source lay out their files. Default: native for native
+    /// debug files; unified for JavaScript and JVM files, which have no other layout
+    /// outside Sentry.
+    #[arg(long, value_name = "TYPE", value_enum)]
     pub layout: Option<DirectoryLayoutType>,
-}
-
-/// A layout by the name configs and requests use for it.
-fn parse_layout(name: &str) -> Result<DirectoryLayoutType, String> {
-    serde_json::from_value(serde_json::Value::String(name.to_owned())).map_err(|e| e.to_string())
 }
 
 impl SourceArgs {
@@ -116,10 +110,40 @@ mod tests {
         assert_eq!(jvm[1].id().as_str(), "cli:source:0");
     }
 
+    /// The options alone, as a command line parses them.
+    #[derive(clap::Parser)]
+    struct SymbolicateArgsProbe {
+        #[command(flatten)]
+        _sources: SourceArgs,
+    }
+
+    /// The layout as the command line reads it, by the names configs use.
+    fn parse_layout(name: &str) -> Result<DirectoryLayoutType, String> {
+        <DirectoryLayoutType as clap::ValueEnum>::from_str(name, false)
+    }
+
+    #[test]
+    fn layouts_have_the_names_configs_use() {
+        for layout in <DirectoryLayoutType as clap::ValueEnum>::value_variants() {
+            let name = clap::ValueEnum::to_possible_value(layout).unwrap();
+            let from_config: DirectoryLayoutType =
+                serde_json::from_value(serde_json::json!(name.get_name())).unwrap();
+            assert_eq!(from_config, *layout);
+        }
+    }
+
     #[test]
     fn bad_options_say_what_is_wrong() {
-        let err = parse_layout("flat").unwrap_err();
-        assert!(err.contains("unified"), "{err}");
+        assert!(parse_layout("flat").is_err());
+        let err =
+            <SymbolicateArgsProbe as clap::Parser>::try_parse_from(["probe", "--layout", "flat"])
+                .err()
+                .unwrap()
+                .to_string();
+        assert!(
+            err.contains("unified") && err.contains("symstore_index2"),
+            "{err}"
+        );
         let args = SourceArgs {
             symbols: vec!["/no/such/dir".into()],
             ..SourceArgs::default()

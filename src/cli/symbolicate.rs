@@ -71,16 +71,10 @@ fn load_config(path: Option<&Path>) -> anyhow::Result<(Config, Option<tempfile::
     Ok((config, temp))
 }
 
-/// `$XDG_CACHE_HOME/omnisym`, else `$HOME/.cache/omnisym`, as the XDG spec has it.
+/// `$XDG_CACHE_HOME/omnisym`, else `$HOME/.cache/omnisym`, as the XDG spec has it (and
+/// the platform's own cache directory elsewhere).
 fn user_cache_dir() -> Option<PathBuf> {
-    let absolute = |var: &str| {
-        std::env::var_os(var)
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-    };
-    absolute("XDG_CACHE_HOME")
-        .or_else(|| absolute("HOME").map(|home| home.join(".cache")))
-        .map(|dir| dir.join("omnisym"))
+    dirs::cache_dir().map(|dir| dir.join("omnisym"))
 }
 
 async fn symbolicate(config: &Config, args: &SymbolicateArgs) -> anyhow::Result<()> {

@@ -69,30 +69,40 @@ pub struct DirectoryLayout {
 }
 
 /// Naming convention of a source. See `docs/advanced/symbol-server-compatibility.md` upstream.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// The command line (`--layout`) takes the same names as configs and requests.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
 pub enum DirectoryLayoutType {
     /// The format native to each file type: LLDB for Mach-O, GDB build-id for ELF/WASM,
     /// Microsoft Symbol Server for PE/PDB, plus Breakpad and source bundles.
     #[default]
     #[serde(rename = "native")]
+    #[value(name = "native")]
     Native,
     /// Microsoft Symbol Server (with SSQP key conventions for non-Windows formats).
     #[serde(rename = "symstore")]
+    #[value(name = "symstore")]
     Symstore,
     /// Symbol Server with the two-tier `index2.txt` layout.
     #[serde(rename = "symstore_index2")]
+    #[value(name = "symstore_index2")]
     SymstoreIndex2,
     /// Symbol Server with SSQP casing rules.
     #[serde(rename = "ssqp")]
+    #[value(name = "ssqp")]
     Ssqp,
     /// debuginfod (`{build-id}/executable`, `{build-id}/debuginfo`).
     #[serde(rename = "debuginfod")]
+    #[value(name = "debuginfod")]
     Debuginfod,
     /// Sentry's own format produced by `symsorter`.
     #[serde(rename = "unified")]
+    #[value(name = "unified")]
     Unified,
     /// `{code_file}/{code_id}/symbols`, for every file type.
     #[serde(rename = "slashsymbols")]
+    #[value(name = "slashsymbols")]
     SlashSymbols,
 }
 
