@@ -53,6 +53,18 @@ async fn json_logs_go_to_stdout_with_an_access_line_per_request() {
         .await
         .unwrap();
     assert_eq!(response.headers()["x-request-id"], "trace-42");
+    // An id unfit for a log line is replaced, not echoed.
+    let response = client()
+        .get(format!("{url}/healthcheck"))
+        .header("x-request-id", "two words")
+        .send()
+        .await
+        .unwrap();
+    let replaced = response.headers()["x-request-id"].to_str().unwrap();
+    assert!(
+        replaced != "two words" && replaced.len() >= 16,
+        "{replaced}"
+    );
     let response = client()
         .post(format!("{url}/symbolicate"))
         .header("content-type", "application/json")
@@ -68,7 +80,7 @@ async fn json_logs_go_to_stdout_with_an_access_line_per_request() {
     assert!(generated.len() >= 16, "{generated}");
 
     let mut access = Vec::new();
-    while access.len() < 2 {
+    while access.len() < 3 {
         let line = lines_rx
             .recv_timeout(Duration::from_secs(10))
             .expect("an access-log line on stdout");
@@ -85,7 +97,8 @@ async fn json_logs_go_to_stdout_with_an_access_line_per_request() {
     assert_eq!(health["request_id"], "trace-42");
     assert!(health["duration_ms"].as_f64().unwrap() >= 0.0);
     assert_eq!(access[0]["level"], "INFO");
-    let bad = &access[1]["fields"];
+    assert_ne!(access[1]["fields"]["request_id"], "two words");
+    let bad = &access[2]["fields"];
     assert_eq!(bad["path"], "/symbolicate");
     assert_eq!(bad["status"], 400);
     assert_eq!(bad["request_id"], generated.as_str());

@@ -162,7 +162,7 @@ impl AppState {
 }
 
 pub fn router(state: AppState, config: &Config) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/healthcheck", get(|| async { "ok" }))
         .route("/metrics", get(request_metrics::render))
         .route("/symbolicate", post(symbolicate::symbolicate))
@@ -209,11 +209,10 @@ pub fn router(state: AppState, config: &Config) -> Router {
             "/api/symbols-returnpads",
             post(compat::symbfile::upload_return_pads).layer(DefaultBodyLimit::disable()),
         )
-        .layer(axum::middleware::from_fn(request_metrics::record))
-        // Outermost, like the metrics: every request, rejected ones and 404s included,
-        // gets its log line and id.
-        .layer(axum::middleware::from_fn(access_log::log_request))
-        .with_state(state)
+        .layer(axum::middleware::from_fn(request_metrics::record));
+    // Outermost, like the metrics: every request, rejected ones and 404s included,
+    // gets its log line and id.
+    access_log::layers(router).with_state(state)
 }
 
 /// Query parameters every symbolication endpoint takes.
