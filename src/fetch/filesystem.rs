@@ -86,3 +86,26 @@ async fn copy(src: &Path, run: &mut Running<'_>) -> CacheResult<u64> {
     run.dest.flush().await.map_err(CacheError::internal)?;
     Ok(copied)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What each kind of failure to open a source file becomes: the mapping a
+    /// permission test run as root (file modes do not bind it) cannot observe.
+    #[test]
+    fn open_errors_map_to_cache_errors() {
+        let kind = |kind: ErrorKind| open_error(std::io::Error::from(kind));
+        assert_eq!(kind(ErrorKind::NotFound), CacheError::NotFound);
+        assert_eq!(kind(ErrorKind::IsADirectory), CacheError::NotFound);
+        assert_eq!(kind(ErrorKind::NotADirectory), CacheError::NotFound);
+        assert!(matches!(
+            kind(ErrorKind::PermissionDenied),
+            CacheError::PermissionDenied(_)
+        ));
+        assert!(matches!(
+            kind(ErrorKind::Interrupted),
+            CacheError::DownloadError(_)
+        ));
+    }
+}
