@@ -309,7 +309,10 @@ async fn settled(dir: &Path) -> Vec<PathBuf> {
         if done && files == last {
             return files;
         }
-        assert!(std::time::Instant::now() < deadline, "never settled: {files:?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never settled: {files:?}"
+        );
         last = files;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
