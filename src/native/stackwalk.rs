@@ -273,7 +273,10 @@ impl Provider<'_> {
         self.cfi_modules
             .get_or_init(ModuleKey::of(module), async {
                 let id = self.object_id(module);
-                let started = self.cfi.fetch_started(self.sources, &id, self.scope).await;
+                let started = self
+                    .cfi
+                    .fetch_or_start_building(self.sources, &id, self.scope)
+                    .await;
                 // Opening reads section headers and may index every FDE of a hostile
                 // file: on a blocking thread, and a panic there only means "no lazy
                 // unwinder".
@@ -294,7 +297,7 @@ impl Provider<'_> {
                 let id = self.object_id(module);
                 let started = self
                     .symcaches
-                    .fetch_started(self.sources, &id, self.scope)
+                    .fetch_or_start_building(self.sources, &id, self.scope)
                     .await;
                 let budget = self.symcaches.budget();
                 let open = move |object| async move {

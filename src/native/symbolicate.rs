@@ -238,7 +238,7 @@ impl ModuleLookup {
             .map(|m| async move {
                 match &m.ids {
                     Ok(id) if id.object_type == ObjectType::PeDotnet => {
-                        let result = ppdb_caches.fetch(sources, id, scope).await;
+                        let result = ppdb_caches.fetch_or_build(sources, id, scope).await;
                         m.info.features.merge(&result.features);
                         m.info.candidates.merge(result.candidates);
                         m.info.debug_status = ObjectFileStatus::from_result(&result.cache);
@@ -251,7 +251,7 @@ impl ModuleLookup {
                         };
                         let result = match uploaded {
                             Some(result) => result.map_cache(Progress::Ready),
-                            None => symcaches.fetch_started(sources, id, scope).await,
+                            None => symcaches.fetch_or_start_building(sources, id, scope).await,
                         };
                         m.debug_file_with_sources = result.with_sources;
                         m.info.features.merge(&result.features);

@@ -1,10 +1,10 @@
-//! The cold path: a module whose debug file has no SymCache or CFI cache yet. The first
-//! request that needs one starts its build in the background
-//! (`ObjectDerived::fetch_started`) and, rather than wait for it, answers
-//! straight from the downloaded file with a lazy reader that parses only what the
-//! request's addresses need: symbols from DWARF (`dwarf.rs`) or a PDB (`pdb.rs`), opened
-//! by `open.rs` and held to the SymCache's answers (`reader.rs`), and unwind rules from
-//! an ELF file's own CFI (`unwind.rs`). A file without a reader waits for its build.
+//! The cold path: a module whose debug file has no SymCache or CFI cache yet. The
+//! request that finds it so starts the build in the background
+//! (`ObjectDerived::fetch_or_start_building`) and, rather than wait for it, answers
+//! straight from the downloaded file with a lazy reader that parses only what its
+//! addresses need: symbols from DWARF (`dwarf.rs`) or a PDB (`pdb.rs`), opened by
+//! `open.rs` and held to the SymCache's answers (`reader.rs`), and unwind rules from an
+//! ELF file's own CFI (`unwind.rs`). A file without a reader waits for its build.
 //!
 //! [`answer_from`] is that choice, made in one place for all three callers: native
 //! symbolication (symbols), and the minidump stack walker (unwind rules, and symbols for
@@ -58,7 +58,7 @@ pub enum Prefer {
     File,
 }
 
-/// The one rule of the cold path. `started` is what `fetch_started` gave: a
+/// The one rule of the cold path. `started` is what `fetch_or_start_building` gave: a
 /// ready cache is used; while the cache is being built, `open` is given the downloaded
 /// file and its reader answers instead (unless `prefer` says a build that finished
 /// meanwhile wins); without a reader the build is awaited, and its outcome, an error
