@@ -48,8 +48,9 @@ pub enum AnswerFrom<C, R> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Prefer {
     /// The cache, for symbols: a symbol reader answers as the SymCache does, but each of
-    /// its lookups parses debug info on a blocking thread under a share of the
-    /// conversion budget, so a SymCache that is ready is the cheaper answer.
+    /// its lookups parses debug info on a blocking thread (in symbolication under a
+    /// share of the conversion budget too), so a SymCache that is ready is the cheaper
+    /// answer.
     FinishedBuild,
     /// The reader, for unwind rules: the unwinder's lookups are cheap once it is open,
     /// and its rules are the CFI cache's but for a few deliberate differences (see
