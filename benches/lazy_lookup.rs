@@ -1,5 +1,5 @@
 //! The cold path of one module: answering 50 addresses straight from a debug file with
-//! the lazy reader (`native::lazy`), against converting the whole file into a SymCache
+//! the lazy reader (`native::cold`), against converting the whole file into a SymCache
 //! and looking them up there, which is what a cold request waited for before.
 //!
 //! The files are `fixtures/lazy/elf/prog` (about 420 functions over ten units, DWARF 5)
@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use omnisym::lookup::{ObjectHandle, ObjectLimits};
-use omnisym::native::lazy;
+use omnisym::native::cold;
 use symbolic::common::ByteView;
 use symbolic::symcache::{SymCache, SymCacheConverter};
 
@@ -64,7 +64,7 @@ fn bench_file(c: &mut Criterion, path: &str) {
     group.bench_function("lazy_open_and_lookup", |b| {
         b.iter(|| {
             let handle = handle();
-            let reader = lazy::open(&handle).unwrap();
+            let reader = cold::open(&handle).unwrap();
             for &addr in &addrs {
                 black_box(reader.lookup(addr));
             }
@@ -88,7 +88,7 @@ fn bench_file(c: &mut Criterion, path: &str) {
     // Once its units are read, a reader's lookups are quick: what later frames of the
     // same cold request cost.
     let handle = handle();
-    let reader = lazy::open(&handle).unwrap();
+    let reader = cold::open(&handle).unwrap();
     for &addr in &addrs {
         reader.lookup(addr);
     }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use omnisym::lookup::{ObjectHandle, ObjectLimits};
-use omnisym::native::lazy::{self, LazyLocation};
+use omnisym::native::cold::{self, LazyLocation};
 use symbolic::common::ByteView;
 use symbolic::symcache::{SymCache, SymCacheConverter};
 
@@ -73,7 +73,7 @@ fn main() -> anyhow::Result<()> {
 
     let rss_before = rss_kib();
     let started = Instant::now();
-    let reader = lazy::open(&handle).ok_or_else(|| anyhow::anyhow!("no lazy reader"))?;
+    let reader = cold::open(&handle).ok_or_else(|| anyhow::anyhow!("no lazy reader"))?;
     let opened = started.elapsed();
     let rss_opened = rss_kib();
     let answered: Vec<Vec<LazyLocation>> = sample.iter().map(|&a| reader.lookup(a)).collect();
@@ -105,7 +105,7 @@ fn main() -> anyhow::Result<()> {
         checked.extend(pick(compare));
         let mut differences = 0;
         for &addr in &checked {
-            let expected = lazy::symcache_answer(&symcache, addr);
+            let expected = cold::symcache_answer(&symcache, addr);
             let got = reader.lookup(addr);
             if got != expected {
                 differences += 1;

@@ -1,6 +1,6 @@
 //! What the fuzzers found, replayed by `cargo test`: every input kept in
 //! `fuzz/regressions/lazy_open/` goes through the lazy path as the `lazy_open` target
-//! (and the server) takes it: the parse with the object limits, `lazy::open_within`
+//! (and the server) takes it: the parse with the object limits, `cold::open_within`
 //! under the conversion budget, and lookups at the file's symbols, each inside
 //! `isolate`. A `contained-*` input makes a third-party reader panic where the server
 //! isolates it: the panic must happen (else the input no longer tests anything, and
@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use omnisym::cache::ConversionBudget;
 use omnisym::error::isolate;
 use omnisym::lookup::{FileFormat, ObjectFile, ObjectHandle, ObjectHint, ObjectLimits};
-use omnisym::native::lazy;
+use omnisym::native::cold;
 use omnisym::sources::ObjectId;
 use symbolic::common::ByteView;
 
@@ -53,7 +53,7 @@ async fn lazy_path(data: Vec<u8>) {
     };
     let budget = ConversionBudget::new(64 << 20);
     let total = budget.available_kib();
-    let opened = lazy::open_within(&budget, handle.clone()).await;
+    let opened = cold::open_within(&budget, handle.clone()).await;
     assert_eq!(budget.available_kib(), total, "the open kept its permit");
     let Some((reader, _)) = opened else {
         return;

@@ -1,7 +1,7 @@
 //! A cold debug file through the lazy path as the server takes it: the parse with the
 //! object limits (`ObjectFile::load`, where the sizes the headers of compressed ELF
 //! sections claim are checked before anything inflates them), the reader's weight on the
-//! conversion budget, `lazy::open_within` (the permit, then the open on a blocking
+//! conversion budget, `cold::open_within` (the permit, then the open on a blocking
 //! thread inside `isolate`) and lookups at the file's symbol addresses inside `isolate`,
 //! as each frame's are. The seeds are ELF files with DWARF compressed every way symbolic
 //! reads it (`SHF_COMPRESSED` zlib and zstd, GNU `.zdebug_*`), sections whose headers
@@ -16,7 +16,7 @@ use libfuzzer_sys::fuzz_target;
 use omnisym::cache::ConversionBudget;
 use omnisym::error::isolate;
 use omnisym::lookup::{FileFormat, ObjectFile, ObjectHandle, ObjectHint, ObjectLimits};
-use omnisym::native::lazy;
+use omnisym::native::cold;
 use omnisym::sources::ObjectId;
 use omnisym_fuzz::{install_isolating_hook, isolating, runtime};
 use symbolic::common::ByteView;
@@ -50,10 +50,10 @@ fn run(data: &[u8]) {
     }) else {
         return;
     };
-    let weight = lazy::budget_weight(&handle);
+    let weight = cold::budget_weight(&handle);
     let budget = ConversionBudget::new(BUDGET);
     let total = budget.available_kib();
-    let opened = runtime().block_on(lazy::open_within(&budget, handle.clone()));
+    let opened = runtime().block_on(cold::open_within(&budget, handle.clone()));
     // The permit ends with the open, whatever the open did.
     assert_eq!(budget.available_kib(), total, "the open kept its permit");
     let Some((reader, taken)) = opened else {

@@ -70,8 +70,8 @@ fn run(data: &[u8]) {
     // conversions and `ObjectMeta`), so here too.
     let addresses = isolate("objects", || Ok(addresses(&handle, data))).unwrap_or_default();
     // The cold path: a lazy reader of the file, opened and asked inside `isolate` as the
-    // server opens it (`settle`) and asks it (each frame's lookup).
-    if let Ok(Some(reader)) = isolate("lazy reader", || Ok(omnisym::native::lazy::open(&handle))) {
+    // server opens it (`cold::answer_from`) and asks it (each frame's lookup).
+    if let Ok(Some(reader)) = isolate("lazy reader", || Ok(omnisym::native::cold::open(&handle))) {
         for &addr in &addresses {
             let _ = isolate("lazy reader", || Ok(reader.lookup(addr)));
         }

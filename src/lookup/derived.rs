@@ -8,7 +8,7 @@ use tokio::task::JoinHandle;
 
 use super::object_file::ObjectHandle;
 use super::objects::{FoundObject, ObjectPurpose, ObjectsActor};
-use crate::cache::{Caches, ConversionBudget, DerivedCache, DerivedFormat, Scope};
+use crate::cache::{Caches, ConversionBudget, DerivedCache, DerivedFormat, InputFuture, Scope};
 use crate::error::{CacheError, CacheResult};
 use crate::sources::{FileType, ObjectId, ObjectType, SourceConfig};
 use crate::telemetry::RequestStats;
@@ -87,99 +87,117 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
         self.cache.budget()
     }
 
-    pub async fn fetch(
+    /// The cache for `id`, built from the best candidate first if it does not exist yet:
+    /// the caller waits for the build.
+    pub async fn fetch_or_build(
         &self,
         sources: &[SourceConfig],
         id: &ObjectId,
         scope: &Scope,
     ) -> Derived<F::Item> {
-        let started = self.fetch_or_start(sources, id, scope, false).await;
-        let cache = match started.cache {
-            Ok(Progress::Ready(item)) => Ok(item),
-            Ok(Progress::Building { build, .. }) => join_build(build).await,
-            Err(err) => Err(err),
+        let chosen = match self.choose(sources, id, scope).await {
+            Ok(chosen) => chosen,
+            Err(none) => return none,
         };
-        Derived {
-            cache,
-            candidates: started.candidates,
-            features: started.features,
-            with_sources: started.with_sources,
-        }
+        let input = self.download(&chosen.found, id);
+        let cache = self.cache.get(&[&chosen.found.key], input).await;
+        Self::answer(chosen, cache)
     }
 
-    /// Like `fetch`, but when the cache does not exist yet its build is started in a
-    /// task of its own (once per key, however many requests ask) and the downloaded
-    /// file comes back beside it, so the caller can answer from the file while it is
-    /// built. The build goes on when the caller stops waiting for it.
-    pub async fn fetch_started(
+    /// Like `fetch_or_build`, but a cache that does not exist yet is not waited for: its
+    /// build starts in a task of its own (once per key, however many requests ask) and
+    /// the downloaded file comes back beside it, so the caller can answer from the file
+    /// while it is built. The build goes on when the caller stops waiting for it.
+    pub async fn fetch_or_start_building(
         &self,
         sources: &[SourceConfig],
         id: &ObjectId,
         scope: &Scope,
     ) -> Derived<Progress<F::Item>> {
-        self.fetch_or_start(sources, id, scope, true).await
+        let chosen = match self.choose(sources, id, scope).await {
+            Ok(chosen) => chosen,
+            Err(none) => return none,
+        };
+        let key = chosen.found.key.clone();
+        let cache = match self.cache.cached(&[&key]).await {
+            Some(cached) => cached.map(Progress::Ready),
+            None => {
+                let build = tokio::spawn({
+                    let cache = self.cache.clone();
+                    let input = self.download(&chosen.found, id);
+                    RequestStats::carried(async move { cache.get(&[&key], input).await })
+                });
+                // The same download the build waits for: one fetch, shared by both.
+                match self.objects.fetch(&chosen.found, id).await {
+                    Ok(object) => Ok(Progress::Building { object, build }),
+                    Err(_) => join_build(build).await.map(Progress::Ready),
+                }
+            }
+        };
+        Self::answer(chosen, cache)
     }
 
-    async fn fetch_or_start(
+    /// The best candidate for `id`, or the answer when there is none to build from.
+    async fn choose<T>(
         &self,
         sources: &[SourceConfig],
         id: &ObjectId,
         scope: &Scope,
-        in_background: bool,
-    ) -> Derived<Progress<F::Item>> {
+    ) -> Result<Chosen, Derived<T>> {
         let find = self
             .objects
             .find(sources, F::filetypes(id.object_type), id, scope, F::PURPOSE)
             .await;
-        let mut candidates = find.candidates;
+        let candidates = find.candidates;
         let Some(found) = find.found else {
-            return Derived {
+            return Err(Derived {
                 cache: Err(CacheError::NotFound),
                 candidates,
                 features: ObjectFeatures::default(),
                 with_sources: None,
-            };
+            });
         };
         let features = match &found.meta {
             Ok(meta) => meta.features.clone(),
             Err(err) => {
-                return Derived {
+                return Err(Derived {
                     cache: Err(err.clone()),
                     candidates,
                     features: ObjectFeatures::default(),
                     with_sources: None,
-                };
+                });
             }
         };
         let with_sources =
             (features.has_sources || features.srcsrv_vcs.is_some()).then(|| found.clone());
-        let (source, location) = (found.file.source_id().clone(), found.file.uri().to_owned());
-        let key = found.key.clone();
-        let input = {
-            let objects = self.objects.clone();
-            let id = id.clone();
-            let found = found.clone();
-            Box::pin(async move { objects.fetch(&found, &id).await })
-        };
-        let cache = if !in_background {
-            self.cache.get(&[&key], input).await.map(Progress::Ready)
-        } else if let Some(cached) = self.cache.cached(&[&key]).await {
-            cached.map(Progress::Ready)
-        } else {
-            let build = tokio::spawn({
-                let cache = self.cache.clone();
-                RequestStats::carried(async move { cache.get(&[&key], input).await })
-            });
-            // The same download the build waits for: one fetch, shared by both.
-            match self.objects.fetch(&found, id).await {
-                Ok(object) => Ok(Progress::Building { object, build }),
-                Err(_) => join_build(build).await.map(Progress::Ready),
-            }
-        };
+        Ok(Chosen {
+            found,
+            candidates,
+            features,
+            with_sources,
+        })
+    }
+
+    /// The download of the chosen file, as the input of its conversion.
+    fn download(&self, found: &FoundObject, id: &ObjectId) -> InputFuture<F> {
+        let objects = self.objects.clone();
+        let (found, id) = (found.clone(), id.clone());
+        Box::pin(async move { objects.fetch(&found, &id).await })
+    }
+
+    /// The lookup's answer, with whether the chosen candidate could be used marked on it.
+    fn answer<T>(chosen: Chosen, cache: CacheResult<T>) -> Derived<T> {
+        let Chosen {
+            found,
+            mut candidates,
+            features,
+            with_sources,
+        } = chosen;
+        let (source, location) = (found.file.source_id(), found.file.uri());
         let use_info = ObjectUseInfo::from_result(&cache);
         match F::PURPOSE {
-            ObjectPurpose::Unwind => candidates.set_unwind(&source, &location, use_info),
-            _ => candidates.set_debug(&source, &location, use_info),
+            ObjectPurpose::Unwind => candidates.set_unwind(source, location, use_info),
+            _ => candidates.set_debug(source, location, use_info),
         }
         Derived {
             cache,
@@ -188,4 +206,12 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
             with_sources,
         }
     }
+}
+
+/// The candidate a derived cache is built from, and what finding it learned.
+struct Chosen {
+    found: FoundObject,
+    candidates: AllObjectCandidates,
+    features: ObjectFeatures,
+    with_sources: Option<FoundObject>,
 }

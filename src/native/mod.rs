@@ -1,16 +1,14 @@
 //! Native symbolication (ELF, Mach-O, PE/PDB, Breakpad, Wasm and .NET): the caches
 //! derived from debug files (`symcache`, `cfi`, `ppdb`), demangling, symbolicating
 //! stack traces (`symbolicate`), minidump stackwalking (`stackwalk`), Apple crash
-//! reports (`apple`) and native source context (`source_context`), and the cold path:
-//! answering frames straight from a debug file while its SymCache is built (`lazy`) and
-//! unwinding from a file's own DWARF CFI while its CFI cache is built (`lazy_unwind`).
-//! Finding and fetching the files is `lookup`'s.
+//! reports (`apple`) and native source context (`source_context`), and the cold path
+//! (`cold`): answering frames and unwinding straight from a debug file while its
+//! SymCache or CFI cache is built. Finding and fetching the files is `lookup`'s.
 
 mod apple;
 pub mod cfi;
+pub mod cold;
 pub mod demangle;
-pub mod lazy;
-mod lazy_unwind;
 pub mod ppdb;
 mod source_context;
 mod stackwalk;

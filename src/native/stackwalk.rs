@@ -20,12 +20,10 @@ use symbolic::common::{Arch, ByteView, DebugId};
 use tokio::sync::OnceCell;
 
 use super::cfi::{CfiCacheActor, CfiItem};
-use super::lazy::{self, OwnedLazySymbolizer};
-use super::lazy_unwind::LazyUnwinder;
+use super::cold::{self, AnswerFrom, LazyUnwinder, OwnedLazySymbolizer, Prefer};
 use super::symcache::{OwnedSymCache, SymCacheActor};
 use crate::cache::Scope;
 use crate::error::{CacheResult, isolate, isolate_blocking};
-use crate::lookup::{Progress, join_build};
 use crate::sources::{ObjectId, ObjectType, SourceConfig};
 use crate::types::{
     AllObjectCandidates, CompleteObjectInfo, CompletedSymbolicationResponse, FrameTrust, HexValue,
@@ -236,13 +234,9 @@ struct Provider<'a> {
     symcache_modules: Memo<CacheResult<ModuleSymbols>>,
 }
 
-/// Where a module's unwind rules come from.
-enum Unwind {
-    /// The CFI cache (`None`: the file has no unwind information).
-    Cache(CfiItem),
-    /// The file itself, while its CFI cache is built.
-    Lazy(Arc<LazyUnwinder>),
-}
+/// Where a module's unwind rules come from: the CFI cache (`None`: the file has no
+/// unwind information), or the file itself while its CFI cache is built.
+type Unwind = AnswerFrom<CfiItem, LazyUnwinder>;
 
 /// A module's unwind rules, with the candidates and features of the lookup.
 struct ModuleCfi {
@@ -251,13 +245,9 @@ struct ModuleCfi {
     features: ObjectFeatures,
 }
 
-/// A module's symbols, for telling real frames from scanned garbage.
-#[derive(Clone)]
-enum ModuleSymbols {
-    SymCache(OwnedSymCache),
-    /// The debug file itself, while its SymCache is built.
-    Lazy(OwnedLazySymbolizer),
-}
+/// A module's symbols, for telling real frames from scanned garbage: the SymCache, or
+/// the debug file itself while its SymCache is built.
+type ModuleSymbols = AnswerFrom<OwnedSymCache, OwnedLazySymbolizer>;
 
 impl Provider<'_> {
     fn object_id(&self, module: &dyn Module) -> ObjectId {
@@ -283,24 +273,15 @@ impl Provider<'_> {
         self.cfi_modules
             .get_or_init(ModuleKey::of(module), async {
                 let id = self.object_id(module);
-                let started = self.cfi.fetch_started(self.sources, &id, self.scope).await;
-                let unwind = match started.cache {
-                    Ok(Progress::Ready(item)) => Ok(Unwind::Cache(item)),
-                    Ok(Progress::Building { object, build }) => {
-                        // Opening reads section headers and may index every FDE of a
-                        // hostile file: on a blocking thread, and a panic there only
-                        // means "no lazy unwinder".
-                        let unwinder = LazyUnwinder::open_within(self.cfi.budget(), object).await;
-                        // Unlike symbolication, the walk takes the file even when the build
-                        // has just finished: both give the same rules (see
-                        // lazy_unwind.rs), and a cold walk does not depend on a race.
-                        match unwinder {
-                            Some(unwinder) => Ok(Unwind::Lazy(Arc::new(unwinder))),
-                            None => join_build(build).await.map(Unwind::Cache),
-                        }
-                    }
-                    Err(err) => Err(err),
-                };
+                let started = self
+                    .cfi
+                    .fetch_or_start_building(self.sources, &id, self.scope)
+                    .await;
+                // Opening reads section headers and may index every FDE of a hostile
+                // file: on a blocking thread, and a panic there only means "no lazy
+                // unwinder".
+                let open = |object| LazyUnwinder::open_within(self.cfi.budget(), object);
+                let unwind = cold::answer_from(started.cache, open, Prefer::File).await;
                 Arc::new(ModuleCfi {
                     unwind,
                     candidates: started.candidates,
@@ -316,19 +297,14 @@ impl Provider<'_> {
                 let id = self.object_id(module);
                 let started = self
                     .symcaches
-                    .fetch_started(self.sources, &id, self.scope)
+                    .fetch_or_start_building(self.sources, &id, self.scope)
                     .await;
-                let (object, build) = match started.cache? {
-                    Progress::Ready(symcache) => return Ok(ModuleSymbols::SymCache(symcache)),
-                    Progress::Building { object, build } => (object, build),
+                let budget = self.symcaches.budget();
+                let open = move |object| async move {
+                    let (reader, _weight) = cold::open_within(budget, object).await?;
+                    Some(reader)
                 };
-                // As `settle` in symbolicate.rs: a lazy reader when one opens before the
-                // build is done, else the build.
-                let reader = lazy::open_within(self.symcaches.budget(), object).await;
-                match reader {
-                    Some((reader, _)) if !build.is_finished() => Ok(ModuleSymbols::Lazy(reader)),
-                    _ => join_build(build).await.map(ModuleSymbols::SymCache),
-                }
+                cold::answer_from(started.cache, open, Prefer::FinishedBuild).await
             })
             .await
     }
@@ -341,8 +317,8 @@ impl Provider<'_> {
             return false;
         };
         match &self.cfi_module(module).await.unwind {
-            Ok(Unwind::Cache(Some(cfi))) => cfi.covers(offset),
-            Ok(Unwind::Lazy(unwinder)) => {
+            Ok(AnswerFrom::Cache(Some(cfi))) => cfi.covers(offset),
+            Ok(AnswerFrom::File(unwinder)) => {
                 isolate("lazy unwinder", || Ok(unwinder.covers(offset))).unwrap_or(true)
             }
             _ => true,
@@ -355,9 +331,9 @@ impl Provider<'_> {
             return false;
         };
         match self.symbols(module).await {
-            Ok(ModuleSymbols::SymCache(symcache)) => symcache.get().lookup(offset).next().is_some(),
+            Ok(AnswerFrom::Cache(symcache)) => symcache.get().lookup(offset).next().is_some(),
             // A lazy reader parses debug info as it goes: on a blocking thread.
-            Ok(ModuleSymbols::Lazy(reader)) => {
+            Ok(AnswerFrom::File(reader)) => {
                 isolate_blocking("lazy reader", move || Ok(!reader.lookup(offset).is_empty()))
                     .await
                     .unwrap_or(true)
@@ -394,8 +370,8 @@ impl SymbolProvider for Provider<'_> {
     ) -> Option<()> {
         let cfi = self.cfi_module(module).await;
         match cfi.unwind.as_ref().ok()? {
-            Unwind::Cache(cfi) => cfi.as_ref()?.walk_frame(module, walker),
-            Unwind::Lazy(unwinder) => {
+            AnswerFrom::Cache(cfi) => cfi.as_ref()?.walk_frame(module, walker),
+            AnswerFrom::File(unwinder) => {
                 // Gimli reads the file here; a panic costs this frame its CFI (the walker
                 // falls back to frame pointers and scanning), and leaves only the walker's
                 // candidate caller, which it discards, half set.
@@ -528,7 +504,7 @@ impl Stackwalk<'_> {
                 Some(cfi) => {
                     info.features.merge(&cfi.features);
                     info.candidates = cfi.candidates.clone();
-                    if let Ok(Unwind::Cache(Some(rules))) = &cfi.unwind {
+                    if let Ok(AnswerFrom::Cache(Some(rules))) = &cfi.unwind {
                         // The unwind file names the debug file a stripped dump may lack.
                         if info.raw.debug_id.is_none() {
                             info.raw.debug_id = rules.debug_id.map(|id| id.to_string());

@@ -10,14 +10,13 @@ use futures::future;
 use symbolic::common::{Arch, InstructionInfo, Language, Name, split_path};
 use symbolic::symcache::SymCache;
 
+use super::cold::{self, AnswerFrom, LazySymbolizer, OwnedLazySymbolizer, Prefer};
 use super::demangle::DemangleCache;
-use super::lazy::{self, OwnedLazySymbolizer};
 use super::ppdb::{OwnedPpdbCache, PpdbCacheActor, symbolicate_dotnet_frame};
-use crate::lookup::{FoundObject, ObjectHandle, Progress, SymbfileStore, join_build};
-
 use super::symcache::{OwnedSymCache, SymCacheActor};
-use crate::cache::{ConversionBudget, Scope};
+use crate::cache::Scope;
 use crate::error::{CacheError, CacheResult, panicked};
+use crate::lookup::{FoundObject, ObjectHandle, Progress, SymbfileStore};
 use crate::sources::{FileId, ObjectId, ObjectType, SourceConfig};
 use crate::types::{
     AddrMode, CompleteObjectInfo, CompleteStacktrace, FrameStatus, FrameTrust, HexValue,
@@ -73,30 +72,10 @@ enum ModuleCache {
     SymCache(OwnedSymCache),
     Lazy {
         reader: OwnedLazySymbolizer,
-        /// What it holds and reads, for the conversion budget (`lazy::budget_weight`).
+        /// What it holds and reads, for the conversion budget (`cold::budget_weight`).
         weight: u64,
     },
     Ppdb(OwnedPpdbCache),
-}
-
-/// A native module's lookup table: the SymCache if it exists; while it is being built,
-/// a lazy reader of the downloaded file, unless the build finished first or the format
-/// has no lazy reader (then the build is awaited).
-async fn settle(
-    progress: Progress<OwnedSymCache>,
-    budget: &ConversionBudget,
-) -> CacheResult<ModuleCache> {
-    let (object, build) = match progress {
-        Progress::Ready(symcache) => return Ok(ModuleCache::SymCache(symcache)),
-        Progress::Building { object, build } => (object, build),
-    };
-    match lazy::open_within(budget, object).await {
-        Some((reader, weight)) if !build.is_finished() => {
-            metrics::counter!(crate::telemetry::LAZY_ANSWERS).increment(1);
-            Ok(ModuleCache::Lazy { reader, weight })
-        }
-        _ => join_build(build).await.map(ModuleCache::SymCache),
-    }
 }
 
 pub(super) struct ModuleEntry {
@@ -259,7 +238,7 @@ impl ModuleLookup {
             .map(|m| async move {
                 match &m.ids {
                     Ok(id) if id.object_type == ObjectType::PeDotnet => {
-                        let result = ppdb_caches.fetch(sources, id, scope).await;
+                        let result = ppdb_caches.fetch_or_build(sources, id, scope).await;
                         m.info.features.merge(&result.features);
                         m.info.candidates.merge(result.candidates);
                         m.info.debug_status = ObjectFileStatus::from_result(&result.cache);
@@ -272,15 +251,24 @@ impl ModuleLookup {
                         };
                         let result = match uploaded {
                             Some(result) => result.map_cache(Progress::Ready),
-                            None => symcaches.fetch_started(sources, id, scope).await,
+                            None => symcaches.fetch_or_start_building(sources, id, scope).await,
                         };
                         m.debug_file_with_sources = result.with_sources;
                         m.info.features.merge(&result.features);
                         m.info.candidates.merge(result.candidates);
-                        let cache = match result.cache {
-                            Ok(progress) => settle(progress, symcaches.budget()).await,
-                            Err(err) => Err(err),
-                        };
+                        let open = |object| cold::open_within(symcaches.budget(), object);
+                        let answer =
+                            cold::answer_from(result.cache, open, Prefer::FinishedBuild).await;
+                        let cache = answer.map(|answer| match answer {
+                            AnswerFrom::Cache(symcache) => ModuleCache::SymCache(symcache),
+                            AnswerFrom::File((reader, weight)) => {
+                                // Here rather than in the rule: the stack walker opens
+                                // symbol readers too, for its scan check, but answers no
+                                // frames with them.
+                                metrics::counter!(crate::telemetry::LAZY_ANSWERS).increment(1);
+                                ModuleCache::Lazy { reader, weight }
+                            }
+                        });
                         m.info.debug_status = ObjectFileStatus::from_result(&cache);
                         match &cache {
                             Ok(ModuleCache::SymCache(symcache)) => {
@@ -479,7 +467,7 @@ fn symbolicate_frame(
 /// Where a native module's frames are looked up.
 enum Table<'a> {
     SymCache(&'a SymCache<'a>),
-    Lazy(&'a dyn lazy::LazySymbolizer),
+    Lazy(&'a dyn LazySymbolizer),
 }
 
 impl Table<'_> {

@@ -180,7 +180,7 @@ impl SymCacheHttp {
             let derived = self
                 .native
                 .symcaches()
-                .fetch(&self.sources, &id, &Scope::Global)
+                .fetch_or_build(&self.sources, &id, &Scope::Global)
                 .await;
             match derived.cache {
                 Err(CacheError::NotFound) => continue,

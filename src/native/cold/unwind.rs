@@ -34,7 +34,7 @@ use symbolic::debuginfo::Object;
 use symbolic::debuginfo::dwarf::Dwarf;
 use symbolic::debuginfo::elf::ElfObject;
 
-use super::lazy::LAZY_READ_SHARE;
+use super::LAZY_READ_SHARE;
 use crate::cache::ConversionBudget;
 use crate::error::isolate_blocking;
 use crate::lookup::ObjectHandle;
@@ -221,7 +221,7 @@ pub struct LazyUnwinder {
 impl LazyUnwinder {
     /// [`open`](Self::open) on a blocking thread (a panic there only means "no
     /// unwinder"), holding its share of the conversion budget while it inflates and
-    /// indexes the CFI sections, as `lazy::open_within` does for symbols.
+    /// indexes the CFI sections, as `open_within` in `open.rs` does for symbols.
     pub async fn open_within(budget: &ConversionBudget, object: Arc<ObjectHandle>) -> Option<Self> {
         if !matches!(object.object(), Object::Elf(_)) {
             return None;

@@ -25,7 +25,7 @@ use symbolic::debuginfo::function_builder::FunctionBuilder;
 use symbolic::debuginfo::{FileInfo, Function, Object, ObjectKind, Symbol};
 use symbolic::symcache::{SymCache, SymCacheConverter};
 
-use super::{LazyLocation, LazySymbolizer, OwnedLazySymbolizer, symcache_answer};
+use super::reader::{LazyLocation, LazySymbolizer, OwnedLazySymbolizer, symcache_answer};
 use crate::lookup::ObjectHandle;
 
 type Slice = gimli::EndianSlice<'static, Endian>;

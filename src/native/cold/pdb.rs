@@ -33,7 +33,7 @@ use symbolic::common::{Arch, Language, Name, NameMangling};
 use symbolic::debuginfo::{FileInfo, Function, LineInfo, Object, Symbol};
 use symbolic::symcache::{SymCache, SymCacheConverter};
 
-use super::{LazyLocation, LazySymbolizer, OwnedLazySymbolizer, symcache_answer};
+use super::reader::{LazyLocation, LazySymbolizer, OwnedLazySymbolizer, symcache_answer};
 use crate::error::isolate;
 use crate::lookup::ObjectHandle;
 
