@@ -19,7 +19,7 @@ use crate::cache::kinds;
 use crate::cache::{CacheKind, Caches, DerivedCache, DerivedFormat, Scope};
 use crate::error::{CacheError, CacheResult, isolate};
 use crate::lookup::{
-    Downloads, FileFormat, Locator, ObjectHandle, ObjectPurpose, ObjectsActor, file_key,
+    Downloads, FileFormat, Locator, ObjectHandle, ObjectLookup, ObjectPurpose, file_key,
 };
 use crate::sources::{FileType, ObjectId, SourceConfig};
 
@@ -74,7 +74,7 @@ impl DerivedFormat for ProguardFormat {
 
 pub struct JvmService {
     locator: Arc<Locator>,
-    objects: Arc<ObjectsActor>,
+    objects: Arc<ObjectLookup>,
     mapping_files: Arc<Downloads<MappingFile>>,
     mappers: DerivedCache<ProguardFormat>,
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::task::JoinHandle;
 
 use super::object_file::ObjectHandle;
-use super::objects::{FoundObject, ObjectPurpose, ObjectsActor};
+use super::objects::{FoundObject, ObjectLookup, ObjectPurpose};
 use crate::cache::{Caches, ConversionBudget, DerivedCache, DerivedFormat, InputFuture, Scope};
 use crate::error::{CacheError, CacheResult};
 use crate::sources::{FileType, ObjectId, ObjectType, SourceConfig};
@@ -70,12 +70,12 @@ pub trait ObjectDerivedFormat: DerivedFormat<Input = Arc<ObjectHandle>> {
 /// Finds the best object file for a module and keeps the cache of format `F` built
 /// from it.
 pub struct ObjectDerived<F: ObjectDerivedFormat> {
-    objects: Arc<ObjectsActor>,
+    objects: Arc<ObjectLookup>,
     cache: DerivedCache<F>,
 }
 
 impl<F: ObjectDerivedFormat> ObjectDerived<F> {
-    pub fn new(caches: &Caches, objects: Arc<ObjectsActor>) -> Self {
+    pub fn new(caches: &Caches, objects: Arc<ObjectLookup>) -> Self {
         ObjectDerived {
             objects,
             cache: DerivedCache::new(caches),

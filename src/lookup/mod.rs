@@ -27,7 +27,7 @@ pub use derived::{Derived, ObjectDerived, ObjectDerivedFormat, Progress, join_bu
 pub use downloads::{Downloads, FileFormat, Plain, PlainFormat, file_key};
 pub use locate::Locator;
 pub use object_file::{ObjectFile, ObjectHandle, ObjectHint, ObjectLimits, ObjectMeta};
-pub use objects::{FindResult, FoundObject, ObjectPurpose, ObjectsActor};
+pub use objects::{FindResult, FoundObject, ObjectLookup, ObjectPurpose};
 pub use source_files::{SourceFiles, context_lines, fetchable_link, sourcelink_candidate};
 pub use symbfile::{
     FormatError, MAX_INLINE_DEPTH, PartWriter, SymbfileConfig, SymbfileStore, Upload, UploadError,
@@ -40,7 +40,7 @@ use crate::fetch::Downloader;
 /// cache, one source-file cache, the uploaded symbfiles.
 pub struct Lookup {
     pub locator: Arc<Locator>,
-    pub objects: Arc<ObjectsActor>,
+    pub objects: Arc<ObjectLookup>,
     pub source_files: Arc<SourceFiles>,
     pub symbfiles: Arc<SymbfileStore>,
 }
@@ -54,7 +54,7 @@ impl Lookup {
     ) -> Self {
         let locator = Arc::new(Locator::new(caches, downloader.clone()));
         Lookup {
-            objects: Arc::new(ObjectsActor::new(caches, locator.clone(), limits)),
+            objects: Arc::new(ObjectLookup::new(caches, locator.clone(), limits)),
             source_files: Arc::new(SourceFiles::new(caches, downloader)),
             locator,
             symbfiles,

@@ -71,16 +71,16 @@ pub struct FindResult {
     pub candidates: AllObjectCandidates,
 }
 
-pub struct ObjectsActor {
+pub struct ObjectLookup {
     objects: Arc<Downloads<ObjectFile>>,
     meta: Cacher<FetchMeta>,
     locator: Arc<Locator>,
     limits: ObjectLimits,
 }
 
-impl ObjectsActor {
+impl ObjectLookup {
     pub fn new(caches: &Caches, locator: Arc<Locator>, limits: ObjectLimits) -> Self {
-        ObjectsActor {
+        ObjectLookup {
             objects: Arc::new(Downloads::new(caches, locator.downloader().clone())),
             meta: caches.cacher(kinds::OBJECT_META),
             locator,

@@ -89,7 +89,7 @@ impl ObjectDerivedFormat for CfiFormat {
     const PURPOSE: ObjectPurpose = ObjectPurpose::Unwind;
 }
 
-pub type CfiCacheActor = ObjectDerived<CfiFormat>;
+pub type CfiCaches = ObjectDerived<CfiFormat>;
 
 #[cfg(test)]
 mod tests {

@@ -25,19 +25,19 @@ use serde::Deserialize;
 
 use crate::cache::{Caches, ConversionBudget, Scope};
 use crate::error::panicked;
-use crate::lookup::{Lookup, ObjectsActor, SourceFiles, SymbfileStore};
+use crate::lookup::{Lookup, ObjectLookup, SourceFiles, SymbfileStore};
 use crate::sources::SourceConfig;
 use crate::types::{
     CompleteObjectInfo, CompleteStacktrace, CompletedSymbolicationResponse, RawObjectInfo,
     RawStacktrace, RequestOptions, RewriteRules, Signal,
 };
-use cfi::CfiCacheActor;
+use cfi::CfiCaches;
 use demangle::DemangleCache;
-use ppdb::PpdbCacheActor;
+use ppdb::PpdbCaches;
 use source_context::apply_source_context;
 use stackwalk::{Stackwalk, read_minidump};
 use symbolicate::{ModuleLookup, symbolicate_stacktrace};
-use symcache::SymCacheActor;
+use symcache::SymCaches;
 
 /// The JSON body of `POST /symbolicate`. Unknown fields are ignored, as upstream does.
 #[derive(Clone, Debug, Deserialize)]
@@ -59,11 +59,11 @@ pub struct SymbolicateRequest {
 
 /// Everything native symbolication needs, shared by all requests.
 pub struct NativeService {
-    objects: Arc<ObjectsActor>,
+    objects: Arc<ObjectLookup>,
     symbfiles: Arc<SymbfileStore>,
-    symcaches: SymCacheActor,
-    cficaches: CfiCacheActor,
-    ppdb_caches: PpdbCacheActor,
+    symcaches: SymCaches,
+    cficaches: CfiCaches,
+    ppdb_caches: PpdbCaches,
     source_files: Arc<SourceFiles>,
     demangle: Arc<DemangleCache>,
     /// Lazy reads share the budget of conversions.
@@ -88,10 +88,10 @@ impl NativeService {
     pub fn new(caches: &Caches, lookup: &Lookup) -> Self {
         let objects = lookup.objects.clone();
         NativeService {
-            symcaches: SymCacheActor::new(caches, objects.clone()),
-            cficaches: CfiCacheActor::new(caches, objects.clone()),
+            symcaches: SymCaches::new(caches, objects.clone()),
+            cficaches: CfiCaches::new(caches, objects.clone()),
             source_files: lookup.source_files.clone(),
-            ppdb_caches: PpdbCacheActor::new(caches, objects.clone()),
+            ppdb_caches: PpdbCaches::new(caches, objects.clone()),
             objects,
             symbfiles: lookup.symbfiles.clone(),
             demangle: Arc::new(DemangleCache::new(10 * 1024 * 1024)),
@@ -100,7 +100,7 @@ impl NativeService {
     }
 
     /// The SymCaches `/symbolicate` reads, for fronts that serve them whole.
-    pub fn symcaches(&self) -> &SymCacheActor {
+    pub fn symcaches(&self) -> &SymCaches {
         &self.symcaches
     }
 

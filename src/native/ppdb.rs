@@ -57,7 +57,7 @@ impl ObjectDerivedFormat for PpdbFormat {
     }
 }
 
-pub type PpdbCacheActor = ObjectDerived<PpdbFormat>;
+pub type PpdbCaches = ObjectDerived<PpdbFormat>;
 
 /// A .NET frame: `function_id` is the method's index, `instruction_addr` the IL offset.
 pub fn symbolicate_dotnet_frame(

@@ -14,7 +14,7 @@ use super::symbolicate::ModuleLookup;
 use crate::cache::Scope;
 use crate::error::isolate;
 use crate::lookup::{
-    ObjectPurpose, ObjectsActor, SourceFiles, context_lines, fetchable_link, sourcelink_candidate,
+    ObjectLookup, ObjectPurpose, SourceFiles, context_lines, fetchable_link, sourcelink_candidate,
 };
 use crate::sources::{FileType, SourceConfig};
 use crate::types::{CompleteStacktrace, ObjectCandidate, RawFrame};
@@ -22,7 +22,7 @@ use crate::types::{CompleteStacktrace, ObjectCandidate, RawFrame};
 /// Fills in `pre_context`/`context_line`/`post_context` (and `source_link`) of
 /// `stacktraces`, and adds the candidates it consulted to `lookup`'s modules.
 pub async fn apply_source_context(
-    objects: &ObjectsActor,
+    objects: &ObjectLookup,
     source_files: &SourceFiles,
     sources: &[SourceConfig],
     scope: &Scope,
@@ -54,7 +54,7 @@ impl ModuleLookup {
     /// that symbolicated frames point into; every candidate is reported.
     async fn fetch_sources(
         &mut self,
-        objects: &ObjectsActor,
+        objects: &ObjectLookup,
         sources: &[SourceConfig],
         scope: &Scope,
         stacktraces: &[CompleteStacktrace],

@@ -19,9 +19,9 @@ use minidump_unwind::{
 use symbolic::common::{Arch, ByteView, DebugId};
 use tokio::sync::OnceCell;
 
-use super::cfi::{CfiCacheActor, CfiItem};
+use super::cfi::{CfiCaches, CfiItem};
 use super::cold::{self, AnswerFrom, LazyUnwinder, OwnedLazySymbolizer, Prefer};
-use super::symcache::{OwnedSymCache, SymCacheActor};
+use super::symcache::{OwnedSymCache, SymCaches};
 use crate::cache::Scope;
 use crate::error::{CacheResult, isolate, isolate_blocking};
 use crate::sources::{ObjectId, ObjectType, SourceConfig};
@@ -223,8 +223,8 @@ impl<T: Clone> Memo<T> {
 
 /// Feeds the stack walker from our caches, for one minidump.
 struct Provider<'a> {
-    cfi: &'a CfiCacheActor,
-    symcaches: &'a SymCacheActor,
+    cfi: &'a CfiCaches,
+    symcaches: &'a SymCaches,
     scope: &'a Scope,
     sources: &'a [SourceConfig],
     object_type: ObjectType,
@@ -426,8 +426,8 @@ pub struct Walked {
 }
 
 pub struct Stackwalk<'a> {
-    pub cfi: &'a CfiCacheActor,
-    pub symcaches: &'a SymCacheActor,
+    pub cfi: &'a CfiCaches,
+    pub symcaches: &'a SymCaches,
     pub scope: &'a Scope,
     pub sources: &'a [SourceConfig],
     pub rewrite_first_module: &'a RewriteRules,

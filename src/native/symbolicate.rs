@@ -12,8 +12,8 @@ use symbolic::symcache::SymCache;
 
 use super::cold::{self, AnswerFrom, LazySymbolizer, OwnedLazySymbolizer, Prefer};
 use super::demangle::DemangleCache;
-use super::ppdb::{OwnedPpdbCache, PpdbCacheActor, symbolicate_dotnet_frame};
-use super::symcache::{OwnedSymCache, SymCacheActor};
+use super::ppdb::{OwnedPpdbCache, PpdbCaches, symbolicate_dotnet_frame};
+use super::symcache::{OwnedSymCache, SymCaches};
 use crate::cache::Scope;
 use crate::error::{CacheError, CacheResult, panicked};
 use crate::lookup::{FoundObject, ObjectHandle, Progress, SymbfileStore};
@@ -97,13 +97,13 @@ pub struct ModuleLookup {
     pub(super) modules: Vec<ModuleEntry>,
 }
 
-struct Lookup<'a> {
+struct ModuleHit<'a> {
     entry: &'a ModuleEntry,
     /// Address relative to the module; `None` when it lies below the image.
     relative_addr: Option<u64>,
 }
 
-impl Lookup<'_> {
+impl ModuleHit<'_> {
     fn preferred_addr_mode(&self) -> AddrMode {
         if self.entry.info.supports_absolute_addresses() {
             AddrMode::Abs
@@ -195,13 +195,13 @@ impl ModuleLookup {
         }
     }
 
-    fn lookup(&self, addr: u64, addr_mode: AddrMode) -> Option<Lookup<'_>> {
+    fn lookup(&self, addr: u64, addr_mode: AddrMode) -> Option<ModuleHit<'_>> {
         let entry = self.entry_for(addr, addr_mode)?;
         let relative_addr = match addr_mode {
             AddrMode::Abs => entry.info.abs_to_rel_addr(addr),
             AddrMode::Rel(_) => Some(addr),
         };
-        Some(Lookup {
+        Some(ModuleHit {
             entry,
             relative_addr,
         })
@@ -224,8 +224,8 @@ impl ModuleLookup {
     pub async fn fetch_caches(
         &mut self,
         symbfiles: &SymbfileStore,
-        symcaches: &SymCacheActor,
-        ppdb_caches: &PpdbCacheActor,
+        symcaches: &SymCaches,
+        ppdb_caches: &PpdbCaches,
         sources: &[SourceConfig],
         scope: &Scope,
         stacktraces: &[RawStacktrace],
@@ -327,7 +327,7 @@ fn adjustment_for(frame: &RawFrame, default: Adjust) -> Adjust {
 
 fn caller_relative_addr(
     arch: Arch,
-    lookup: &Lookup<'_>,
+    lookup: &ModuleHit<'_>,
     registers: &Registers,
     signal: Option<Signal>,
     index: usize,

@@ -50,7 +50,7 @@ impl ObjectDerivedFormat for SymCacheFormat {
     const PURPOSE: ObjectPurpose = ObjectPurpose::Debug;
 }
 
-pub type SymCacheActor = ObjectDerived<SymCacheFormat>;
+pub type SymCaches = ObjectDerived<SymCacheFormat>;
 
 #[cfg(test)]
 mod tests {

@@ -89,12 +89,12 @@ struct Memo {
     /// Units read so far: their line programs and where their functions are.
     units: HashMap<usize, Arc<PreparedUnit>>,
     /// A mini SymCache per set of functions and span of symbols.
-    caches: HashMap<CacheKey, Arc<Vec<u8>>>,
+    caches: HashMap<MiniSymCacheKey, Arc<Vec<u8>>>,
     bytes: usize,
 }
 
 /// The functions (unit, start, size) and the span of symbols a mini SymCache holds.
-type CacheKey = (Vec<(usize, u64, u64)>, usize, usize);
+type MiniSymCacheKey = (Vec<(usize, u64, u64)>, usize, usize);
 
 /// What a unit's lookups share: its line program, prepared as symbolic prepares it,
 /// and an index of its functions, so a lookup reads only the functions near its address.
@@ -384,7 +384,7 @@ impl DwarfReader {
             hi = hi.max(function.end_address());
         }
         let symbols = self.symbols_between(lo, hi);
-        let key: CacheKey = (
+        let key: MiniSymCacheKey = (
             found
                 .iter()
                 .map(|(unit, f)| (*unit, f.address, f.size))

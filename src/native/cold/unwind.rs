@@ -110,7 +110,7 @@ struct IndexedFde {
 }
 
 /// How FDEs are found.
-enum Lookup {
+enum FdeLookup {
     /// `.eh_frame` alone, with a binary search table in `.eh_frame_hdr`.
     EhFrameHdr,
     /// Every FDE of both sections, sorted by address.
@@ -215,7 +215,7 @@ pub struct LazyUnwinder {
     debug_frame: Option<SectionInfo>,
     eh_frame: Option<SectionInfo>,
     eh_frame_hdr: Option<SectionInfo>,
-    lookup: Lookup,
+    lookup: FdeLookup,
 }
 
 impl LazyUnwinder {
@@ -263,13 +263,13 @@ impl LazyUnwinder {
             debug_frame,
             eh_frame,
             eh_frame_hdr,
-            lookup: Lookup::Index(Vec::new()),
+            lookup: FdeLookup::Index(Vec::new()),
         };
         let lookup = unwinder.with_sections(|sections| {
             if sections.debug_frame.is_none() && usable_hdr(sections) {
-                Some(Lookup::EhFrameHdr)
+                Some(FdeLookup::EhFrameHdr)
             } else {
-                index(sections, load_address).map(Lookup::Index)
+                index(sections, load_address).map(FdeLookup::Index)
             }
         })??;
         unwinder.lookup = lookup;
@@ -303,7 +303,7 @@ impl LazyUnwinder {
     /// module with CFI that does not cover an address has no code there. A module whose
     /// sections hold no FDE at all has no opinion.
     pub fn covers(&self, relative_addr: u64) -> bool {
-        if matches!(&self.lookup, Lookup::Index(index) if index.is_empty()) {
+        if matches!(&self.lookup, FdeLookup::Index(index) if index.is_empty()) {
             return true;
         }
         let Some(svma) = relative_addr.checked_add(self.load_address) else {
@@ -356,7 +356,7 @@ impl LazyUnwinder {
         svma: u64,
     ) -> Option<(FrameDescriptionEntry<Slice<'a>>, Frames)> {
         let (fde, frames) = match &self.lookup {
-            Lookup::EhFrameHdr => {
+            FdeLookup::EhFrameHdr => {
                 let (eh_frame, bases) = sections.eh_frame()?;
                 let (hdr_data, hdr_address) = sections.eh_frame_hdr?;
                 let bases = bases.set_eh_frame_hdr(hdr_address);
@@ -376,7 +376,7 @@ impl LazyUnwinder {
                     .ok()?;
                 (fde, Frames::Eh)
             }
-            Lookup::Index(index) => {
+            FdeLookup::Index(index) => {
                 let at = index
                     .partition_point(|fde| fde.start <= svma)
                     .checked_sub(1)?;
@@ -919,9 +919,9 @@ mod tests {
         let mut renamed = data.clone();
         renamed[position..position + 4].copy_from_slice(b".xh_");
         let unwinder = LazyUnwinder::open(handle(renamed.clone())).unwrap();
-        assert!(matches!(&unwinder.lookup, Lookup::Index(index) if !index.is_empty()));
+        assert!(matches!(&unwinder.lookup, FdeLookup::Index(index) if !index.is_empty()));
         let with_hdr = LazyUnwinder::open(handle(data)).unwrap();
-        assert!(matches!(with_hdr.lookup, Lookup::EhFrameHdr));
+        assert!(matches!(with_hdr.lookup, FdeLookup::EhFrameHdr));
         lazy_matches_cfi_cache(renamed);
     }
 

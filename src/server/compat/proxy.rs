@@ -14,18 +14,18 @@ use bytes::Bytes;
 
 use crate::cache::Scope;
 use crate::error::{CacheError, CacheResult};
-use crate::lookup::{ObjectHandle, ObjectPurpose, ObjectsActor};
+use crate::lookup::{ObjectHandle, ObjectLookup, ObjectPurpose};
 use crate::server::{ApiError, AppState};
 use crate::sources::{FileType, ObjectId, SourceConfig, parse_symstore_path};
 
 /// The proxy's view of the server: the shared object lookup and the configured sources.
 pub struct SymstoreProxy {
-    objects: Arc<ObjectsActor>,
+    objects: Arc<ObjectLookup>,
     sources: Arc<[SourceConfig]>,
 }
 
 impl SymstoreProxy {
-    pub fn new(objects: Arc<ObjectsActor>, sources: Arc<[SourceConfig]>) -> Self {
+    pub fn new(objects: Arc<ObjectLookup>, sources: Arc<[SourceConfig]>) -> Self {
         SymstoreProxy { objects, sources }
     }
 
