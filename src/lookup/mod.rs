@@ -30,7 +30,8 @@ pub use object_file::{ObjectFile, ObjectHandle, ObjectHint, ObjectLimits, Object
 pub use objects::{FindResult, FoundObject, ObjectLookup, ObjectPurpose};
 pub use source_files::{SourceFiles, context_lines, fetchable_link, sourcelink_candidate};
 pub use symbfile::{
-    FormatError, MAX_INLINE_DEPTH, PartWriter, SymbfileConfig, SymbfileStore, Upload, UploadError,
+    FormatError, MAX_INLINE_DEPTH, PartWriter, SymbfileConfig, SymbfileStore, UploadError,
+    UploadProgress,
 };
 
 use crate::cache::Caches;

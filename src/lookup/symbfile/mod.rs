@@ -29,7 +29,7 @@ pub use read::FormatError;
 /// The largest `max_inline_depth` a config may set: a chain this deep converts in half
 /// of a blocking thread's 2 MiB stack (`convert`'s tests check it, in a debug build).
 pub const MAX_INLINE_DEPTH: u32 = 256;
-pub use store::{PartWriter, SymbfileStore, Upload, UploadError};
+pub use store::{PartWriter, SymbfileStore, UploadError, UploadProgress};
 
 /// The `symbfile` section of the config: who may upload, where uploads live, and how
 /// much they may take.

@@ -129,7 +129,7 @@ impl UploadError {
 
 /// Where an upload stands after a part landed.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Upload {
+pub enum UploadProgress {
     /// Stored; `received` of `parts` are there.
     Partial { received: u32, parts: u32 },
     /// All parts were there, valid, and are now served.
@@ -345,14 +345,14 @@ impl SymbfileStore {
         kind: SymbfileKind,
         parts: u32,
         completing: (u32, String),
-    ) -> Result<Upload, UploadError> {
+    ) -> Result<UploadProgress, UploadError> {
         let _guard = self.lock(id).lock().await;
         let disk = self.disk.clone();
         let upload =
             tokio::task::spawn_blocking(move || disk.complete(id, kind, parts, completing))
                 .await
                 .map_err(UploadError::internal)??;
-        if upload == Upload::Complete {
+        if upload == UploadProgress::Complete {
             self.indexes.invalidate(&id).await;
         }
         Ok(upload)
@@ -443,7 +443,7 @@ impl PartWriter<'_> {
     }
 
     /// Stores the part durably; completes the upload if it was the last one missing.
-    pub async fn finish(mut self) -> Result<Upload, UploadError> {
+    pub async fn finish(mut self) -> Result<UploadProgress, UploadError> {
         if self.part == 0 && self.parts == 1 && self.head.len() < MAGIC.len() {
             return Err(FormatError::BadMagic.into());
         }
@@ -626,7 +626,7 @@ impl Disk {
         kind: SymbfileKind,
         parts: u32,
         completing: (u32, String),
-    ) -> Result<Upload, UploadError> {
+    ) -> Result<UploadProgress, UploadError> {
         let pending = self.dir.join(pending_dir(id, kind, parts));
         let mut paths = Vec::new();
         let mut total = 0;
@@ -643,7 +643,7 @@ impl Disk {
         }
         let received = paths.len() as u32;
         if received < parts {
-            return Ok(Upload::Partial { received, parts });
+            return Ok(UploadProgress::Partial { received, parts });
         }
         // A panic while converting hostile records refuses the upload like any
         // malformed file instead of leaving it to fail again on every retry.
@@ -661,7 +661,7 @@ impl Disk {
                     // Published all the same; the leftover parts expire.
                     tracing::error!(upload = %pending.display(), error = %err, "cannot remove the parts of a published symbfile");
                 }
-                Ok(Upload::Complete)
+                Ok(UploadProgress::Complete)
             }
             Err(err) if err.is_final() => {
                 self.refuse(&pending, &err, completing);
@@ -955,7 +955,11 @@ mod tests {
         store.disk.pending.bytes.load(Ordering::Relaxed)
     }
 
-    async fn send(store: &SymbfileStore, part: u32, body: &[u8]) -> Result<Upload, UploadError> {
+    async fn send(
+        store: &SymbfileStore,
+        part: u32,
+        body: &[u8],
+    ) -> Result<UploadProgress, UploadError> {
         let mut writer = store
             .begin_part(FileId(7), SymbfileKind::Ranges, part, 3)
             .await?;
@@ -973,7 +977,7 @@ mod tests {
         let head = [MAGIC.as_slice(), &[0; 92]].concat();
         assert_eq!(
             send(&store, 0, &head).await.unwrap(),
-            Upload::Partial {
+            UploadProgress::Partial {
                 received: 1,
                 parts: 3
             }

@@ -14,7 +14,7 @@ use futures::StreamExt;
 use serde_json::json;
 
 use super::super::{ApiError, AppState};
-use crate::lookup::{Upload, UploadError};
+use crate::lookup::{UploadError, UploadProgress};
 use crate::sources::{FileId, SymbfileKind};
 
 pub async fn upload_ranges(
@@ -37,10 +37,10 @@ async fn upload(state: &AppState, kind: SymbfileKind, headers: &HeaderMap, body:
     match receive(state, kind, headers, body).await {
         Ok((file_id, upload)) => {
             match upload {
-                Upload::Partial { received, parts } => {
+                UploadProgress::Partial { received, parts } => {
                     tracing::debug!(%file_id, kind = kind.as_str(), received, parts, "symbfile part stored");
                 }
-                Upload::Complete => {
+                UploadProgress::Complete => {
                     tracing::info!(%file_id, kind = kind.as_str(), "symbfile upload complete");
                 }
             }
@@ -196,7 +196,7 @@ async fn receive(
     kind: SymbfileKind,
     headers: &HeaderMap,
     body: Body,
-) -> Result<(FileId, Upload), Refusal> {
+) -> Result<(FileId, UploadProgress), Refusal> {
     authorize(state, headers)?;
     // The same slots as every other request: an overloaded server reads no upload.
     let _slot = state.service.reserve().map_err(|_| {
