@@ -18,7 +18,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use omnisym::lookup::{SymbfileConfig, SymbfileStore, Upload};
+use omnisym::lookup::{SymbfileConfig, SymbfileStore, UploadProgress};
 use omnisym::sources::{FileId, SymbfileKind, file_dir};
 use omnisym_fuzz::{install_isolating_hook, isolating, runtime, scratch_dir};
 
@@ -83,8 +83,8 @@ async fn upload(
             }
         }
         match writer.finish().await {
-            Ok(Upload::Complete) => return true,
-            Ok(Upload::Partial { .. }) => {}
+            Ok(UploadProgress::Complete) => return true,
+            Ok(UploadProgress::Partial { .. }) => {}
             Err(_) => return false,
         }
     }
