@@ -136,12 +136,15 @@ impl HostDenyList {
 mod tests {
     use super::*;
 
+    /// Long enough that a check right after a block sees it on a loaded machine.
+    const BLOCK_TIME: Duration = Duration::from_secs(2);
+
     fn list(threshold: usize) -> HostDenyList {
         HostDenyList::new(&DenyListConfig {
             threshold,
             time_window: Duration::from_secs(5),
             bucket_size: Duration::from_secs(1),
-            block_time: Duration::from_millis(300),
+            block_time: BLOCK_TIME,
             never_block_hosts: ["trusted.example".to_owned()].into(),
             ..DenyListConfig::default()
         })
@@ -169,8 +172,12 @@ mod tests {
             list.check("b.example").is_ok(),
             "other hosts are not affected"
         );
-        std::thread::sleep(Duration::from_millis(400));
-        assert!(list.check("a.example").is_ok());
+        // Unblocked once the block time is over (polled: a loaded machine is late).
+        let deadline = std::time::Instant::now() + BLOCK_TIME + Duration::from_secs(10);
+        while list.check("a.example").is_err() {
+            assert!(std::time::Instant::now() < deadline, "never unblocked");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     #[test]
