@@ -44,11 +44,6 @@ impl CacheKind {
         version == self.version || self.compatible.contains(&version)
     }
 
-    /// Whether a configured shared cache holds this kind's files too.
-    pub fn is_shared(&self) -> bool {
-        self.family == Family::Derived
-    }
-
     /// Bytes of `capacity` this kind may hold in memory.
     pub fn memory(&self, capacity: u64) -> u64 {
         capacity / 1000 * self.memory_share
@@ -96,11 +91,6 @@ pub const ALL: &[CacheKind] = &[
     PROGUARD,
 ];
 
-/// The kind named `name`, if the server has one.
-pub fn by_name(name: &str) -> Option<&'static CacheKind> {
-    ALL.iter().find(|kind| kind.name == name)
-}
-
 const fn kind(
     name: &'static str,
     family: Family,
@@ -132,13 +122,5 @@ mod tests {
             assert!(!kind.compatible.contains(&kind.version), "{kind:?}");
             assert!(kind.memory_share > 0, "{kind:?}");
         }
-    }
-
-    #[test]
-    fn only_derived_kinds_are_shared() {
-        assert!(SYMCACHES.is_shared() && PROGUARD.is_shared());
-        assert!(!OBJECTS.is_shared() && !SOURCEMAP_FILES.is_shared());
-        assert_eq!(by_name("cficaches"), Some(&CFICACHES));
-        assert_eq!(by_name("nothing"), None);
     }
 }
