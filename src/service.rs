@@ -396,6 +396,15 @@ mod tests {
         value: u32,
     }
 
+    /// A request that answers `value` after 50 ms: late for a wait of zero.
+    fn answer_after_50ms(svc: &RequestService, value: u32) -> RequestHandle {
+        svc.spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok(Answer { value })
+        })
+        .unwrap()
+    }
+
     fn json(b: &Bytes) -> serde_json::Value {
         serde_json::from_slice(b).unwrap()
     }
@@ -431,12 +440,7 @@ mod tests {
     #[tokio::test]
     async fn completed_within_timeout_is_dropped_at_once() {
         let svc = RequestService::new(10, 1 << 20);
-        let handle = svc
-            .spawn(async {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                Ok(Answer { value: 7 })
-            })
-            .unwrap();
+        let handle = answer_after_50ms(&svc, 7);
         let id = handle.id();
         let body = RequestService::wait(handle, Some(Duration::from_secs(5))).await;
         assert_eq!(
@@ -474,12 +478,7 @@ mod tests {
         let svc = RequestService::new(10, 100);
         let mut ids = Vec::new();
         for _ in 0..3 {
-            let handle = svc
-                .spawn(async {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    Ok(Answer { value: 1 })
-                })
-                .unwrap();
+            let handle = answer_after_50ms(&svc, 1);
             ids.push(handle.id());
             // Hand the id out, so the result is kept for polling.
             let pending = RequestService::wait(handle, Some(Duration::ZERO)).await;
@@ -503,15 +502,11 @@ mod tests {
     #[tokio::test]
     async fn a_result_larger_than_the_budget_is_still_kept_for_its_poll() {
         let svc = RequestService::new(10, 8);
-        let handle = svc
-            .spawn(async {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                Ok(Answer { value: 7 })
-            })
-            .unwrap();
+        let handle = answer_after_50ms(&svc, 7);
         let id = handle.id();
         let pending = RequestService::wait(handle, Some(Duration::ZERO)).await;
         assert_eq!(json(&pending)["status"], "pending");
+        // Once the run has left the running map, only the kept result can answer.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while svc.inner.running.lock().unwrap().contains_key(&id) {
             assert!(std::time::Instant::now() < deadline);
