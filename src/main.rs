@@ -4,10 +4,10 @@
 //! and flags of the server follow upstream's `symbolicator`, so self-hosted Sentry's
 //! compose file can run this binary unchanged.
 
-use std::collections::BTreeSet;
+use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -168,17 +168,17 @@ fn is_statsd_event(meta: &tracing::Metadata<'_>) -> bool {
 /// The first error of each kind is the report an operator needs (a port typed wrong,
 /// a StatsD that is down); the repeats would only bury the rest of the log.
 fn first_of_each_statsd_error(meta: &tracing::Metadata<'_>) -> bool {
-    static SEEN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    static SEEN: LazyLock<Mutex<HashSet<tracing::callsite::Identifier>>> =
+        LazyLock::new(Mutex::default);
     if !is_statsd_event(meta) {
         return true;
     }
     if *meta.level() > tracing::Level::WARN {
         return false;
     }
-    let site = format!("{}:{}", meta.file().unwrap_or(""), meta.line().unwrap_or(0));
     SEEN.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .insert(site)
+        .insert(meta.callsite())
 }
 
 /// Panics go to the log like every other error (a JSON line under `format: json`):
