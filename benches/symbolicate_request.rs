@@ -17,7 +17,7 @@ use omnisym::config::Config;
 use omnisym::native::SymbolicateRequest;
 use omnisym::server::AppState;
 use omnisym::sources::SourceConfig;
-use omnisym::types::{CompletedSymbolicationResponse, FrameStatus};
+use omnisym::native::interface::{CompletedSymbolicationResponse, FrameStatus};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -15,7 +15,6 @@ use crate::fetch::{DenyListConfig, FetchConfig};
 use crate::lookup::{MAX_INLINE_DEPTH, ObjectLimits, SymbfileConfig};
 use crate::sources::{Secret, SourceConfig};
 use crate::telemetry::MetricsConfig;
-use crate::types::RequestLimits;
 use crate::units::{deserialize_duration, deserialize_limit, deserialize_size};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -180,6 +179,43 @@ pub struct Config {
     pub mozilla: MozillaConfig,
     /// Who may use the compatibility fronts (`/proxy`, `/symcache`, the Mozilla API).
     pub fronts: FrontsConfig,
+}
+
+/// Maximums on what one request may list, checked before its body is parsed into
+/// structures (a JSON frame of 25 bytes becomes a few hundred bytes in memory, so the
+/// body size alone does not bound memory). Past one, the request is refused with 400
+/// naming the limit. `null` in the config: no limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct RequestLimits {
+    /// `modules` of a request; the modules listed by a minidump.
+    #[serde(deserialize_with = "deserialize_limit")]
+    pub max_modules: usize,
+    /// `stacktraces` of a request (and JVM `exceptions`, on their own); the threads of
+    /// a minidump.
+    #[serde(deserialize_with = "deserialize_limit")]
+    pub max_stacktraces: usize,
+    /// Frames of all stack traces of a request together (and JVM `classes`, on their
+    /// own); a per-request total because that is what the work scales with.
+    #[serde(deserialize_with = "deserialize_limit")]
+    pub max_frames: usize,
+    /// `sources` of a request or an upload form.
+    #[serde(deserialize_with = "deserialize_limit")]
+    pub max_sources: usize,
+}
+
+impl Default for RequestLimits {
+    /// Far above what Sentry sends: events carry at most a few hundred images and a few
+    /// hundred frames per thread, profiles a few thousand unique frames, and projects a
+    /// few dozen sources.
+    fn default() -> Self {
+        RequestLimits {
+            max_modules: 10_000,
+            max_stacktraces: 10_000,
+            max_frames: 250_000,
+            max_sources: 100,
+        }
+    }
 }
 
 /// The `fronts` section: access to the compatibility fronts (omnisym only).

@@ -4,6 +4,7 @@
 //! requests that were answered `pending` for a bounded time so they can be polled.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -11,11 +12,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use metrics::{Counter, Gauge};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
 use crate::telemetry::{REQUESTS_FINISHED, REQUESTS_IN_FLIGHT, REQUESTS_REJECTED};
-use crate::types::{RequestId, SymbolicationResponse};
 
 /// Work that runs longer than this is abandoned and answered `timeout`.
 pub const MAX_REQUEST_DURATION: Duration = Duration::from_secs(15 * 60);
@@ -23,6 +23,33 @@ pub const MAX_REQUEST_DURATION: Duration = Duration::from_secs(15 * 60);
 pub const RESULT_RETENTION: Duration = Duration::from_secs(90);
 /// What a `pending` answer asks the client to wait before polling again.
 const RETRY_AFTER_SECS: u64 = 30;
+
+/// Every answer a symbolication request or a poll can get.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum SymbolicationResponse {
+    Pending {
+        request_id: RequestId,
+        retry_after: u64,
+    },
+    Completed(Box<serde_json::Value>),
+    Failed {
+        message: String,
+    },
+    Timeout,
+    InternalError,
+}
+
+/// Opaque id of a request that is still running or recently finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RequestId(pub uuid::Uuid);
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 #[error("maximum number of concurrent requests reached")]

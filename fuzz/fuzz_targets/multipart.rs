@@ -17,7 +17,7 @@ use libfuzzer_sys::fuzz_target;
 use omnisym::fetch::decompress_file;
 use omnisym::native::CrashKind;
 use omnisym::server::{CrashFiles, read_form};
-use omnisym::types::RequestLimits;
+use omnisym::config::RequestLimits;
 use omnisym_fuzz::{runtime, scratch_dir};
 
 /// Small, so that the size checks are reached by inputs the fuzzer can make.

@@ -27,7 +27,7 @@ use omnisym::native::demangle::DemangleCache;
 use omnisym::native::ppdb::{OwnedPpdbCache, PpdbFormat, symbolicate_dotnet_frame};
 use omnisym::native::symcache::{OwnedSymCache, SymCacheFormat};
 use omnisym::sources::ObjectId;
-use omnisym::types::{HexValue, RawFrame};
+use omnisym::native::interface::{HexValue, RawFrame};
 use omnisym_fuzz::{install_isolating_hook, isolating, scratch_dir, write_input};
 use symbolic::common::ByteView;
 use symbolic::debuginfo::Object;

@@ -14,7 +14,7 @@ use symbolic::common::DebugId;
 
 use crate::js::interface::{JsFrame, JsModule};
 use crate::jvm::interface::{JvmException, JvmFrame, JvmModule};
-use crate::types::{AddrMode, RawFrame, RawObjectInfo, RawStacktrace, Registers};
+use crate::native::interface::{AddrMode, RawFrame, RawObjectInfo, RawStacktrace, Registers};
 
 /// The symbolication pipelines an event's frames can need.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -25,11 +25,11 @@ use crate::config::Config;
 use crate::fetch::Downloader;
 use crate::js::JsSymbolicationRequest;
 use crate::jvm::SymbolicateJvmRequest;
+use crate::native::interface::{RequestOptions, RewriteRules};
 use crate::native::{CrashReportRequest, SymbolicateRequest};
 use crate::server::AppState;
 use crate::service::completed_body;
 use crate::sources::SourceConfig;
-use crate::types::{RequestOptions, RewriteRules};
 
 pub fn run(config: Option<PathBuf>, args: SymbolicateArgs) -> anyhow::Result<()> {
     let (config, _temp_cache) = load_config(config.as_deref())?;

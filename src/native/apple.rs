@@ -9,11 +9,11 @@ use anyhow::Context;
 use apple_crash_report_parser::AppleCrashReport;
 use symbolic::common::{Arch, CodeId, DebugId};
 
-use crate::sources::ObjectType;
-use crate::types::{
+use super::interface::{
     CompleteObjectInfo, CompletedSymbolicationResponse, HexValue, RawFrame, RawObjectInfo,
     RawStacktrace, SystemInfo,
 };
+use crate::sources::ObjectType;
 
 /// A parsed report: what to symbolicate, and what to add to the answer afterwards.
 pub struct ParsedReport {

@@ -9,6 +9,7 @@ mod apple;
 pub mod cfi;
 pub mod cold;
 pub mod demangle;
+pub mod interface;
 pub mod ppdb;
 mod source_context;
 mod stackwalk;
@@ -27,12 +28,12 @@ use crate::cache::{Caches, ConversionBudget, Scope};
 use crate::error::panicked;
 use crate::lookup::{Lookup, ObjectLookup, SourceFiles, SymbfileStore};
 use crate::sources::SourceConfig;
-use crate::types::{
+use cfi::CfiCaches;
+use demangle::DemangleCache;
+use interface::{
     CompleteObjectInfo, CompleteStacktrace, CompletedSymbolicationResponse, RawObjectInfo,
     RawStacktrace, RequestOptions, RewriteRules, Signal,
 };
-use cfi::CfiCaches;
-use demangle::DemangleCache;
 use ppdb::PpdbCaches;
 use source_context::apply_source_context;
 use stackwalk::{Stackwalk, read_minidump};

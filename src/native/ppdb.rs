@@ -9,12 +9,12 @@ use symbolic::common::{ByteView, Language, SelfCell, split_path};
 use symbolic::debuginfo::Object;
 use symbolic::ppdb::{PortablePdbCache, PortablePdbCacheConverter};
 
+use super::interface::{FrameStatus, RawFrame, SymbolicatedFrame};
 use crate::cache::kinds;
 use crate::cache::{CacheKind, DerivedFormat};
 use crate::error::{CacheError, CacheResult};
 use crate::lookup::{ObjectDerived, ObjectDerivedFormat, ObjectHandle, ObjectPurpose};
 use crate::sources::{FileType, ObjectType};
-use crate::types::{FrameStatus, RawFrame, SymbolicatedFrame};
 
 pub type OwnedPpdbCache = Arc<SelfCell<ByteView<'static>, PortablePdbCache<'static>>>;
 

@@ -10,6 +10,7 @@ use futures::future;
 use symbolic::debuginfo::Object;
 use url::Url;
 
+use super::interface::{CompleteStacktrace, RawFrame};
 use super::symbolicate::ModuleLookup;
 use crate::cache::Scope;
 use crate::error::isolate;
@@ -17,7 +18,7 @@ use crate::lookup::{
     ObjectLookup, ObjectPurpose, SourceFiles, context_lines, fetchable_link, sourcelink_candidate,
 };
 use crate::sources::{FileType, SourceConfig};
-use crate::types::{CompleteStacktrace, ObjectCandidate, RawFrame};
+use crate::types::ObjectCandidate;
 
 /// Fills in `pre_context`/`context_line`/`post_context` (and `source_link`) of
 /// `stacktraces`, and adds the candidates it consulted to `lookup`'s modules.

@@ -21,15 +21,15 @@ use tokio::sync::OnceCell;
 
 use super::cfi::{CfiCaches, CfiItem};
 use super::cold::{self, AnswerFrom, LazyUnwinder, OwnedLazySymbolizer, Prefer};
+use super::interface::{
+    CompleteObjectInfo, CompletedSymbolicationResponse, FrameTrust, HexValue, ObjectFileStatus,
+    RawFrame, RawObjectInfo, RawStacktrace, Registers, RewriteRules, SystemInfo,
+};
 use super::symcache::{OwnedSymCache, SymCaches};
 use crate::cache::Scope;
 use crate::error::{CacheResult, isolate, isolate_blocking};
 use crate::sources::{ObjectId, ObjectType, SourceConfig};
-use crate::types::{
-    AllObjectCandidates, CompleteObjectInfo, CompletedSymbolicationResponse, FrameTrust, HexValue,
-    ObjectFeatures, ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, Registers,
-    RewriteRules, SystemInfo,
-};
+use crate::types::{AllObjectCandidates, ObjectFeatures};
 
 pub type Minidump = minidump::Minidump<'static, ByteView<'static>>;
 

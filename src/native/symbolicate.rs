@@ -12,17 +12,17 @@ use symbolic::symcache::SymCache;
 
 use super::cold::{self, AnswerFrom, LazySymbolizer, OwnedLazySymbolizer, Prefer};
 use super::demangle::DemangleCache;
+use super::interface::{
+    AddrMode, CompleteObjectInfo, CompleteStacktrace, FrameStatus, FrameTrust, HexValue,
+    ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, Registers, RewriteRules, Signal,
+    SymbolicatedFrame,
+};
 use super::ppdb::{OwnedPpdbCache, PpdbCaches, symbolicate_dotnet_frame};
 use super::symcache::{OwnedSymCache, SymCaches};
 use crate::cache::Scope;
 use crate::error::{CacheError, CacheResult, panicked};
 use crate::lookup::{FoundObject, ObjectHandle, Progress, SymbfileStore};
 use crate::sources::{FileId, ObjectId, ObjectType, SourceConfig};
-use crate::types::{
-    AddrMode, CompleteObjectInfo, CompleteStacktrace, FrameStatus, FrameTrust, HexValue,
-    ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, Registers, RewriteRules, Signal,
-    SymbolicatedFrame,
-};
 
 /// An id the client sent that does not parse makes the module unusable; upstream
 /// silently drops such ids, we report the module as malformed instead.

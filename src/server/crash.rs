@@ -18,12 +18,14 @@ use tokio::io::AsyncWriteExt;
 use url::Url;
 
 use super::error::{RequestBody, parse_json};
+use super::limits::{Counted, RequestRefused};
 use super::{ApiError, AppState, Params, RequestParams, RequestSlot};
+use crate::config::RequestLimits;
 use crate::error::CacheError;
 use crate::fetch::{HttpOptions, decompress_file, record_download};
+use crate::native::interface::{RequestOptions, RewriteRules};
 use crate::native::{CrashKind, CrashReportRequest};
 use crate::sources::SourceConfig;
-use crate::types::{Counted, RequestLimits, RequestOptions, RequestRefused, RewriteRules};
 
 /// JSON form fields (sources, options, ...) are small; upstream caps them at 1 MiB.
 const MAX_FORM_FIELD: usize = 1024 * 1024;

@@ -5,8 +5,8 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::Serialize;
 
+use super::limits::RequestRefused;
 use super::listen::BodyTimeout;
-use crate::types::RequestRefused;
 
 /// An error answered to the client, with a message that says what to fix.
 #[derive(Debug)]

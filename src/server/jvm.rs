@@ -2,9 +2,9 @@ use axum::extract::State;
 use axum::response::Response;
 
 use super::error::RequestBody;
+use super::limits::Counted;
 use super::{ApiError, AppState, Params, RequestSlot};
 use crate::jvm::SymbolicateJvmRequest;
-use crate::types::Counted;
 
 /// Lists of a JVM request beside stack traces: each exception is remapped like a stack
 /// trace, each class name like a frame.

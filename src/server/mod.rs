@@ -12,6 +12,7 @@ mod error;
 mod hostile_tests;
 mod js;
 mod jvm;
+mod limits;
 mod listen;
 mod request_metrics;
 mod requests;
@@ -32,6 +33,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 
 use crate::cache::{Caches, Scope};
+use crate::config::RequestLimits;
 use crate::config::{Config, Front};
 use crate::fetch::Downloader;
 use crate::js::JsService;
@@ -42,8 +44,8 @@ use crate::native::NativeService;
 use crate::service::{RequestService, Reservation};
 use crate::sources::SourceConfig;
 use crate::telemetry;
-use crate::types::{Counted, RequestLimits};
 use compat::access::guard;
+use limits::Counted;
 
 pub use crash::{CrashFiles, CrashForm, read_form};
 pub use error::{ApiError, parse_json};

@@ -2,7 +2,7 @@ use axum::extract::{Path, Query, State};
 use axum::response::Response;
 
 use super::{ApiError, AppState, RequestParams, json_bytes};
-use crate::types::RequestId;
+use crate::service::RequestId;
 
 /// `GET /requests/{id}`: the answer of a request that was answered `pending`.
 pub async fn poll(

@@ -7,8 +7,9 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
+use crate::config::RequestLimits;
 use crate::server::ApiError;
-use crate::types::{Counted, RequestLimits};
+use crate::server::limits::Counted;
 
 /// Which body is walked: v5 takes `jobs` or one job's fields at the top level; v4 is
 /// always one job (its `jobs` key, if any, is not read).

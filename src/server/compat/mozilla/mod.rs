@@ -30,16 +30,16 @@ use crate::cache::Scope;
 use crate::cache::kinds::SYMCACHES;
 use crate::config::MozillaConfig;
 use crate::native::SymbolicateRequest;
+use crate::native::interface::{
+    AddrMode, CompleteObjectInfo, CompletedSymbolicationResponse, FrameStatus, HexValue,
+    ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, RequestOptions, SymbolicatedFrame,
+};
 use crate::server::error::RequestBody;
 use crate::server::{ApiError, AppState, RequestSlot, parse_json};
 use crate::service::Outcome;
 use crate::sources::ObjectType;
 use crate::telemetry::{RequestStats, RequestStatsData};
-use crate::types::{
-    AddrMode, CompleteObjectInfo, CompletedSymbolicationResponse, FrameStatus, HexValue,
-    ObjectDownloadInfo, ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, RequestOptions,
-    SymbolicatedFrame,
-};
+use crate::types::ObjectDownloadInfo;
 use count::{Version, count_first};
 
 /// What a frame of an unknown module (index -1, or a module without a name) is called.
