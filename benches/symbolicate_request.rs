@@ -15,9 +15,9 @@ use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use omnisym::cache::Scope;
 use omnisym::config::Config;
 use omnisym::native::SymbolicateRequest;
+use omnisym::native::interface::{CompletedSymbolicationResponse, FrameStatus};
 use omnisym::server::AppState;
 use omnisym::sources::SourceConfig;
-use omnisym::native::interface::{CompletedSymbolicationResponse, FrameStatus};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

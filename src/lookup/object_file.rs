@@ -116,8 +116,6 @@ pub struct ObjectHandle {
 
 impl ObjectHandle {
     fn parse(data: ByteView<'static>, limits: ObjectLimits) -> CacheResult<Self> {
-        #[cfg(test)]
-        crate::error::panic_if_marked("load", &data);
         let options = limits.parse_options();
         let inner = SelfCell::try_new(data, |bytes| {
             Object::parse_with_opts(unsafe { &*bytes }, options)
@@ -140,13 +138,8 @@ impl ObjectHandle {
         })
     }
 
-    /// A handle on `data` read with the default limits, for tests that start from a file.
-    #[cfg(test)]
-    pub fn from_bytes_for_test(data: ByteView<'static>) -> CacheResult<Self> {
-        Self::parse(data, ObjectLimits::default())
-    }
-
-    /// A handle on a file outside the caches (the large-file check in `examples/`).
+    /// A handle on a file outside the caches (the large-file check in `examples/`, tests that
+    /// start from a file).
     pub fn from_bytes(data: ByteView<'static>, limits: ObjectLimits) -> CacheResult<Self> {
         Self::parse(data, limits)
     }
@@ -289,8 +282,6 @@ fn srcsrv_vcs(object: &Object<'_>) -> Option<SrcSrvVcs> {
 /// bytes of the object that matches the module, since that is all we will ever use.
 fn extract_object(path: &Path, hint: &ObjectHint) -> CacheResult<Option<Vec<u8>>> {
     let view = ByteView::open(path).map_err(CacheError::internal)?;
-    #[cfg(test)]
-    crate::error::panic_if_marked("prepare", &view);
     let archive = Archive::parse_with_opts(&view, hint.limits.parse_options())
         .map_err(|e| CacheError::Malformed(e.to_string()))?;
     let id = &hint.id;

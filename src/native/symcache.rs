@@ -29,8 +29,6 @@ impl DerivedFormat for SymCacheFormat {
     fn convert(input: Arc<ObjectHandle>, out: &mut BufWriter<File>) -> CacheResult<()> {
         let object = input.object();
         #[cfg(test)]
-        crate::error::panic_if_marked("convert", object.data());
-        #[cfg(test)]
         crate::error::delay_if_marked("convert", object.data());
         let mut converter = SymCacheConverter::new();
         converter

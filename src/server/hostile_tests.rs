@@ -1,8 +1,11 @@
 //! A parser that panics, reached through the real server: the debug file is served by a
-//! filesystem source, downloaded, checked, loaded and converted as any other, and a
-//! test-only marker in it makes one of those steps panic (`error::panic_if_marked`).
-//! The module must come back `malformed`, the answer must be a 200, the cache must not
-//! keep a file that panics, and the server must go on serving.
+//! filesystem source, downloaded, checked, loaded and converted as any other. The
+//! hostile files are real: inputs the fuzzers found that make `pdb` panic while the
+//! download is checked and while its SymCache is converted (`fuzz/regressions`, where
+//! `tests/fuzz_regressions.rs` checks that they still panic). The module must come back
+//! `malformed`, the answer must be a 200, the cache must not keep a file that panics,
+//! and the server must go on serving. A cache file that panics when it is loaded (damaged
+//! on disk) is computed again.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -16,8 +19,22 @@ const ELF_BASE: u64 = 0x7f00_0000_0000;
 const DEBUG_ID: &str = "d96fdc6c-1668-6d8a-e479-531b3d99327b";
 const CODE_ID: &str = "6cdc6fd968168a6de479531b3d99327bca9dc649";
 
+/// The PDB module the hostile files are served for; its id is never checked, because
+/// every one of them panics before anything reads their id.
+const PDB_DEBUG_ID: &str = "3249d99d-0c40-4931-8610-f4e4fb0b6936-1";
+const PDB_BASE: u64 = 0x1_4000_0000;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
 fn fixture_elf() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/native/elf/crash.debug")
+    root().join("fixtures/native/elf/crash.debug")
+}
+
+/// A kept fuzz input, by its target and name.
+fn regression(target: &str, name: &str) -> PathBuf {
+    root().join("fuzz/regressions").join(target).join(name)
 }
 
 /// The real router on a loopback port, with its cache in `cache_dir` (shared with the
@@ -33,24 +50,16 @@ pub(super) async fn start(cache_dir: &Path) -> SocketAddr {
     addr
 }
 
-/// The fixture ELF with `stage`'s marker appended (an ELF parses with trailing bytes),
-/// at the native layout's path under a new symbol directory.
-fn symbols_with_marker(stage: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let dest = dir
-        .path()
-        .join(format!("{}/{}.debug", &CODE_ID[..2], &CODE_ID[2..]));
-    std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
-    let mut bytes = std::fs::read(fixture_elf()).unwrap();
-    bytes.extend_from_slice(format!("omnisym-test-panic:{stage}").as_bytes());
-    std::fs::write(dest, bytes).unwrap();
-    dir
+/// A module and where a filesystem source in the native layout keeps its debug file.
+struct Module {
+    request: Value,
+    frame: u64,
+    path: String,
 }
 
-async fn symbolicate(addr: SocketAddr, symbols: &Path) -> (u16, Value) {
-    let body = json!({
-        "sources": [{"type": "filesystem", "id": "local", "path": symbols}],
-        "modules": [{
+fn elf_module() -> Module {
+    Module {
+        request: json!({
             "type": "elf",
             "debug_id": DEBUG_ID,
             "code_id": CODE_ID,
@@ -58,8 +67,40 @@ async fn symbolicate(addr: SocketAddr, symbols: &Path) -> (u16, Value) {
             "code_file": "/usr/bin/crash",
             "image_addr": format!("{ELF_BASE:#x}"),
             "image_size": 16400,
-        }],
-        "stacktraces": [{"frames": [{"instruction_addr": format!("{:#x}", ELF_BASE + 0x10cf)}]}],
+        }),
+        frame: ELF_BASE + 0x10cf,
+        path: format!("{}/{}.debug", &CODE_ID[..2], &CODE_ID[2..]),
+    }
+}
+
+fn pdb_module() -> Module {
+    Module {
+        request: json!({
+            "type": "pe",
+            "debug_id": PDB_DEBUG_ID,
+            "debug_file": "hostile.pdb",
+            "image_addr": format!("{PDB_BASE:#x}"),
+            "image_size": 0x10000,
+        }),
+        frame: PDB_BASE + 0x1000,
+        path: "hostile.pdb/3249D99D0C4049318610F4E4FB0B69361/hostile.pdb".into(),
+    }
+}
+
+/// A new symbol directory serving `file` as `module`'s debug file.
+fn serve(module: &Module, file: &Path) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join(&module.path);
+    std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+    std::fs::copy(file, dest).unwrap();
+    dir
+}
+
+async fn symbolicate(addr: SocketAddr, module: &Module, symbols: &Path) -> (u16, Value) {
+    let body = json!({
+        "sources": [{"type": "filesystem", "id": "local", "path": symbols}],
+        "modules": [module.request],
+        "stacktraces": [{"frames": [{"instruction_addr": format!("{:#x}", module.frame)}]}],
     });
     let response = reqwest::Client::new()
         .post(format!("http://{addr}/symbolicate?timeout=30"))
@@ -71,69 +112,126 @@ async fn symbolicate(addr: SocketAddr, symbols: &Path) -> (u16, Value) {
     (status, response.json().await.unwrap())
 }
 
-async fn assert_malformed_and_still_serving(stage: &str) {
+/// Which step the hostile file panics in.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Stage {
+    /// The check of a download, before it is published.
+    Prepare,
+    /// The SymCache conversion of a file that reads fine.
+    Convert,
+}
+
+async fn assert_malformed_and_still_serving(stage: Stage, hostile: PathBuf) {
     let cache = tempfile::tempdir().unwrap();
-    let symbols = symbols_with_marker(stage);
+    let module = pdb_module();
+    let symbols = serve(&module, &hostile);
     let addr = start(cache.path()).await;
-    if stage == "convert" {
-        // The file itself reads fine: the first, cold request may be answered from it
-        // by the lazy reader while the conversion runs (and panics). Once that has
-        // failed, the failure is what every request sees, as with the other stages.
+    if stage == Stage::Convert {
+        // The file itself reads: the first, cold requests may be answered from it by
+        // the lazy reader while the conversion runs (and panics). Once that has failed,
+        // the failure is what every request sees, as with the other stage.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         loop {
-            let (status, response) = symbolicate(addr, symbols.path()).await;
-            assert_eq!(status, 200, "{stage}: {response}");
+            let (status, response) = symbolicate(addr, &module, symbols.path()).await;
+            assert_eq!(status, 200, "{stage:?}: {response}");
             if response["modules"][0]["debug_status"] != "found" {
                 break;
             }
-            let frame = &response["stacktraces"][0]["frames"][0];
-            assert_eq!(frame["status"], "symbolicated", "{stage}: {response}");
             assert!(
                 std::time::Instant::now() < deadline,
-                "{stage}: the conversion never failed: {response}"
+                "{stage:?}: the conversion never failed: {response}"
             );
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
     }
     for attempt in 0..2 {
-        let (status, response) = symbolicate(addr, symbols.path()).await;
-        assert_eq!(status, 200, "{stage} #{attempt}: {response}");
-        assert_eq!(response["status"], "completed", "{stage}: {response}");
+        let (status, response) = symbolicate(addr, &module, symbols.path()).await;
+        assert_eq!(status, 200, "{stage:?} #{attempt}: {response}");
+        assert_eq!(response["status"], "completed", "{stage:?}: {response}");
         let module = &response["modules"][0];
-        assert_eq!(module["debug_status"], "malformed", "{stage}: {response}");
+        assert_eq!(module["debug_status"], "malformed", "{stage:?}: {response}");
         let frame = &response["stacktraces"][0]["frames"][0];
-        assert_eq!(frame["status"], "malformed", "{stage}: {response}");
+        assert_eq!(frame["status"], "malformed", "{stage:?}: {response}");
     }
-    // The file whose check or load panics was never published; the one whose
-    // conversion panics loads fine and may stay (its SymCache never existed).
+    // The file whose check panics was never published; the one whose conversion
+    // panics reads fine and may stay (its SymCache never existed).
+    let bytes = std::fs::read(&hostile).unwrap();
     let published: Vec<PathBuf> = files_under(cache.path())
         .into_iter()
-        .filter(|path| std::fs::read(path).unwrap().starts_with(b"\x7fELF"))
+        .filter(|path| std::fs::read(path).unwrap() == bytes)
         .collect();
     assert_eq!(
         published.is_empty(),
-        stage != "convert",
-        "{stage}: {published:?}"
+        stage == Stage::Prepare,
+        "{stage:?}: {published:?}"
     );
     let health = reqwest::get(format!("http://{addr}/healthcheck"))
         .await
         .unwrap();
     assert_eq!(health.status().as_u16(), 200);
+    // Another module on the same server is served as usual.
+    let elf = elf_module();
+    let elf_symbols = serve(&elf, &fixture_elf());
+    let (status, response) = symbolicate(addr, &elf, elf_symbols.path()).await;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(
+        response["modules"][0]["debug_status"], "found",
+        "{response}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parser_that_panics_while_checking_a_download_makes_the_module_malformed() {
-    assert_malformed_and_still_serving("prepare").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_parser_that_panics_while_loading_makes_the_module_malformed() {
-    assert_malformed_and_still_serving("load").await;
+    let hostile = regression("lazy_open", "contained-pdb-dbi-619");
+    assert_malformed_and_still_serving(Stage::Prepare, hostile).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_converter_that_panics_makes_the_module_malformed() {
-    assert_malformed_and_still_serving("convert").await;
+    let hostile = regression("object_file", "contained-pdb-modi-200");
+    assert_malformed_and_still_serving(Stage::Convert, hostile).await;
+}
+
+/// A cache file damaged on disk so that its parser panics (here: replaced by a file
+/// that panics `pdb`) is computed again on the next load, by a new process that has
+/// only the disk, and answers as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_file_that_panics_when_loaded_is_computed_again() {
+    let cache = tempfile::tempdir().unwrap();
+    let module = elf_module();
+    let symbols = serve(&module, &fixture_elf());
+    let first = start(cache.path()).await;
+    let (_, response) = symbolicate(first, &module, symbols.path()).await;
+    assert_eq!(
+        response["modules"][0]["debug_status"], "found",
+        "{response}"
+    );
+
+    let elf = std::fs::read(fixture_elf()).unwrap();
+    let hostile = std::fs::read(regression("lazy_open", "contained-pdb-dbi-619")).unwrap();
+    let published: Vec<PathBuf> = files_under(cache.path())
+        .into_iter()
+        .filter(|path| std::fs::read(path).unwrap() == elf)
+        .collect();
+    assert!(!published.is_empty(), "the download was not published");
+    for path in &published {
+        std::fs::write(path, &hostile).unwrap();
+    }
+    // Without a SymCache the debug file itself must be loaded again.
+    std::fs::remove_dir_all(cache.path().join("symcaches")).unwrap();
+
+    let second = start(cache.path()).await;
+    let (status, response) = symbolicate(second, &module, symbols.path()).await;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(
+        response["modules"][0]["debug_status"], "found",
+        "{response}"
+    );
+    let frame = &response["stacktraces"][0]["frames"][0];
+    assert_eq!(frame["status"], "symbolicated", "{response}");
+    for path in &published {
+        assert_eq!(std::fs::read(path).unwrap(), elf, "{}", path.display());
+    }
 }
 
 /// A minidump whose walk panics is answered `failed`, as an unreadable dump is; the

@@ -13,7 +13,7 @@ use symbolic::debuginfo::FileFormat;
 use symbolic::symcache::{SymCache, SymCacheConverter};
 
 use super::{open, symcache_answer};
-use crate::lookup::ObjectHandle;
+use crate::lookup::{ObjectHandle, ObjectLimits};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
@@ -76,7 +76,7 @@ struct Checked {
 /// Compares every address; returns how many were checked, or every difference.
 fn check_file(path: &Path, return_addresses: &[u64]) -> Result<Checked, Vec<String>> {
     let data = ByteView::open(path).unwrap();
-    let handle = Arc::new(ObjectHandle::from_bytes_for_test(data).unwrap());
+    let handle = Arc::new(ObjectHandle::from_bytes(data, ObjectLimits::default()).unwrap());
     let object = handle.object();
 
     let started = Instant::now();
@@ -145,7 +145,7 @@ fn lazy_readers_answer_as_the_symcache_does() {
     let mut formats = std::collections::BTreeSet::new();
     for (path, return_addresses) in fixture_files() {
         let data = ByteView::open(&path).unwrap();
-        let handle = ObjectHandle::from_bytes_for_test(data).unwrap();
+        let handle = ObjectHandle::from_bytes(data, ObjectLimits::default()).unwrap();
         let format = handle.object().file_format();
         if !has_lazy_reader(format) {
             continue;
@@ -180,7 +180,11 @@ fn lazy_readers_answer_as_the_symcache_does() {
 #[test]
 fn damaged_dwarf_never_panics_the_lazy_reader() {
     let original = std::fs::read(root().join("lazy/elf/prog-dwarf4.debug")).unwrap();
-    let handle = ObjectHandle::from_bytes_for_test(ByteView::from_vec(original.clone())).unwrap();
+    let handle = ObjectHandle::from_bytes(
+        ByteView::from_vec(original.clone()),
+        ObjectLimits::default(),
+    )
+    .unwrap();
     let symbols: Vec<u64> = handle.object().symbols().map(|s| s.address).collect();
     drop(handle);
     let mut rng = Rng(0xdead_beef);
@@ -192,7 +196,9 @@ fn damaged_dwarf_never_panics_the_lazy_reader() {
             let at = 4096 + (rng.next() as usize) % (bytes.len() - 4096);
             bytes[at] = rng.next() as u8;
         }
-        let Ok(handle) = ObjectHandle::from_bytes_for_test(ByteView::from_vec(bytes)) else {
+        let Ok(handle) =
+            ObjectHandle::from_bytes(ByteView::from_vec(bytes), ObjectLimits::default())
+        else {
             continue;
         };
         let handle = Arc::new(handle);

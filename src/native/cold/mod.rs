@@ -96,11 +96,12 @@ mod tests {
 
     use super::*;
     use crate::error::CacheError;
+    use crate::lookup::ObjectLimits;
 
     fn object() -> Arc<ObjectHandle> {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/native/elf/crash.debug");
         let data = ByteView::open(path).unwrap();
-        Arc::new(ObjectHandle::from_bytes_for_test(data).unwrap())
+        Arc::new(ObjectHandle::from_bytes(data, ObjectLimits::default()).unwrap())
     }
 
     /// A build that ends with `outcome` once `release` is sent.

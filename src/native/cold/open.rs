@@ -111,6 +111,7 @@ mod tests {
     use symbolic::common::ByteView;
 
     use super::*;
+    use crate::lookup::ObjectLimits;
 
     fn fixture(path: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -130,7 +131,7 @@ mod tests {
             .expect("objcopy (binutils) runs");
         assert!(status.success());
         let data = ByteView::read(std::fs::File::open(&out).unwrap()).unwrap();
-        Arc::new(ObjectHandle::from_bytes_for_test(data).unwrap())
+        Arc::new(ObjectHandle::from_bytes(data, ObjectLimits::default()).unwrap())
     }
 
     #[test]
@@ -140,10 +141,10 @@ mod tests {
         assert!(inflated > 1024, "{inflated} bytes");
         assert!(budget_weight(&elf) >= elf.size() / LAZY_READ_SHARE + inflated);
         let data = ByteView::open(fixture("native/pe/crash.pdb")).unwrap();
-        let pdb = ObjectHandle::from_bytes_for_test(data).unwrap();
+        let pdb = ObjectHandle::from_bytes(data, ObjectLimits::default()).unwrap();
         assert_eq!(budget_weight(&pdb), pdb.size());
         let data = ByteView::open(fixture("native/pe/crash.exe")).unwrap();
-        let pe = Arc::new(ObjectHandle::from_bytes_for_test(data).unwrap());
+        let pe = Arc::new(ObjectHandle::from_bytes(data, ObjectLimits::default()).unwrap());
         assert_eq!(budget_weight(&pe), 0);
     }
 
@@ -152,8 +153,9 @@ mod tests {
         for handle in [
             compressed_elf(),
             Arc::new(
-                ObjectHandle::from_bytes_for_test(
+                ObjectHandle::from_bytes(
                     ByteView::open(fixture("native/pe/crash.pdb")).unwrap(),
+                    ObjectLimits::default(),
                 )
                 .unwrap(),
             ),

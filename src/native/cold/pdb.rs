@@ -1006,6 +1006,7 @@ mod tests {
     use symbolic::common::ByteView;
 
     use super::*;
+    use crate::lookup::ObjectLimits;
 
     fn fixture(path: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -1013,7 +1014,7 @@ mod tests {
 
     fn handle(path: &Path) -> Arc<ObjectHandle> {
         let data = ByteView::open(path).unwrap();
-        Arc::new(ObjectHandle::from_bytes_for_test(data).unwrap())
+        Arc::new(ObjectHandle::from_bytes(data, ObjectLimits::default()).unwrap())
     }
 
     fn hex(value: &serde_json::Value) -> u64 {
@@ -1471,7 +1472,9 @@ mod tests {
                 let at = 0x3000 + (rng.next() as usize) % (data.len() - 0x3000);
                 data[at] = rng.next() as u8;
             }
-            let Ok(handle) = ObjectHandle::from_bytes_for_test(ByteView::from_vec(data)) else {
+            let Ok(handle) =
+                ObjectHandle::from_bytes(ByteView::from_vec(data), ObjectLimits::default())
+            else {
                 continue;
             };
             let handle = Arc::new(handle);
@@ -1548,14 +1551,16 @@ mod regression {
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
     use symbolic::common::ByteView;
 
-    use crate::lookup::ObjectHandle;
+    use crate::lookup::{ObjectHandle, ObjectLimits};
 
     #[test]
     fn a_panicking_module_is_contained_by_isolate() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("fuzz/regressions/object_file/fixed-lazy-pdb-modi-200");
-        let handle =
-            Arc::new(ObjectHandle::from_bytes_for_test(ByteView::open(path).unwrap()).unwrap());
+        let handle = Arc::new(
+            ObjectHandle::from_bytes(ByteView::open(path).unwrap(), ObjectLimits::default())
+                .unwrap(),
+        );
         let reader = super::open(&handle).expect("the streams read fine");
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
