@@ -2,6 +2,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::budget::ConversionBudget;
+use super::derived::ConversionObserver;
 use super::kinds::{CacheKind, Family};
 use super::shared::SharedCache;
 use super::{CacheConfig, CachesConfig, SharedCacheConfig};
@@ -19,6 +20,7 @@ pub struct Caches {
     boot_id: Arc<str>,
     shared: Option<Arc<SharedCache>>,
     conversions: Arc<ConversionBudget>,
+    conversion_observer: Option<Arc<dyn ConversionObserver>>,
 }
 
 impl Caches {
@@ -41,7 +43,14 @@ impl Caches {
             boot_id: uuid::Uuid::new_v4().to_string().into(),
             shared,
             conversions: Arc::new(ConversionBudget::new(config.conversion_budget)),
+            conversion_observer: None,
         })
+    }
+
+    /// Caches whose conversions are reported to `observer` (the server installs none).
+    pub fn with_conversion_observer(mut self, observer: Arc<dyn ConversionObserver>) -> Self {
+        self.conversion_observer = Some(observer);
+        self
     }
 
     /// The cache of `kind`, one of the table in [`kinds`](super::kinds): its family picks
@@ -64,5 +73,9 @@ impl Caches {
     /// The one budget every conversion and lazy read takes its memory from.
     pub fn conversions(&self) -> Arc<ConversionBudget> {
         self.conversions.clone()
+    }
+
+    pub fn conversion_observer(&self) -> Option<Arc<dyn ConversionObserver>> {
+        self.conversion_observer.clone()
     }
 }

@@ -38,6 +38,27 @@ pub trait DerivedFormat: Send + Sync + 'static {
     fn load(data: ByteView<'static>) -> CacheResult<Self::Item>;
 }
 
+/// A conversion as an observer sees it.
+#[derive(Clone, Debug)]
+pub struct ConversionState {
+    /// Unique within the process, so an observer can tell concurrent conversions apart.
+    pub id: u64,
+    /// The cache kind built (`symcaches`, `cficaches`, ...).
+    pub kind: &'static str,
+    /// Bytes of the parent files it is built from.
+    pub input_bytes: u64,
+    /// When it got its share of the conversion budget and began.
+    pub started: Instant,
+}
+
+/// Hears when each conversion of the caches it was given to starts and ends, so a front
+/// end can show that work is going on (the offline CLI does: a large PDB converts for
+/// many seconds with nothing to download). Called on the converting task; must be quick.
+pub trait ConversionObserver: Send + Sync {
+    fn started(&self, conversion: &ConversionState);
+    fn finished(&self, conversion: &ConversionState, result: Result<(), &CacheError>);
+}
+
 /// How to get a format's input; only awaited when the cache has to be built.
 pub type InputFuture<F> = BoxFuture<'static, CacheResult<<F as DerivedFormat>::Input>>;
 
@@ -45,6 +66,7 @@ pub struct DerivedRequest<F: DerivedFormat> {
     /// Taken by the one computation that runs for this request.
     input: Mutex<Option<InputFuture<F>>>,
     budget: Arc<ConversionBudget>,
+    observer: Option<Arc<dyn ConversionObserver>>,
 }
 
 impl<F: DerivedFormat> CacheItemRequest for DerivedRequest<F> {
@@ -67,6 +89,17 @@ impl<F: DerivedFormat> CacheItemRequest for DerivedRequest<F> {
             let input_size = F::input_size(&input);
             let permit = self.budget.acquire(input_size).await;
             let started = Instant::now();
+            let observed = self.observer.as_ref().map(|observer| {
+                static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+                let state = ConversionState {
+                    id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                    kind: F::KIND.name,
+                    input_bytes: input_size,
+                    started,
+                };
+                observer.started(&state);
+                (observer, state)
+            });
             let rss = tracing::enabled!(tracing::Level::DEBUG).then(RssSampler::start);
             // Converters walk hostile files (DWARF, PDB, source maps, mappings) in
             // dependencies that can panic: that costs this one cache, as `malformed`.
@@ -91,6 +124,9 @@ impl<F: DerivedFormat> CacheItemRequest for DerivedRequest<F> {
                 );
             }
             drop(permit);
+            if let Some((observer, state)) = observed {
+                observer.finished(&state, result.as_ref().map(|_| ()));
+            }
             result
         })
     }
@@ -149,6 +185,7 @@ fn rss_kib() -> Option<u64> {
 pub struct DerivedCache<F: DerivedFormat> {
     cacher: Cacher<DerivedRequest<F>>,
     budget: Arc<ConversionBudget>,
+    observer: Option<Arc<dyn ConversionObserver>>,
 }
 
 impl<F: DerivedFormat> Clone for DerivedCache<F> {
@@ -156,6 +193,7 @@ impl<F: DerivedFormat> Clone for DerivedCache<F> {
         DerivedCache {
             cacher: self.cacher.clone(),
             budget: self.budget.clone(),
+            observer: self.observer.clone(),
         }
     }
 }
@@ -165,6 +203,7 @@ impl<F: DerivedFormat> DerivedCache<F> {
         DerivedCache {
             cacher: caches.cacher(F::KIND),
             budget: caches.conversions(),
+            observer: caches.conversion_observer(),
         }
     }
 
@@ -189,6 +228,7 @@ impl<F: DerivedFormat> DerivedCache<F> {
         let request = DerivedRequest {
             input: Mutex::new(Some(input)),
             budget: self.budget.clone(),
+            observer: self.observer.clone(),
         };
         self.cacher.get(Self::key(parents), request).await
     }
@@ -198,6 +238,7 @@ impl<F: DerivedFormat> DerivedCache<F> {
         let request = DerivedRequest {
             input: Mutex::new(None),
             budget: self.budget.clone(),
+            observer: None,
         };
         self.cacher.get_cached(&Self::key(parents), &request).await
     }
@@ -278,5 +319,64 @@ mod tests {
     async fn large_conversions_queue_on_the_budget_small_ones_do_not() {
         assert_eq!(convert_two_at_once(700 << 10).await, 1, "two large at once");
         assert_eq!(convert_two_at_once(100 << 10).await, 2, "small ones queued");
+    }
+
+    #[derive(Default)]
+    struct Heard(Mutex<Vec<String>>);
+
+    /// A format of its own: `Slow`'s counters belong to the test beside it.
+    struct Quick;
+
+    impl DerivedFormat for Quick {
+        type Input = u64;
+        type Item = ();
+        const KIND: CacheKind = CacheKind {
+            name: "quick_test",
+            ..Slow::KIND
+        };
+
+        fn input_size(input: &u64) -> u64 {
+            *input
+        }
+
+        fn convert(_input: u64, out: &mut BufWriter<File>) -> CacheResult<()> {
+            out.write_all(b"done").map_err(CacheError::internal)
+        }
+
+        fn load(_data: ByteView<'static>) -> CacheResult<()> {
+            Ok(())
+        }
+    }
+
+    impl ConversionObserver for Heard {
+        fn started(&self, conversion: &ConversionState) {
+            let line = format!("started {} {}", conversion.kind, conversion.input_bytes);
+            self.0.lock().unwrap().push(line);
+        }
+        fn finished(&self, conversion: &ConversionState, result: Result<(), &CacheError>) {
+            let line = format!("finished {} {}", conversion.kind, result.is_ok());
+            self.0.lock().unwrap().push(line);
+        }
+    }
+
+    /// The observer hears each conversion once; a cache that exists converts nothing.
+    #[tokio::test]
+    async fn conversions_are_reported_to_the_observer() {
+        let dir = tempfile::tempdir().unwrap();
+        let downloader = Downloader::new(FetchConfig::default()).unwrap();
+        let heard = Arc::new(Heard::default());
+        let caches = Caches::new(dir.path(), &CachesConfig::default(), None, &downloader)
+            .unwrap()
+            .with_conversion_observer(heard.clone());
+        let cache = DerivedCache::<Quick>::new(&caches);
+        let parent = CacheKey::new(Scope::Global, &["observed"]);
+        for _ in 0..2 {
+            let input: InputFuture<Quick> = Box::pin(async { Ok(42) });
+            cache.get(&[&parent], input).await.unwrap();
+        }
+        assert_eq!(
+            *heard.0.lock().unwrap(),
+            ["started quick_test 42", "finished quick_test true"]
+        );
     }
 }

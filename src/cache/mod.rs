@@ -23,7 +23,7 @@ pub use budget::{BudgetPermit, ConversionBudget};
 pub use cacher::{CacheItemRequest, Cacher};
 pub use caches::Caches;
 pub use config::{CacheConfig, CachesConfig, DiagnosticsCacheConfig, InMemoryConfig};
-pub use derived::{DerivedCache, DerivedFormat, InputFuture};
+pub use derived::{ConversionObserver, ConversionState, DerivedCache, DerivedFormat, InputFuture};
 pub use key::{CacheKey, Scope};
 pub use kinds::{CacheKind, Family};
 pub use shared::{S3SharedCacheConfig, SharedCache, SharedCacheBackendConfig, SharedCacheConfig};

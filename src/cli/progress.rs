@@ -1,18 +1,26 @@
-//! Progress of slow downloads on stderr. The fetch layer reports every transfer to a
-//! [`DownloadObserver`]; a transfer still running after a second gets a line with its
-//! name and bytes so far (of the total, once known), repeated every second, and a last
-//! line when it ends. Quick ones, the vast majority, print nothing. A ticker thread
-//! writes the lines, so a transfer waiting for its first byte is shown too.
+//! Progress of slow work on stderr: downloads (the fetch layer reports every transfer
+//! to a [`DownloadObserver`]) and cache conversions (the caches report each to a
+//! [`ConversionObserver`]; a large PDB converts for many seconds with nothing to
+//! download). Quick tasks, the vast majority, print nothing; one still running after a
+//! second is shown until it ends. On a terminal that is an `indicatif` bar (a spinner
+//! while the size is unknown) redrawn in place, and a line that stays once it ends.
+//! Anywhere else (a pipe, a file, CI logs) escape codes and redraws would be noise, so a
+//! slow task gets one line when it is first shown and one when it ends. A ticker thread
+//! does the showing, so a transfer waiting for its first byte is shown too.
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::cache::{ConversionObserver, ConversionState};
+use crate::error::CacheError;
 use crate::fetch::{DownloadObserver, DownloadOutcome, DownloadState};
 
-/// How long a transfer runs before it is shown, and how often it is shown again.
+/// How long a task runs before it is shown.
 const SHOW_AFTER: Duration = Duration::from_secs(1);
 const TICK: Duration = Duration::from_millis(100);
 
@@ -24,27 +32,50 @@ pub struct ProgressReporter {
 }
 
 struct Shared {
-    active: Mutex<BTreeMap<u64, Entry>>,
-    out: Mutex<Box<dyn Write + Send>>,
+    active: Mutex<BTreeMap<Task, Entry>>,
+    out: Output,
+}
+
+/// Downloads and conversions count their ids separately.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Task {
+    Download(u64),
+    Conversion(u64),
 }
 
 struct Entry {
-    name: String,
+    /// `downloading <url>`, `converting symcaches from 12.0 MiB`.
+    label: String,
     started: Instant,
     bytes: u64,
     total: Option<u64>,
-    last_shown: Option<Instant>,
+    shown: Option<Shown>,
+}
+
+enum Shown {
+    Bar(ProgressBar),
+    Line,
+}
+
+enum Output {
+    Terminal(MultiProgress),
+    Lines(Mutex<Box<dyn Write + Send>>),
 }
 
 impl ProgressReporter {
     pub fn to_stderr() -> Self {
-        Self::new(Box::new(std::io::stderr()))
+        let out = if std::io::stderr().is_terminal() {
+            Output::Terminal(MultiProgress::with_draw_target(ProgressDrawTarget::stderr()))
+        } else {
+            Output::Lines(Mutex::new(Box::new(std::io::stderr())))
+        };
+        Self::new(out)
     }
 
-    fn new(out: Box<dyn Write + Send>) -> Self {
+    fn new(out: Output) -> Self {
         let shared = Arc::new(Shared {
             active: Mutex::new(BTreeMap::new()),
-            out: Mutex::new(out),
+            out,
         });
         let (stop, stopped) = mpsc::channel::<()>();
         let ticking = shared.clone();
@@ -61,7 +92,12 @@ impl ProgressReporter {
     }
 
     /// What the downloader reports to.
-    pub fn observer(&self) -> Arc<dyn DownloadObserver> {
+    pub fn downloads(&self) -> Arc<dyn DownloadObserver> {
+        self.shared.clone()
+    }
+
+    /// What the caches report their conversions to.
+    pub fn conversions(&self) -> Arc<dyn ConversionObserver> {
         self.shared.clone()
     }
 }
@@ -76,91 +112,176 @@ impl Drop for ProgressReporter {
 }
 
 impl Shared {
-    /// Shows every transfer that has run long enough and was not shown for a second.
+    /// Shows every task that has run long enough and is not shown yet.
     fn tick(&self, now: Instant) {
-        let lines: Vec<String> = {
-            let mut active = self.active.lock().unwrap();
-            active
-                .values_mut()
-                .filter(|entry| {
-                    now.duration_since(entry.started) >= SHOW_AFTER
-                        && entry
-                            .last_shown
-                            .is_none_or(|at| now.duration_since(at) >= SHOW_AFTER)
-                })
-                .map(|entry| {
-                    entry.last_shown = Some(now);
-                    format!(
-                        "downloading {}: {} / {}",
-                        entry.name,
-                        size(entry.bytes),
-                        entry.total.map_or_else(|| "?".to_owned(), size)
-                    )
-                })
-                .collect()
-        };
+        let mut lines = Vec::new();
+        let mut active = self.active.lock().unwrap();
+        for entry in active.values_mut() {
+            if entry.shown.is_some() || now.duration_since(entry.started) < SHOW_AFTER {
+                continue;
+            }
+            entry.shown = Some(match &self.out {
+                Output::Terminal(multi) => {
+                    let bar = multi.add(ProgressBar::no_length());
+                    bar.set_message(entry.label.clone());
+                    update(&bar, entry.bytes, entry.total);
+                    bar.enable_steady_tick(TICK);
+                    Shown::Bar(bar)
+                }
+                Output::Lines(_) => {
+                    lines.push(match entry.total {
+                        Some(total) => format!("{} ({})", entry.label, size(total)),
+                        None => entry.label.clone(),
+                    });
+                    Shown::Line
+                }
+            });
+        }
+        drop(active);
         self.write(&lines);
+    }
+
+    fn progressed(&self, task: Task, bytes: u64, total: Option<u64>) {
+        if let Some(entry) = self.active.lock().unwrap().get_mut(&task) {
+            entry.bytes = bytes;
+            entry.total = total;
+            if let Some(Shown::Bar(bar)) = &entry.shown {
+                update(bar, bytes, total);
+            }
+        }
+    }
+
+    /// Ends a task; only one that was shown gets a last line, closing what was opened.
+    fn finished(&self, task: Task, line: impl FnOnce(&Entry, String) -> String) {
+        let Some(entry) = self.active.lock().unwrap().remove(&task) else {
+            return;
+        };
+        let Some(shown) = &entry.shown else {
+            return;
+        };
+        if let Shown::Bar(bar) = shown {
+            bar.finish_and_clear();
+        }
+        let took = format!("{:.1}s", entry.started.elapsed().as_secs_f64());
+        self.write(&[line(&entry, took)]);
     }
 
     fn write(&self, lines: &[String]) {
         if lines.is_empty() {
             return;
         }
-        let mut out = self.out.lock().unwrap();
-        for line in lines {
-            // Progress is a courtesy: a closed stderr must not fail the run.
-            let _ = writeln!(out, "{line}");
+        // Progress is a courtesy: a closed stderr must not fail the run.
+        match &self.out {
+            Output::Terminal(multi) => {
+                for line in lines {
+                    let _ = multi.println(line);
+                }
+            }
+            Output::Lines(out) => {
+                let mut out = out.lock().unwrap();
+                for line in lines {
+                    let _ = writeln!(out, "{line}");
+                }
+                let _ = out.flush();
+            }
         }
-        let _ = out.flush();
     }
+}
+
+/// A bar once the size is known, a spinner with the bytes so far until then (a
+/// conversion has no size: it stays a spinner).
+fn update(bar: &ProgressBar, bytes: u64, total: Option<u64>) {
+    let (template, length) = match total {
+        Some(total) => (
+            "{spinner} {msg} [{bar:30}] {binary_bytes}/{binary_total_bytes} \
+             ({binary_bytes_per_sec})",
+            Some(total),
+        ),
+        None if bytes > 0 => (
+            "{spinner} {msg} {binary_bytes} ({binary_bytes_per_sec})",
+            None,
+        ),
+        None => ("{spinner} {msg} ({elapsed})", None),
+    };
+    if bar.length() != length || bar.position() == 0 {
+        let style = ProgressStyle::with_template(template)
+            .expect("the templates are fixed")
+            .progress_chars("=> ");
+        bar.set_style(style);
+        match length {
+            Some(length) => bar.set_length(length),
+            None => bar.unset_length(),
+        }
+    }
+    bar.set_position(bytes);
 }
 
 impl DownloadObserver for Shared {
     fn started(&self, download: &DownloadState) {
         self.active.lock().unwrap().insert(
-            download.id,
+            Task::Download(download.id),
             Entry {
-                name: download.name.clone(),
+                label: format!("downloading {}", download.name),
                 started: download.started,
                 bytes: 0,
                 total: None,
-                last_shown: None,
+                shown: None,
             },
         );
     }
 
     fn progressed(&self, download: &DownloadState) {
-        if let Some(entry) = self.active.lock().unwrap().get_mut(&download.id) {
-            entry.bytes = download.bytes;
-            entry.total = download.total;
-        }
+        Shared::progressed(
+            self,
+            Task::Download(download.id),
+            download.bytes,
+            download.total,
+        );
     }
 
     fn finished(&self, download: &DownloadState, outcome: DownloadOutcome<'_>) {
-        let Some(entry) = self.active.lock().unwrap().remove(&download.id) else {
-            return;
-        };
-        // Only a transfer that was shown gets a last line: it closes what was opened.
-        if entry.last_shown.is_none() {
-            return;
-        }
-        let took = format!("{:.1}s", entry.started.elapsed().as_secs_f64());
-        let line = match outcome {
+        let name = &download.name;
+        Shared::finished(self, Task::Download(download.id), |_, took| match outcome {
             DownloadOutcome::Done => {
-                format!(
-                    "downloaded {}: {} in {took}",
-                    entry.name,
-                    size(download.bytes)
-                )
+                format!("downloaded {name}: {} in {took}", size(download.bytes))
             }
             DownloadOutcome::Failed(err) => {
-                format!("download of {} failed after {took}: {err}", entry.name)
+                format!("download of {name} failed after {took}: {err}")
             }
-            DownloadOutcome::Abandoned => {
-                format!("download of {} abandoned after {took}", entry.name)
-            }
-        };
-        self.write(&[line]);
+            DownloadOutcome::Abandoned => format!("download of {name} abandoned after {took}"),
+        });
+    }
+}
+
+impl ConversionObserver for Shared {
+    fn started(&self, conversion: &ConversionState) {
+        self.active.lock().unwrap().insert(
+            Task::Conversion(conversion.id),
+            Entry {
+                label: format!(
+                    "converting {} from {}",
+                    conversion.kind,
+                    size(conversion.input_bytes)
+                ),
+                started: conversion.started,
+                bytes: 0,
+                total: None,
+                shown: None,
+            },
+        );
+    }
+
+    fn finished(&self, conversion: &ConversionState, result: Result<(), &CacheError>) {
+        let kind = conversion.kind;
+        let input = size(conversion.input_bytes);
+        Shared::finished(
+            self,
+            Task::Conversion(conversion.id),
+            |_, took| match result {
+                Ok(()) => format!("converted {kind} from {input} in {took}"),
+                Err(err) => format!("converting {kind} from {input} failed after {took}: {err}"),
+            },
+        );
     }
 }
 
@@ -172,7 +293,7 @@ fn size(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::CacheError;
+    use indicatif::InMemoryTerm;
 
     /// A writer whose text the test can read.
     #[derive(Clone, Default)]
@@ -194,11 +315,15 @@ mod tests {
         }
     }
 
-    fn shared(out: &Captured) -> Shared {
+    fn shared(out: Output) -> Shared {
         Shared {
             active: Mutex::new(BTreeMap::new()),
-            out: Mutex::new(Box::new(out.clone())),
+            out,
         }
+    }
+
+    fn lines(out: &Captured) -> Shared {
+        shared(Output::Lines(Mutex::new(Box::new(out.clone()))))
     }
 
     fn state(id: u64, started: Instant, bytes: u64, total: Option<u64>) -> DownloadState {
@@ -212,33 +337,32 @@ mod tests {
     }
 
     #[test]
-    fn only_transfers_past_a_second_are_shown_once_a_second() {
+    fn off_a_terminal_a_slow_transfer_gets_one_line_when_shown_and_one_when_done() {
         let out = Captured::default();
-        let shared = shared(&out);
+        let shared = lines(&out);
         let t0 = Instant::now();
         let (slow, quick) = (state(1, t0, 0, None), state(2, t0, 0, None));
-        shared.started(&slow);
-        shared.started(&quick);
+        DownloadObserver::started(&shared, &slow);
+        DownloadObserver::started(&shared, &quick);
         shared.tick(t0 + Duration::from_millis(500));
-        shared.finished(&quick, DownloadOutcome::Done);
+        DownloadObserver::finished(&shared, &quick, DownloadOutcome::Done);
         assert_eq!(out.text(), "", "nothing within the first second");
 
+        DownloadObserver::progressed(&shared, &state(1, t0, 1536, Some(3 << 20)));
         shared.tick(t0 + Duration::from_millis(1100));
         assert_eq!(
             out.text(),
-            "downloading http://symbols.example/1: 0 B / ?\n"
+            "downloading http://symbols.example/1 (3.0 MiB)\n"
         );
-        shared.progressed(&state(1, t0, 1536, Some(3 << 20)));
-        shared.tick(t0 + Duration::from_millis(1500));
-        assert_eq!(out.text().lines().count(), 1, "not again within a second");
         shared.tick(t0 + Duration::from_millis(2200));
-        assert!(
-            out.text()
-                .ends_with("downloading http://symbols.example/1: 1.5 KiB / 3.0 MiB\n"),
-            "{}",
-            out.text()
+        shared.tick(t0 + Duration::from_millis(5000));
+        assert_eq!(
+            out.text().lines().count(),
+            1,
+            "shown once, not every second"
         );
-        shared.finished(
+        DownloadObserver::finished(
+            &shared,
             &state(1, t0, 1536, Some(3 << 20)),
             DownloadOutcome::Failed(&CacheError::NotFound),
         );
@@ -248,6 +372,85 @@ mod tests {
             "{last}"
         );
         assert!(shared.active.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_slow_conversion_is_shown_too() {
+        let out = Captured::default();
+        let shared = lines(&out);
+        let t0 = Instant::now();
+        let conversion = |id| ConversionState {
+            id,
+            kind: "symcaches",
+            input_bytes: 12 << 20,
+            started: t0,
+        };
+        // A conversion and a download may share an id: they are told apart.
+        ConversionObserver::started(&shared, &conversion(1));
+        DownloadObserver::started(&shared, &state(1, t0, 0, None));
+        ConversionObserver::started(&shared, &conversion(2));
+        ConversionObserver::finished(&shared, &conversion(2), Ok(()));
+        shared.tick(t0 + Duration::from_millis(1100));
+        let text = out.text();
+        assert!(
+            text.contains("converting symcaches from 12.0 MiB\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("downloading http://symbols.example/1\n"),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 2, "{text}");
+        ConversionObserver::finished(&shared, &conversion(1), Ok(()));
+        let last = out.text().lines().last().unwrap().to_owned();
+        assert!(
+            last.starts_with("converted symcaches from 12.0 MiB in "),
+            "{last}"
+        );
+    }
+
+    #[test]
+    fn on_a_terminal_a_slow_transfer_is_a_bar_that_leaves_a_line() {
+        let term = InMemoryTerm::new(10, 120);
+        let multi =
+            MultiProgress::with_draw_target(ProgressDrawTarget::term_like(Box::new(term.clone())));
+        let shared = shared(Output::Terminal(multi));
+        let t0 = Instant::now();
+        let slow = state(1, t0, 0, None);
+        DownloadObserver::started(&shared, &slow);
+        shared.tick(t0 + Duration::from_millis(500));
+        assert_eq!(
+            term.contents().trim(),
+            "",
+            "nothing within the first second"
+        );
+
+        DownloadObserver::progressed(&shared, &state(1, t0, 1 << 20, Some(4 << 20)));
+        shared.tick(t0 + Duration::from_millis(1100));
+        // The steady tick draws within its interval.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !term.contents().contains("1.00 MiB/4.00 MiB") {
+            assert!(Instant::now() < deadline, "{:?}", term.contents());
+            std::thread::sleep(TICK);
+        }
+        assert!(
+            term.contents()
+                .contains("downloading http://symbols.example/1 ["),
+            "{}",
+            term.contents()
+        );
+
+        DownloadObserver::finished(
+            &shared,
+            &state(1, t0, 4 << 20, Some(4 << 20)),
+            DownloadOutcome::Done,
+        );
+        let contents = term.contents();
+        assert!(
+            contents.starts_with("downloaded http://symbols.example/1: 4.0 MiB in "),
+            "{contents}"
+        );
+        assert!(!contents.contains('['), "the bar is cleared: {contents}");
     }
 
     #[test]

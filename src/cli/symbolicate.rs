@@ -79,8 +79,8 @@ fn user_cache_dir() -> Option<PathBuf> {
 
 async fn symbolicate(config: &Config, args: &SymbolicateArgs) -> anyhow::Result<()> {
     let progress = ProgressReporter::to_stderr();
-    let downloader = Downloader::with_observer(config.fetch_config(), progress.observer())?;
-    let state = AppState::offline(config, downloader)?;
+    let downloader = Downloader::with_observer(config.fetch_config(), progress.downloads())?;
+    let state = AppState::offline(config, downloader, progress.conversions())?;
     let input = Input::read(&args.file, &config.cache_dir.join("tmp"))?;
     let output = match input {
         // The unpacked copy of a compressed file has to outlive the processing.

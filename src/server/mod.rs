@@ -32,7 +32,7 @@ use bytes::Bytes;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 
-use crate::cache::{Caches, Scope};
+use crate::cache::{Caches, ConversionObserver, Scope};
 use crate::config::RequestLimits;
 use crate::config::{Config, Front};
 use crate::fetch::Downloader;
@@ -84,31 +84,46 @@ impl AppState {
     pub fn new(config: &Config) -> anyhow::Result<Self> {
         let symbfiles = SymbfileStore::open(config.symbfile_dir(), &config.symbfile)
             .with_context(|| format!("symbfile store {}", config.symbfile_dir().display()))?;
-        Self::build(config, Downloader::new(config.fetch_config())?, symbfiles)
+        Self::build(
+            config,
+            Downloader::new(config.fetch_config())?,
+            symbfiles,
+            None,
+        )
     }
 
     /// The state of a process beside the server (the offline CLI, which hands in a
-    /// downloader that reports progress; `omnisym cleanup`): stored symbfiles are looked
-    /// up, and nothing of the store is changed that a running server relies on.
-    pub fn offline(config: &Config, downloader: Downloader) -> anyhow::Result<Self> {
+    /// downloader that reports progress and an observer of conversions): stored
+    /// symbfiles are looked up, and nothing of the store is changed that a running
+    /// server relies on.
+    pub fn offline(
+        config: &Config,
+        downloader: Downloader,
+        conversions: Arc<dyn ConversionObserver>,
+    ) -> anyhow::Result<Self> {
         let symbfiles = SymbfileStore::for_lookups(config.symbfile_dir(), &config.symbfile);
-        Self::build(config, downloader, symbfiles)
+        Self::build(config, downloader, symbfiles, Some(conversions))
     }
 
     fn build(
         config: &Config,
         downloader: Downloader,
         symbfiles: SymbfileStore,
+        conversions: Option<Arc<dyn ConversionObserver>>,
     ) -> anyhow::Result<Self> {
         // The recorder first, so that the counters the caches register while they are
         // built reach it; installing happens once per process.
         let metrics = telemetry::install(&config.metrics);
-        let caches = Arc::new(Caches::new(
+        let mut caches = Caches::new(
             &config.cache_dir,
             &config.caches,
             config.shared_cache.as_ref(),
             &downloader,
-        )?);
+        )?;
+        if let Some(observer) = conversions {
+            caches = caches.with_conversion_observer(observer);
+        }
+        let caches = Arc::new(caches);
         let symbfiles = Arc::new(symbfiles);
         let lookup = Lookup::new(
             &caches,
