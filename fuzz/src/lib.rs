@@ -30,7 +30,7 @@ use omnisym::cache::Scope;
 use omnisym::config::Config;
 use omnisym::native::{CrashKind, CrashReportRequest};
 use omnisym::server::AppState;
-use omnisym::types::{RequestOptions, RewriteRules};
+use omnisym::native::interface::{RequestOptions, RewriteRules};
 
 static PANICS: AtomicUsize = AtomicUsize::new(0);
 static CAUGHT: AtomicUsize = AtomicUsize::new(0);
