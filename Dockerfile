@@ -5,8 +5,9 @@
 #
 # The final stage is a drop-in for upstream Symbolicator's image in self-hosted Sentry:
 # the same binary path (/bin/symbolicator), user (65532, the owner of the files upstream
-# writes into the `sentry-symbolicator` volume), volumes and port. tests/docker.rs reads
-# this stage and runs its entrypoint with self-hosted's compose commands.
+# writes into the `sentry-symbolicator` volume), volumes and port.
+# tests/integration/docker.rs reads this stage and runs its entrypoint with
+# self-hosted's compose commands.
 
 FROM rust:1-bookworm AS builder
 WORKDIR /src

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The fault suite (tests/faults.rs): the real server on loopback with symbol sources
-# that stall, reset or trickle mid-body (a fault proxy), a cache and a symbfile
+# The fault suite (tests/integration/faults.rs): the real server on loopback with symbol
+# sources that stall, reset or trickle mid-body (a fault proxy), a cache and a symbfile
 # directory on a tiny tmpfs that fills up, and SIGKILL during downloads, SymCache
 # conversions and symbfile uploads followed by a restart. Prints the suite's table
 # (fault, requests, answers by kind, corrupt files, acknowledged files lost) in
@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 LOG="$(mktemp)"
 trap 'rm -f "$LOG"' EXIT
 status=0
-cargo test --locked --test faults -- --nocapture >"$LOG" 2>&1 || status=$?
+cargo test --locked --test integration -- --nocapture faults:: >"$LOG" 2>&1 || status=$?
 
 echo "| fault | requests | answers by kind | corrupt files | acknowledged files lost |"
 echo "|---|---|---|---|---|"

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The mixed soak: native /symbolicate warm and cold, /minidump, /symbolicate-js,
-# /symbolicate-jvm, Mozilla's /symbolicate/v5, /proxy and symbfile uploads, all at
-# once against one server on loopback, with a symbol source behind a fault proxy that
-# stalls, resets and trickles in turns (tests/soak.rs, which this script runs). The
-# server's RSS is sampled every SAMPLE_SECS into a CSV; at the end the script prints
-# the answers by kind per operation, and the RSS at the start, its peak and at the end.
+# /symbolicate-jvm, Mozilla's /symbolicate/v5, /proxy and symbfile uploads, all at once
+# against one server on loopback, with a symbol source behind a fault proxy that stalls,
+# resets and trickles in turns (tests/integration/soak.rs, which this script runs). The
+# server's RSS is sampled every SAMPLE_SECS into a CSV; at the end the script prints the
+# answers by kind per operation, and the RSS at the start, its peak and at the end.
 # Fails if any answer was a 5xx, a transport error, a hang or a wrong frame.
 #
 # Usage: scripts/soak.sh                 (30 minutes, release build)
@@ -59,7 +59,7 @@ SOAK_SECS="$SECS" SOAK_CSV="$CSV" \
     SOAK_MAX_ITERATIONS="${MAX_REQUESTS:-1000000}" SOAK_WORKERS="${WORKERS:-8}" \
     SOAK_SAMPLE_SECS="${SAMPLE_SECS:-5}" \
     timeout --kill-after=30 $(( SECS + 600 )) \
-    cargo test --locked --test soak -- --ignored --nocapture >"$LOG" 2>&1 || status=$?
+    cargo test --locked --test integration -- --ignored --nocapture soak:: >"$LOG" 2>&1 || status=$?
 
 grep -E '^(soak:|SOAK-ROW|SOAK-RSS|  failure:)' "$LOG" | sed -e 's/^SOAK-ROW //' -e 's/^SOAK-RSS /RSS: /' || true
 if [ -s "$CSV" ]; then

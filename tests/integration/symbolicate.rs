@@ -2,7 +2,7 @@
 //! loopback port, real sources (a directory; an HTTP symbol server), the project's own
 //! fixtures, and answers checked against the llvm-symbolizer oracle in the manifest.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! credentials in a candidate report, send a source's headers to another origin, reach a
 //! reserved address through a proxy, or read a bucket with the server's own credentials.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::path::Path;

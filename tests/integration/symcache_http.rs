@@ -2,7 +2,7 @@
 //! the real server, the project's PDB and Breakpad fixtures on a real symbol server, and
 //! the fetched SymCache read with `symbolic-symcache` in the test.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::time::{Duration, Instant};

@@ -1,6 +1,7 @@
 //! The mixed soak: every endpoint at once for a long time, with a symbol source that
 //! keeps failing in turns, while the server's RSS is sampled. Ignored by `cargo test`;
-//! scripts/soak.sh runs it (`cargo test --test soak -- --ignored --nocapture`).
+//! scripts/soak.sh runs it
+//! (`cargo test --test integration -- --ignored --nocapture soak::`).
 //!
 //! Environment: SOAK_SECS (default 1800), SOAK_MAX_ITERATIONS (requests in all,
 //! default 1,000,000: the run stops at whichever comes first), SOAK_WORKERS (concurrent
@@ -13,7 +14,7 @@
 //! protocol allows; a 5xx, a transport error, a hang past a minute or a wrong frame
 //! counts as a failure, and the run fails if there is any. Everything is on loopback.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -2,7 +2,7 @@
 //! clone in CI) against the real server. The cases this milestone covers must pass; the
 //! score of every other case is printed. Without the corpus the test reports a skip.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! tiny lifetimes instead of hours, a real HTTP symbol server, a real S3-protocol server
 //! for the shared cache, `omnisym cleanup` run as a process, and SIGKILL mid-download.
 
-mod common;
+use crate::common;
 
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};

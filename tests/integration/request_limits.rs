@@ -2,7 +2,7 @@
 //! 400 naming it, and serves one at the limit; minidumps are held to the same limits by
 //! the threads and modules they list.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 

@@ -2,7 +2,7 @@
 //! bundle (fixtures/js), and real HTTP, S3 and filesystem sources. Every frame must map
 //! back to where V8 put it in the original sources (fixtures/js/manifest.json).
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

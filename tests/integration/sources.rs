@@ -4,7 +4,7 @@
 //! server that checks request signatures) and a GCS bucket (fake-gcs-server, installed from
 //! PyPI by scripts/test.sh).
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

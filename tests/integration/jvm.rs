@@ -3,7 +3,7 @@
 //! laid out in the unified layout on a directory, an HTTP symbol server and an S3 bucket.
 //! Expected values follow from the mapping files; src/jvm/remap.rs derives each one.
 
-mod common;
+use crate::common;
 
 use std::io::Cursor;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! from a `native`-layout filesystem source, and answers checked against the oracle in
 //! fixtures/minidump/manifest.json (addr2line/objdump/readelf facts about the binaries).
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@
 //! where V8 ran the original sources (fixtures/js/manifest.json); JVM frames against the
 //! mapping files. `replay` runs against a real server, as the other suites start it.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -3,7 +3,7 @@
 //! `fixtures/mozilla/manifest.json`: llvm-addr2line's answer at every instruction of a
 //! library clang inlined three deep (`fixtures/mozilla/build.sh`).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

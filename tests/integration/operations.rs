@@ -1,7 +1,7 @@
 //! Operations over real HTTP: JSON logs on stdout with one access-log line per request,
 //! request ids, and upstream's host deny list.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

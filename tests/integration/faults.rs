@@ -12,7 +12,7 @@
 //! lost. Each test prints one row of the suite's table (a line starting `FAULT-ROW`);
 //! scripts/fault-suite.sh runs this file and prints the table.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::ffi::CString;

@@ -4,7 +4,7 @@
 //! fixtures/native (fixtures/symbfile/make.py), answers checked against the
 //! llvm-symbolizer oracle of fixtures/native/manifest.json.
 
-mod common;
+use crate::common;
 
 use axum::http::StatusCode;
 use common::symbfile::*;

@@ -1,7 +1,7 @@
 //! Metrics end to end: the real server with `metrics.statsd` pointed at a UDP socket
 //! of the test's own, and `GET /metrics` read as Prometheus text after real requests.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! End-to-end tests of the symbol-server proxy (`GET`/`HEAD /proxy/<symstore path>`):
 //! the real server over HTTP, the project's PE/PDB fixtures on a real symbol server.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 

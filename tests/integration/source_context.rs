@@ -2,7 +2,7 @@
 //! sources the bundle only links to (SourceLink-style), which the server fetches through
 //! its fetch layer and reports as `sourcelink` candidates.
 
-mod common;
+use crate::common;
 
 use std::io::{Cursor, Write};
 

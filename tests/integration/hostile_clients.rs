@@ -3,7 +3,7 @@
 //! request slot is taken, and polls that would wait for as long as their request runs.
 //! Each runs against the real server binary on loopback.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

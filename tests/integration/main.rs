@@ -1,0 +1,34 @@
+//! The end-to-end suite: every test here starts the real `omnisym` binary (or runs its
+//! command-line tools) on loopback and talks to it from outside. One module per area,
+//! all in one test binary: one link step instead of one per file, and the helpers in
+//! one place (`tests/common`, shared with the test binaries kept apart: `load.rs`, which
+//! loads the machine on purpose and raises this process's open-file limit, and
+//! `fuzz_regressions.rs`, which counts panics process-wide).
+//!
+//! Run one area with `cargo test --test integration caching::`; scripts/fault-suite.sh
+//! and scripts/soak.sh select theirs the same way.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod caching;
+mod cli;
+mod conformance;
+mod docker;
+mod faults;
+mod hostile_clients;
+mod js;
+mod jvm;
+mod metrics;
+mod minidump;
+mod mozilla_api;
+mod operations;
+mod request_limits;
+mod soak;
+mod source_context;
+mod sources;
+mod symbfile;
+mod symbolicate;
+mod symcache_http;
+mod symstore_proxy;
+mod untrusted_sources;
