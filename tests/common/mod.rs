@@ -28,9 +28,30 @@ pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
 }
 
-pub fn manifest() -> Value {
-    let text = std::fs::read_to_string(fixtures().join("native/manifest.json")).unwrap();
+/// A file under `fixtures/`, parsed as JSON.
+pub fn fixture_json(rel: &str) -> Value {
+    let text = std::fs::read_to_string(fixtures().join(rel)).unwrap();
     serde_json::from_str(&text).unwrap()
+}
+
+/// The oracle of `fixtures/native`.
+pub fn manifest() -> Value {
+    fixture_json("native/manifest.json")
+}
+
+/// A hexadecimal address as the manifests and the answers write it (`"0x7f..."`).
+pub fn hex(value: &Value) -> u64 {
+    let s = value
+        .as_str()
+        .unwrap_or_else(|| panic!("{value} is not a hex string"));
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap()
+}
+
+/// Where the unified layout (symsorter's) keeps the file of `kind` for debug or code id
+/// `id`.
+pub fn unified_path(id: &str, kind: &str) -> String {
+    let hex = id.replace('-', "").to_lowercase();
+    format!("{}/{}/{kind}", &hex[..2], &hex[2..])
 }
 
 /// Where the tests load the ELF fixture.
@@ -38,6 +59,11 @@ pub const ELF_BASE: u64 = 0x7f00_0000_0000;
 
 pub fn object(name: &str) -> Value {
     manifest()["objects"][name].clone()
+}
+
+/// The ELF fixture's debug file.
+pub fn elf_debug_file() -> PathBuf {
+    fixtures().join("native/elf/crash.debug")
 }
 
 /// Native-layout path of the ELF debug file (GDB build-id convention).
@@ -63,12 +89,7 @@ pub fn elf_module() -> Value {
 /// A request for the fixture's first probe address, with candidates.
 pub fn elf_request(sources: Value) -> Value {
     let elf = object("elf");
-    let probe = &elf["probes"][0];
-    let rel = u64::from_str_radix(
-        probe["rel_addr"].as_str().unwrap().trim_start_matches("0x"),
-        16,
-    )
-    .unwrap();
+    let rel = hex(&elf["probes"][0]["rel_addr"]);
     serde_json::json!({
         "sources": sources,
         "modules": [elf_module()],
@@ -95,6 +116,35 @@ pub fn assert_elf_symbolicated(response: &Value) {
         want["function"].as_str().unwrap().split('(').next()
     );
     assert_eq!(frame["lineno"], want["line"]);
+}
+
+/// One build of fixtures/minidump's crash.c (`fp` or `nofp`), as its manifest describes
+/// it.
+pub fn minidump_variant(name: &str) -> Value {
+    let v = fixture_json("minidump/manifest.json")["variants"][name].clone();
+    assert!(v.is_object(), "no variant {name} in the manifest");
+    v
+}
+
+/// A file of a minidump variant (`minidump`, `executable`, `debug`, ...), as its
+/// manifest names it.
+pub fn minidump_file(variant: &Value, kind: &str) -> PathBuf {
+    let files = &variant["files"];
+    let name = files[kind]
+        .as_str()
+        .unwrap_or_else(|| panic!("`{kind}` is not a string in {files}"));
+    fixtures().join("minidump").join(name)
+}
+
+/// The thread that crashed in a minidump's answer: the one thread `is_requesting`.
+pub fn crashing_thread(answer: &Value) -> &Value {
+    let threads = answer["stacktraces"].as_array().expect("stacktraces");
+    let requesting: Vec<&Value> = threads
+        .iter()
+        .filter(|t| t["is_requesting"] == true)
+        .collect();
+    assert_eq!(requesting.len(), 1, "one requesting thread: {threads:#?}");
+    requesting[0]
 }
 
 /// A byte count from `/proc/<pid>/status` (`VmRSS:`, `VmHWM:`).
@@ -582,7 +632,7 @@ pub fn section_bomb(inflated: u64) -> Vec<u8> {
     };
     objcopy(&[
         "--compress-debug-sections=zlib".as_ref(),
-        fixtures().join("native/elf/crash.debug").as_os_str(),
+        elf_debug_file().as_os_str(),
         compressed.as_os_str(),
     ]);
     let add = format!(".zdebug_str={}", payload.display());

@@ -6,7 +6,7 @@
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
-use super::{ELF_BASE, Server, client, fixtures, object};
+use super::{ELF_BASE, Server, client, fixture_json, fixtures, hex, object};
 
 pub const KEY: &str = "test-upload-key";
 
@@ -19,16 +19,11 @@ pub fn symbfile(name: &str) -> Vec<u8> {
 }
 
 pub fn manifest() -> Value {
-    let text = std::fs::read_to_string(fixtures().join("symbfile/manifest.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
+    fixture_json("symbfile/manifest.json")
 }
 
 pub fn file_id() -> String {
     manifest()["file_id"].as_str().unwrap().to_owned()
-}
-
-pub fn hex(s: &Value) -> u64 {
-    u64::from_str_radix(s.as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
 }
 
 /// One part, as `symbtool push-symbols` sends it.

@@ -10,7 +10,10 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{Server, SymbolServer, fixtures};
+use common::{
+    Server, SymbolServer, crashing_thread, fixture_json, fixtures, hex, minidump_file,
+    minidump_variant, unified_path,
+};
 use serde_json::Value;
 
 // ------------------------------------------------------------------ running the CLI
@@ -92,13 +95,6 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-fn hex(value: &Value) -> u64 {
-    let s = value
-        .as_str()
-        .unwrap_or_else(|| panic!("{value} is not a hex string"));
-    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap()
-}
-
 /// Copies fixture files into a temp dir at the given relative paths.
 fn symbols(files: &[(PathBuf, String)]) -> tempfile::TempDir {
     let root = tempfile::tempdir().unwrap();
@@ -108,12 +104,6 @@ fn symbols(files: &[(PathBuf, String)]) -> tempfile::TempDir {
         std::fs::copy(src, dest).unwrap();
     }
     root
-}
-
-/// `<id[..2]>/<id[2..]>/<kind>`: the unified layout, for an id in any notation.
-fn unified(id: &str, kind: &str) -> String {
-    let hex = id.replace('-', "").to_lowercase();
-    format!("{}/{}/{kind}", &hex[..2], &hex[2..])
 }
 
 fn elf() -> Value {
@@ -133,10 +123,7 @@ fn native_fixture(object: &Value, kind: &str) -> PathBuf {
 
 /// The ELF's debug file where the native layout keeps it.
 fn elf_native_symbols() -> (PathBuf, String) {
-    (
-        fixtures().join("native/elf/crash.debug"),
-        common::elf_debug_path(),
-    )
+    (common::elf_debug_file(), common::elf_debug_path())
 }
 
 /// The PDB where the native (symstore) layout keeps it: `<name>/<GUID><age>/<name>`.
@@ -295,29 +282,6 @@ fn assert_native_event(
 }
 
 // ---------------------------------------------------------------------- minidumps
-
-fn minidump_manifest() -> Value {
-    read_json(&fixtures().join("minidump/manifest.json"))
-}
-
-fn minidump_variant(name: &str) -> Value {
-    minidump_manifest()["variants"][name].clone()
-}
-
-fn minidump_file(variant: &Value, kind: &str) -> PathBuf {
-    fixtures()
-        .join("minidump")
-        .join(variant["files"][kind].as_str().unwrap())
-}
-
-fn crashing_thread(answer: &Value) -> &Value {
-    answer["stacktraces"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["is_requesting"] == true)
-        .expect("a crashing thread")
-}
 
 #[test]
 fn minidumps_are_stackwalked_without_any_source() {
@@ -514,11 +478,11 @@ fn js_symbols() -> Vec<(PathBuf, String)> {
     vec![
         (
             fixtures().join("js/dist/debugid.min.js"),
-            unified(&id, "minified_source"),
+            unified_path(&id, "minified_source"),
         ),
         (
             fixtures().join("js/dist/debugid.min.js.map"),
-            unified(&id, "source_map"),
+            unified_path(&id, "source_map"),
         ),
     ]
 }
@@ -552,7 +516,7 @@ fn mapping_symbols() -> Vec<(PathBuf, String)> {
                 listed.as_array().unwrap().iter().any(|i| i["uuid"] == uuid),
                 "{name} is listed as {uuid} in java.json"
             );
-            (path, unified(&uuid, "proguard"))
+            (path, unified_path(&uuid, "proguard"))
         })
         .collect()
 }
@@ -566,7 +530,7 @@ fn a_javascript_event_maps_back_to_the_original_sources() {
     let event = symbolicate(home.path(), &file, dir.path(), &[]).json();
     let exception = &event["exception"]["values"][0];
     let frames = exception["stacktrace"]["frames"].as_array().unwrap();
-    let manifest = read_json(&fixtures().join("js/manifest.json"));
+    let manifest = fixture_json("js/manifest.json");
     // Stored outermost first; the manifest lists V8's frames innermost first.
     let want: Vec<&Value> = manifest["frames"]
         .as_array()
@@ -832,12 +796,12 @@ async fn replay_sends_the_stored_events_and_reports_before_and_after() {
     let pe = pe();
     let mut files = vec![
         (
-            fixtures().join("native/elf/crash.debug"),
-            unified(elf()["code_id"].as_str().unwrap(), "debuginfo"),
+            common::elf_debug_file(),
+            unified_path(elf()["code_id"].as_str().unwrap(), "debuginfo"),
         ),
         (
             fixtures().join("native/pe/crash.pdb"),
-            unified(pe["breakpad_id"].as_str().unwrap(), "debuginfo"),
+            unified_path(pe["breakpad_id"].as_str().unwrap(), "debuginfo"),
         ),
     ];
     files.extend(js_symbols());

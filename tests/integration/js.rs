@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use symbolic::debuginfo::sourcebundle::SourceFileType;
 
 use common::s3::{ACCESS_KEY, S3Server, SECRET_KEY};
-use common::{Server, SymbolServer, fixtures};
+use common::{Server, SymbolServer, fixture_json, fixtures};
 
 /// Where the app is served from in every test; frames carry URLs below it.
 const BASE: &str = "https://app.example/assets";
@@ -27,7 +27,7 @@ fn js_fixture(path: &str) -> String {
 }
 
 fn manifest() -> Value {
-    serde_json::from_str(&js_fixture("manifest.json")).unwrap()
+    fixture_json("js/manifest.json")
 }
 
 /// The debug id esbuild's output got injected (`//# debugId=` at its end).
@@ -294,8 +294,7 @@ async fn a_bundle_whose_file_inflates_hugely_is_refused_while_the_server_stays_a
 /// omnisym's extension: the same debug-id lookup on the request's own sources, in the
 /// unified layout (`<id[..2]>/<id[2..]>/minified_source` and `.../source_map`).
 fn unified_path(kind: &str) -> String {
-    let id = debug_id().replace('-', "").to_lowercase();
-    format!("{}/{}/{kind}", &id[..2], &id[2..])
+    common::unified_path(&debug_id(), kind)
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use axum::http::StatusCode;
 use common::s3::{ACCESS_KEY, S3Server, SECRET_KEY};
-use common::{Server, SymbolServer, fixtures};
+use common::{Server, SymbolServer, fixtures, unified_path};
 use serde_json::{Value, json};
 use symbolic::debuginfo::sourcebundle::{SourceBundleWriter, SourceFileInfo, SourceFileType};
 
@@ -24,12 +24,6 @@ const BUNDLE_ID: &str = "27c4e6a8-0b2d-4f3e-9a5b-7c9d1e3f5a86";
 const ACTIVITY: &str = "org.birdwatch.app.SightingActivity";
 const WORKER: &str = "org.birdwatch.app.sync.SyncWorker";
 const SCHEDULER: &str = "org.birdwatch.app.sync.SyncScheduler";
-
-/// `<id[0..2]>/<id[2..]>/<kind>` with the id as 32 hex digits: the unified layout.
-fn unified_path(id: &str, kind: &str) -> String {
-    let hex = id.replace('-', "");
-    format!("{}/{}/{kind}", &hex[..2], &hex[2..])
-}
 
 fn mapping_fixture(name: &str) -> std::path::PathBuf {
     fixtures().join("jvm").join(name)

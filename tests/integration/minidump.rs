@@ -6,33 +6,17 @@
 use crate::common;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use common::{Server, fixtures, minidump_form};
+use common::{Server, crashing_thread, hex, minidump_file, minidump_form, minidump_variant};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 // ---------------------------------------------------------------- fixtures
-
-fn dir() -> PathBuf {
-    fixtures().join("minidump")
-}
-
-fn manifest() -> Value {
-    let text = std::fs::read_to_string(dir().join("manifest.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
-
-/// One build of crash.c: `fp` or `nofp`.
-fn variant(name: &str) -> Value {
-    let v = manifest()["variants"][name].clone();
-    assert!(v.is_object(), "no variant {name} in the manifest");
-    v
-}
 
 fn s<'a>(v: &'a Value, key: &str) -> &'a str {
     v[key]
@@ -40,19 +24,8 @@ fn s<'a>(v: &'a Value, key: &str) -> &'a str {
         .unwrap_or_else(|| panic!("`{key}` is not a string in {v}"))
 }
 
-fn hex(v: &Value) -> u64 {
-    let s = v
-        .as_str()
-        .unwrap_or_else(|| panic!("{v} is not a hex string"));
-    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap()
-}
-
-fn fixture_file(v: &Value, kind: &str) -> PathBuf {
-    dir().join(s(&v["files"], kind))
-}
-
 fn minidump(v: &Value) -> Vec<u8> {
-    std::fs::read(fixture_file(v, "minidump")).unwrap()
+    std::fs::read(minidump_file(v, "minidump")).unwrap()
 }
 
 /// The debug information files a source may hold for a module.
@@ -95,7 +68,7 @@ fn native_source(entries: &[(&Value, &[Dif])]) -> tempfile::TempDir {
         for dif in *difs {
             let dest = root.path().join(native_path(v, *dif));
             std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
-            std::fs::copy(fixture_file(v, fixture_for(*dif)), &dest).unwrap();
+            std::fs::copy(minidump_file(v, fixture_for(*dif)), &dest).unwrap();
         }
     }
     root
@@ -129,16 +102,6 @@ async fn process(server: &Server, dump: &[u8], sources: &Value, options: &Value)
 }
 
 // ---------------------------------------------------------------- assertions
-
-fn crashing_thread(response: &Value) -> &Value {
-    let threads = response["stacktraces"].as_array().expect("stacktraces");
-    let requesting: Vec<&Value> = threads
-        .iter()
-        .filter(|t| t["is_requesting"] == true)
-        .collect();
-    assert_eq!(requesting.len(), 1, "one requesting thread: {threads:#?}");
-    requesting[0]
-}
 
 fn module<'a>(response: &'a Value, v: &Value) -> &'a Value {
     let modules = response["modules"].as_array().expect("modules");
@@ -241,7 +204,7 @@ fn assert_module_found(response: &Value, v: &Value) {
 /// program's own functions, files and lines, with source context from the bundle.
 #[tokio::test]
 async fn fp_build_is_walked_symbolicated_and_given_source_context() {
-    let v = variant("fp");
+    let v = minidump_variant("fp");
     let symbols = native_source(&[(&v, ALL)]);
     let server = Server::start("");
     let response = process(
@@ -307,7 +270,7 @@ async fn fp_build_is_walked_symbolicated_and_given_source_context() {
 /// walker past the frameless leaf the crash is in.
 #[tokio::test]
 async fn nofp_build_is_unwound_with_cfi() {
-    let v = variant("nofp");
+    let v = minidump_variant("nofp");
     let symbols = native_source(&[(&v, ALL)]);
     let server = Server::start("");
     let response = process(&server, &minidump(&v), &sources(symbols.path()), &json!({})).await;
@@ -329,7 +292,7 @@ async fn nofp_build_is_unwound_with_cfi() {
 #[tokio::test]
 async fn breakpad_symbols_alone_name_and_unwind_the_frames() {
     for name in ["nofp", "fp"] {
-        let v = variant(name);
+        let v = minidump_variant(name);
         let symbols = native_source(&[(&v, &[Dif::Breakpad])]);
         let server = Server::start("");
         let response = process(
@@ -397,7 +360,7 @@ fn answer(response: &Value) -> Value {
 /// d. A gzip, zstd, xz or bzip2 compressed upload is unpacked and gives the same answer.
 #[tokio::test]
 async fn compressed_minidumps_give_the_same_answer() {
-    let v = variant("nofp");
+    let v = minidump_variant("nofp");
     let symbols = native_source(&[(&v, ALL)]);
     let server = Server::start("");
     let raw = minidump(&v);
@@ -433,7 +396,7 @@ async fn compressed_minidumps_give_the_same_answer() {
 /// server goes on answering.
 #[tokio::test]
 async fn truncated_and_garbage_minidumps_fail_with_a_message() {
-    let v = variant("fp");
+    let v = minidump_variant("fp");
     let symbols = native_source(&[(&v, ALL)]);
     let server = Server::start("");
     let raw = minidump(&v);
@@ -573,7 +536,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 #[tokio::test]
 async fn oversized_minidumps_are_refused_early() {
     const LIMIT: usize = 64 * 1024;
-    let v = variant("fp");
+    let v = minidump_variant("fp");
     let symbols = native_source(&[(&v, ALL)]);
     let server = Server::start(&format!("max_crash_file_size: {LIMIT}\n"));
     // The fixture itself is under the limit and is processed.
@@ -618,7 +581,7 @@ async fn oversized_minidumps_are_refused_early() {
 /// with the default option has them.
 #[tokio::test]
 async fn source_context_can_be_turned_off() {
-    let v = variant("fp");
+    let v = minidump_variant("fp");
     let symbols = native_source(&[(&v, ALL)]);
     let server = Server::start("");
     let srcs = sources(symbols.path());
@@ -652,8 +615,8 @@ async fn source_context_can_be_turned_off() {
 /// answer a single request gets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fifty_concurrent_warm_requests_succeed() {
-    let fp = variant("fp");
-    let nofp = variant("nofp");
+    let fp = minidump_variant("fp");
+    let nofp = minidump_variant("nofp");
     let symbols = native_source(&[(&fp, ALL), (&nofp, ALL)]);
     let server = Server::start("");
     let srcs = sources(symbols.path());
@@ -700,7 +663,7 @@ async fn fifty_concurrent_warm_requests_succeed() {
 /// Both give exactly the same stack traces.
 #[tokio::test]
 async fn a_cold_walk_unwinds_from_the_file_as_a_warm_walk_does_from_the_cfi_cache() {
-    let v = variant("nofp");
+    let v = minidump_variant("nofp");
     let symbols = native_source(&[(&v, ALL)]);
     let server = Server::start("");
     let srcs = sources(symbols.path());

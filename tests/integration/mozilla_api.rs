@@ -10,12 +10,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::Router;
 use axum::http::StatusCode;
-use common::{Server, SymbolServer, client, fixtures};
+use common::{Server, SymbolServer, client, fixture_json, fixtures};
 use serde_json::{Value, json};
 
 fn manifest() -> Value {
-    let text = std::fs::read_to_string(fixtures().join("mozilla/manifest.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
+    fixture_json("mozilla/manifest.json")
 }
 
 fn fixture(name: &str) -> std::path::PathBuf {

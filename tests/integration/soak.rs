@@ -26,8 +26,8 @@ use axum::http::StatusCode;
 use common::fault_proxy::{Fault, FaultProxy};
 use common::symbfile as sf;
 use common::{
-    Server, SymbolServer, assert_elf_symbolicated, client, elf_request, fixtures, minidump_form,
-    object,
+    Server, SymbolServer, assert_elf_symbolicated, client, elf_request, fixture_json, fixtures,
+    minidump_file, minidump_form, minidump_variant, object, unified_path,
 };
 use serde_json::{Value, json};
 
@@ -61,16 +61,6 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
-/// `<id[..2]>/<id[2..]>/<kind>`: the unified layout.
-fn unified(id: &str, kind: &str) -> String {
-    let hex = id.replace('-', "").to_lowercase();
-    format!("{}/{}/{kind}", &hex[..2], &hex[2..])
-}
-
-fn json_file(path: &str) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(fixtures().join(path)).unwrap()).unwrap()
-}
-
 /// The fixtures every operation needs, on one symbol server.
 struct Fixtures {
     minidump: Vec<u8>,
@@ -87,7 +77,7 @@ fn place_fixtures(symsrv: &SymbolServer) -> Fixtures {
         &fixtures().join("native/elf/crash.debug"),
     );
     // Minidump: the nofp build in the native layout.
-    let v = json_file("minidump/manifest.json")["variants"]["nofp"].clone();
+    let v = minidump_variant("nofp");
     let code_id = v["code_id"].as_str().unwrap();
     let gdb = format!("{}/{}", &code_id[..2], &code_id[2..]);
     for (kind, suffix) in [
@@ -95,17 +85,9 @@ fn place_fixtures(symsrv: &SymbolServer) -> Fixtures {
         ("debug", ".debug"),
         ("source_bundle", ".src.zip"),
     ] {
-        let file = fixtures()
-            .join("minidump")
-            .join(v["files"][kind].as_str().unwrap());
-        symsrv.put(&format!("{gdb}{suffix}"), &file);
+        symsrv.put(&format!("{gdb}{suffix}"), &minidump_file(&v, kind));
     }
-    let minidump = std::fs::read(
-        fixtures()
-            .join("minidump")
-            .join(v["files"]["minidump"].as_str().unwrap()),
-    )
-    .unwrap();
+    let minidump = std::fs::read(minidump_file(&v, "minidump")).unwrap();
     // JS: the minified file and its map by debug id.
     let minified = std::fs::read_to_string(fixtures().join("js/dist/debugid.min.js")).unwrap();
     let js_debug_id = minified
@@ -115,20 +97,20 @@ fn place_fixtures(symsrv: &SymbolServer) -> Fixtures {
         .trim()
         .to_owned();
     symsrv.put(
-        &unified(&js_debug_id, "minified_source"),
+        &unified_path(&js_debug_id, "minified_source"),
         &fixtures().join("js/dist/debugid.min.js"),
     );
     symsrv.put(
-        &unified(&js_debug_id, "source_map"),
+        &unified_path(&js_debug_id, "source_map"),
         &fixtures().join("js/dist/debugid.min.js.map"),
     );
     // JVM: a ProGuard mapping.
     symsrv.put(
-        &unified(JVM_UUID, "proguard"),
+        &unified_path(JVM_UUID, "proguard"),
         &fixtures().join("jvm/inline.txt"),
     );
     // Mozilla: a Breakpad file.
-    let m = json_file("mozilla/manifest.json");
+    let m = fixture_json("mozilla/manifest.json");
     let (file, id) = (
         m["debug_file"].as_str().unwrap().to_owned(),
         m["breakpad_id"].as_str().unwrap().to_owned(),
@@ -230,7 +212,7 @@ impl Soak {
                 Ok("completed".to_owned())
             }
             "js" => {
-                let manifest = json_file("js/manifest.json");
+                let manifest = fixture_json("js/manifest.json");
                 let url = "https://app.example/assets/debugid.min.js";
                 let frames: Vec<Value> = manifest["frames"]
                     .as_array()

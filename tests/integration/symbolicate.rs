@@ -8,14 +8,10 @@ use std::io::Write;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use common::{ELF_BASE, Server, SymbolServer, elf_debug_path, elf_module, fixtures, object};
+use common::{ELF_BASE, Server, SymbolServer, elf_debug_path, elf_module, fixtures, hex, object};
 use serde_json::{Value, json};
 
 const PE_BASE: u64 = 0x1_4000_0000;
-
-fn hex(s: &str) -> u64 {
-    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap()
-}
 
 /// Symstore path of the PDB.
 fn pdb_path() -> String {
@@ -45,7 +41,7 @@ fn probe_frames(name: &str, base: u64) -> Vec<Value> {
         .iter()
         .map(|p| {
             json!({
-                "instruction_addr": format!("{:#x}", base + hex(p["rel_addr"].as_str().unwrap())),
+                "instruction_addr": format!("{:#x}", base + hex(&p["rel_addr"])),
                 "adjust_instruction_addr": false,
             })
         })
@@ -88,9 +84,8 @@ fn assert_matches_oracle(name: &str, response: &Value) {
         // Only the outermost function has a start address.
         let outer = got.last().unwrap();
         assert_eq!(
-            hex(outer["sym_addr"].as_str().unwrap()),
-            hex(probe["function"]["rel_start"].as_str().unwrap())
-                + if name == "elf" { ELF_BASE } else { PE_BASE },
+            hex(&outer["sym_addr"]),
+            hex(&probe["function"]["rel_start"]) + if name == "elf" { ELF_BASE } else { PE_BASE },
         );
     }
 }
@@ -169,7 +164,7 @@ async fn breakpad_and_gzip_compressed_files_are_used() {
         .iter()
         .map(|f| {
             json!({
-                "instruction_addr": format!("{:#x}", ELF_BASE + hex(f["addr"].as_str().unwrap())),
+                "instruction_addr": format!("{:#x}", ELF_BASE + hex(&f["addr"])),
                 "adjust_instruction_addr": false,
             })
         })

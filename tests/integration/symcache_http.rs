@@ -8,7 +8,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use common::{ELF_BASE, Server, SymbolServer, client, fixtures, object};
+use common::{ELF_BASE, Server, SymbolServer, client, fixtures, hex, object};
 use serde_json::{Value, json};
 use symbolic::common::ByteView;
 use symbolic::symcache::{SYMCACHE_VERSION, SymCache};
@@ -26,10 +26,6 @@ fn saved(bytes: &[u8]) -> ByteView<'static> {
     let mut file = tempfile::tempfile().unwrap();
     file.write_all(bytes).unwrap();
     ByteView::map_file(file).unwrap()
-}
-
-fn hex(s: &str) -> u64 {
-    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap()
 }
 
 /// A symbol server with the PDB (symstore layout) and the ELF's Breakpad file (native
@@ -95,10 +91,7 @@ fn addresses(name: &str) -> Vec<u64> {
     let object = object(name);
     let probes = object["probes"].as_array().unwrap().iter();
     let stack = object["crash_stack"].as_array().unwrap().iter();
-    probes
-        .chain(stack)
-        .map(|p| hex(p["rel_addr"].as_str().unwrap()))
-        .collect()
+    probes.chain(stack).map(|p| hex(&p["rel_addr"])).collect()
 }
 
 /// Asserts that `symcache` resolves every address of the fixture to the same inline
