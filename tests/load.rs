@@ -13,10 +13,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use common::{
-    Server, SymbolServer, assert_elf_symbolicated, elf_debug_path, elf_module, elf_request,
-    fixtures,
-};
+use common::{Server, SymbolServer, assert_elf_symbolicated, elf_module, elf_request};
 use serde_json::{Value, json};
 
 const SLOTS: usize = 200;
@@ -48,7 +45,6 @@ fn raise_open_files(needed: u64) {
     );
 }
 
-/// A `/proc/<pid>/status` field in bytes.
 fn http_source(id: &str, url: String) -> Value {
     json!([{"type": "http", "id": id, "url": url, "layout": {"type": "native"}}])
 }
@@ -78,11 +74,7 @@ async fn a_thousand_concurrent_requests_against_two_hundred_slots() {
         .unwrap_or(1000);
     raise_open_files(2 * requests as u64 + 256);
 
-    let symbols = SymbolServer::start().await;
-    symbols.put(
-        &elf_debug_path(),
-        &fixtures().join("native/elf/crash.debug"),
-    );
+    let symbols = SymbolServer::with_elf_debug().await;
     let server = Server::start(&format!("max_concurrent_requests: {SLOTS}\n"));
     let fast = http_source("fast", symbols.url.clone());
     // A source of its own per cold request, so that they do not queue for one source's
@@ -189,7 +181,7 @@ async fn a_thousand_concurrent_requests_against_two_hundred_slots() {
 
     let (status, body) = server.get("/healthcheck").await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let peak = common::proc_status_bytes(server.pid(), "VmHWM:");
+    let peak = common::peak_rss_kib(server.pid()) << 10;
     eprintln!(
         "load: {requests} requests in {burst:.1?}: {} completed, {} pending (all \
          completed later), {} refused with 503; server peak RSS {:.1} MiB",

@@ -8,6 +8,7 @@ pub mod gcs;
 pub mod prometheus;
 pub mod s3;
 pub mod symbfile;
+pub mod tmpfs;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
@@ -118,6 +119,27 @@ pub fn assert_elf_symbolicated(response: &Value) {
     assert_eq!(frame["lineno"], want["line"]);
 }
 
+/// Every regular file under `dir` at any depth, sorted (none when `dir` does not exist).
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => stack.push(path),
+                Ok(t) if t.is_file() => files.push(path),
+                _ => {}
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
 /// One build of fixtures/minidump's crash.c (`fp` or `nofp`), as its manifest describes
 /// it.
 pub fn minidump_variant(name: &str) -> Value {
@@ -147,19 +169,19 @@ pub fn crashing_thread(answer: &Value) -> &Value {
     requesting[0]
 }
 
-/// A byte count from `/proc/<pid>/status` (`VmRSS:`, `VmHWM:`).
-pub fn proc_status_bytes(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status
+/// A field of `/proc/<pid>/status` in KiB (`VmRSS`, `VmHWM`, `RssAnon`, ...); `None`
+/// once the process is gone.
+pub fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
         .lines()
-        .find(|line| line.starts_with(field))
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
-    let kib: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap();
-    kib * 1024
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+/// `VmHWM` (the peak resident set) of process `pid`, in KiB.
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    proc_status_kib(pid, "VmHWM").unwrap_or_else(|| panic!("no VmHWM in /proc/{pid}/status"))
 }
 
 /// A running omnisym process; killed on drop.
@@ -442,6 +464,24 @@ pub fn client() -> reqwest::Client {
         .clone()
 }
 
+/// Serves `app` on a loopback port for as long as the test's runtime lives; returns the
+/// address.
+pub async fn serve(app: Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+/// The candidates reported for the first module of a `/symbolicate` answer (none when it
+/// lists none).
+pub fn candidates(response: &Value) -> Vec<Value> {
+    response["modules"][0]["candidates"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// A symbol server on loopback serving `root`. `/slow/<ms>/<path>` delays, and every
 /// hit is counted so tests can assert what was (not) fetched.
 pub struct SymbolServer {
@@ -461,6 +501,13 @@ struct SymState {
 impl SymbolServer {
     pub async fn start() -> SymbolServer {
         Self::start_with(None).await
+    }
+
+    /// A symbol server with the ELF fixture's debug file at its native-layout path.
+    pub async fn with_elf_debug() -> SymbolServer {
+        let server = Self::start().await;
+        server.put_elf_debug();
+        server
     }
 
     /// The same server over HTTPS, with a freshly made self-signed certificate for
@@ -487,7 +534,7 @@ impl SymbolServer {
         };
         let app = Router::new()
             .route("/slow/{ms}/{*path}", axum::routing::get(slow))
-            .route("/{*path}", axum::routing::get(serve))
+            .route("/{*path}", axum::routing::get(serve_file))
             .with_state(state);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr: SocketAddr = listener.local_addr().unwrap();
@@ -521,6 +568,11 @@ impl SymbolServer {
         let dest = self.root.join(rel);
         std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
         std::fs::copy(src, dest).unwrap();
+    }
+
+    /// Places the ELF fixture's debug file at its native-layout path.
+    pub fn put_elf_debug(&self) {
+        self.put(&elf_debug_path(), &elf_debug_file());
     }
 
     pub fn put_bytes(&self, rel: &str, data: &[u8]) {
@@ -571,7 +623,7 @@ impl axum::serve::Listener for TlsListener {
     }
 }
 
-async fn serve(State(state): State<SymState>, AxPath(path): AxPath<String>) -> Response {
+async fn serve_file(State(state): State<SymState>, AxPath(path): AxPath<String>) -> Response {
     state.hits.lock().unwrap().push(path.clone());
     file_response(&state.root, &path)
 }
@@ -644,11 +696,4 @@ pub fn section_bomb(inflated: u64) -> Vec<u8> {
         bomb.as_os_str(),
     ]);
     std::fs::read(&bomb).unwrap()
-}
-
-/// `VmHWM` (the peak resident set) of process `pid`, in KiB.
-pub fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }

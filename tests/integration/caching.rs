@@ -18,14 +18,11 @@ use common::gcs::GcsServer;
 use common::prometheus::Exposition;
 use common::s3::{ACCESS_KEY, S3Server, SECRET_KEY};
 use common::{
-    Server, SymbolServer, assert_elf_symbolicated, elf_debug_path, elf_request, fixtures,
+    Server, SymbolServer, assert_elf_symbolicated, elf_debug_file, elf_debug_path, elf_request,
+    fixtures,
 };
 use futures::StreamExt;
 use serde_json::{Value, json};
-
-fn debug_file() -> PathBuf {
-    fixtures().join("native/elf/crash.debug")
-}
 
 fn http_source(url: &str, extra: Value) -> Value {
     let mut source = json!({"type": "http", "id": "symsrv", "url": url});
@@ -38,20 +35,6 @@ fn http_source(url: &str, extra: Value) -> Value {
 
 fn hits_of(symsrv: &SymbolServer, path: &str) -> usize {
     symsrv.hits().iter().filter(|h| h.as_str() == path).count()
-}
-
-/// Every file under `dir`, recursively.
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.extend(walk(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out
 }
 
 fn is_temp(path: &Path) -> bool {
@@ -68,8 +51,8 @@ fn is_placeholder(path: &Path) -> bool {
 /// Every published file is whole: objects are the fixture byte for byte, SymCaches
 /// parse; a reader can never find a torn file in place.
 fn assert_no_torn_files(cache_dir: &Path) {
-    let want = std::fs::read(debug_file()).unwrap();
-    for path in walk(cache_dir) {
+    let want = std::fs::read(elf_debug_file()).unwrap();
+    for path in common::files_under(cache_dir) {
         if is_temp(&path) || is_placeholder(&path) {
             continue;
         }
@@ -125,7 +108,7 @@ async fn misses_are_retried_after_retry_misses_after_and_fallbacks_are_upgraded(
 
     // The better file appears; within retry_misses_after its absence is remembered,
     // so the fallback is served without asking the source again.
-    symsrv.put(&elf_debug_path(), &debug_file());
+    symsrv.put_elf_debug();
     let (_, r) = server.post("/symbolicate", &body).await;
     assert!(!has_line(&r), "{r}");
     assert_eq!(hits_of(&symsrv, &elf_debug_path()), 1);
@@ -154,7 +137,7 @@ async fn malformed_verdicts_hold_until_restart() {
     assert_eq!(r["modules"][0]["debug_status"], "malformed", "{r}");
 
     // Fixed at the source: this process keeps its verdict (24 h by default)...
-    symsrv.put(&elf_debug_path(), &debug_file());
+    symsrv.put_elf_debug();
     let (_, r) = server.post("/symbolicate", &body).await;
     assert_eq!(r["modules"][0]["debug_status"], "malformed", "{r}");
     assert_eq!(hits_of(&symsrv, &elf_debug_path()), 1);
@@ -169,8 +152,7 @@ async fn malformed_verdicts_hold_until_restart() {
 
 #[tokio::test]
 async fn public_files_are_global_scoped_files_stay_in_their_scope() {
-    let symsrv = SymbolServer::start().await;
-    symsrv.put(&elf_debug_path(), &debug_file());
+    let symsrv = SymbolServer::with_elf_debug().await;
     let server = Server::start("");
     for (public, source_id, expected_downloads) in [(true, "public", 1), (false, "private", 2)] {
         let mut sources = http_source(&symsrv.url, json!({"is_public": public}));
@@ -200,8 +182,7 @@ async fn public_files_are_global_scoped_files_stay_in_their_scope() {
 /// the disk) while `omnisym cleanup` deletes everything it may, over and over.
 #[tokio::test]
 async fn cleanup_while_serving_fails_no_request_and_tears_no_file() {
-    let symsrv = SymbolServer::start().await;
-    symsrv.put(&elf_debug_path(), &debug_file());
+    let symsrv = SymbolServer::with_elf_debug().await;
     let caches = "caches:\n  in_memory:\n    capacity: 0\n  downloaded:\n    max_unused_for: 0s\n  derived:\n    max_unused_for: 0s\n  cleanup_interval: 0\n";
     let server = Server::start(caches);
     let config = server.cache_dir.parent().unwrap().join("cleanup.yml");
@@ -259,8 +240,7 @@ async fn cleanup_while_serving_fails_no_request_and_tears_no_file() {
 
 #[tokio::test]
 async fn cleanup_dry_run_deletes_nothing_and_real_run_frees_unused_files() {
-    let symsrv = SymbolServer::start().await;
-    symsrv.put(&elf_debug_path(), &debug_file());
+    let symsrv = SymbolServer::with_elf_debug().await;
     let server = Server::start("caches:\n  cleanup_interval: 0\n");
     let (_, r) = server
         .post(
@@ -287,14 +267,18 @@ async fn cleanup_dry_run_deletes_nothing_and_real_run_frees_unused_files() {
         out.starts_with("dry run, nothing deleted: removed "),
         "{out}"
     );
-    assert_eq!(walk(&server.cache_dir), files);
+    assert_eq!(common::files_under(&server.cache_dir), files);
     let out = run(unused, false);
     let content_files = files.iter().filter(|p| !is_placeholder(p)).count();
     assert!(
         out.starts_with(&format!("removed {content_files} files")),
         "{out} ({files:?})"
     );
-    assert!(walk(&server.cache_dir).iter().all(|p| is_placeholder(p)));
+    assert!(
+        common::files_under(&server.cache_dir)
+            .iter()
+            .all(|p| is_placeholder(p))
+    );
 }
 
 /// The files under `dir` once the conversions a cold request started in the background
@@ -303,7 +287,7 @@ async fn settled(dir: &Path) -> Vec<PathBuf> {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let mut last = Vec::new();
     loop {
-        let files = walk(dir);
+        let files = common::files_under(dir);
         let done = files.iter().any(|p| p.starts_with(dir.join("symcaches")))
             && !files.iter().any(|p| is_temp(p));
         if done && files == last {
@@ -320,9 +304,8 @@ async fn settled(dir: &Path) -> Vec<PathBuf> {
 
 #[tokio::test]
 async fn disk_budget_evicts_originals_before_derived_caches() {
-    let symsrv = SymbolServer::start().await;
-    symsrv.put(&elf_debug_path(), &debug_file());
-    let budget = std::fs::metadata(debug_file()).unwrap().len() - 1;
+    let symsrv = SymbolServer::with_elf_debug().await;
+    let budget = std::fs::metadata(elf_debug_file()).unwrap().len() - 1;
     let server = Server::start(&format!(
         "caches:\n  max_disk_size: {budget}\n  cleanup_interval: 300ms\n"
     ));
@@ -330,7 +313,7 @@ async fn disk_budget_evicts_originals_before_derived_caches() {
     let (_, r) = server.post("/symbolicate", &body).await;
     assert_elf_symbolicated(&r);
     let in_kind = |kind: &str| {
-        walk(&server.cache_dir.join(kind))
+        common::files_under(&server.cache_dir.join(kind))
             .into_iter()
             .filter(|p| !is_temp(p) && !is_placeholder(p))
             .count()
@@ -343,7 +326,7 @@ async fn disk_budget_evicts_originals_before_derived_caches() {
     }
     assert_eq!(in_kind("objects"), 0, "the original is evicted");
     assert_eq!(in_kind("symcaches"), 1, "the derived cache fits and stays");
-    let total: u64 = walk(&server.cache_dir)
+    let total: u64 = common::files_under(&server.cache_dir)
         .iter()
         .map(|p| std::fs::metadata(p).unwrap().len())
         .sum();
@@ -372,10 +355,7 @@ impl Trouble {
                 axum::routing::get(handler),
             )
             .with_state(self.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        url
+        format!("http://{}/", common::serve(app).await)
     }
 
     fn new() -> Self {
@@ -393,7 +373,7 @@ async fn flaky_file(State(t): State<Trouble>) -> Response {
         *response.status_mut() = axum::http::StatusCode::SERVICE_UNAVAILABLE;
         return response;
     }
-    Response::new(Body::from(std::fs::read(debug_file()).unwrap()))
+    Response::new(Body::from(std::fs::read(elf_debug_file()).unwrap()))
 }
 
 #[tokio::test]
@@ -423,7 +403,7 @@ async fn server_errors_are_remembered_briefly_not_for_an_hour() {
 }
 
 async fn stalling_file(State(t): State<Trouble>) -> Response {
-    let data = std::fs::read(debug_file()).unwrap();
+    let data = std::fs::read(elf_debug_file()).unwrap();
     let len = data.len();
     if !t.trouble.load(Ordering::SeqCst) {
         return Response::new(Body::from(data));
@@ -463,7 +443,7 @@ async fn killed_mid_download_leaves_no_torn_file_and_recovers() {
     let objects = cache_dir.join("objects/1/global");
     let mut temp = None;
     for _ in 0..100 {
-        temp = walk(&objects)
+        temp = common::files_under(&objects)
             .into_iter()
             .find(|p| is_temp(p) && std::fs::metadata(p).unwrap().len() > 0);
         if temp.is_some() {
@@ -603,7 +583,7 @@ async fn replicas_share_derived_caches_through_a_directory() {
 }
 
 fn relative_files(dir: &Path) -> Vec<String> {
-    walk(dir)
+    common::files_under(dir)
         .iter()
         .map(|p| p.strip_prefix(dir).unwrap().to_string_lossy().into_owned())
         .collect()
@@ -628,8 +608,7 @@ fn assert_only_derived_caches(stored: &[String]) {
 }
 
 async fn replicas_share_derived_caches(config: &str) {
-    let symsrv = SymbolServer::start().await;
-    symsrv.put(&elf_debug_path(), &debug_file());
+    let symsrv = SymbolServer::with_elf_debug().await;
     let body = elf_request(http_source(&symsrv.url, json!({})));
 
     let first = Server::start(config);

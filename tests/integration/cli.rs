@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::{
-    Server, SymbolServer, crashing_thread, fixture_json, fixtures, hex, minidump_file,
-    minidump_variant, unified_path,
+    Server, SymbolServer, crashing_thread, elf_debug_file, fixture_json, fixtures, hex,
+    minidump_file, minidump_variant, unified_path,
 };
 use serde_json::Value;
 
@@ -123,7 +123,7 @@ fn native_fixture(object: &Value, kind: &str) -> PathBuf {
 
 /// The ELF's debug file where the native layout keeps it.
 fn elf_native_symbols() -> (PathBuf, String) {
-    (common::elf_debug_file(), common::elf_debug_path())
+    (elf_debug_file(), common::elf_debug_path())
 }
 
 /// The PDB where the native (symstore) layout keeps it: `<name>/<GUID><age>/<name>`.
@@ -796,7 +796,7 @@ async fn replay_sends_the_stored_events_and_reports_before_and_after() {
     let pe = pe();
     let mut files = vec![
         (
-            common::elf_debug_file(),
+            elf_debug_file(),
             unified_path(elf()["code_id"].as_str().unwrap(), "debuginfo"),
         ),
         (

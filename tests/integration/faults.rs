@@ -15,8 +15,6 @@
 use crate::common;
 
 use std::collections::BTreeMap;
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -24,6 +22,7 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use common::fault_proxy::{Fault, FaultProxy};
 use common::symbfile::{self as sf, Part};
+use common::tmpfs::Tmpfs;
 use common::{ELF_BASE, Server, SymbolServer, assert_elf_symbolicated, client, elf_request};
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -128,16 +127,6 @@ fn http_source(url: &str) -> Value {
     json!([{"id": "flaky", "type": "http", "url": url, "layout": {"type": "native"}}])
 }
 
-/// A symbol server with the ELF fixture's debug file.
-async fn symbol_server() -> SymbolServer {
-    let symsrv = SymbolServer::start().await;
-    symsrv.put(
-        &common::elf_debug_path(),
-        &common::fixtures().join("native/elf/crash.debug"),
-    );
-    symsrv
-}
-
 /// Sends the ELF request until it comes back symbolicated; panics after `within`.
 /// Returns how many requests that took.
 async fn until_symbolicated(server: &Server, path: &str, body: &Value, within: Duration) -> usize {
@@ -163,7 +152,7 @@ async fn until_symbolicated(server: &Server, path: &str, body: &Value, within: D
 /// a debug status in `expected`; then, with the fault gone, the same request must be
 /// symbolicated again (no failure is remembered past `retry_errors_after`).
 async fn faulty_source(fault: Fault, expected: &[&str]) {
-    let symsrv = symbol_server().await;
+    let symsrv = SymbolServer::with_elf_debug().await;
     let proxy = FaultProxy::start(&symsrv.url).await;
     let server = Server::start(SHORT_TIMEOUTS);
     let request = elf_request(http_source(&proxy.url));
@@ -249,7 +238,7 @@ async fn a_source_slower_than_max_download_timeout_times_out_then_recovers() {
 /// are never served and are left out.
 fn corrupt_files(dir: &Path) -> Vec<(PathBuf, String)> {
     let mut corrupt = Vec::new();
-    for path in walk(dir) {
+    for path in common::files_under(dir) {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         if name.starts_with('.') {
             continue;
@@ -306,28 +295,9 @@ fn check_file(root: &Path, path: &Path, name: &str, data: &[u8]) -> Result<(), S
     }
 }
 
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            match entry.file_type() {
-                Ok(t) if t.is_dir() => stack.push(path),
-                Ok(t) if t.is_file() => files.push(path),
-                _ => {}
-            }
-        }
-    }
-    files
-}
-
 /// Temp files under `dir`: what killed writers leave behind.
 fn temp_files(dir: &Path) -> Vec<(PathBuf, u64)> {
-    walk(dir)
+    common::files_under(dir)
         .into_iter()
         .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with('.'))
         .map(|p| {
@@ -335,79 +305,6 @@ fn temp_files(dir: &Path) -> Vec<(PathBuf, u64)> {
             (p, len)
         })
         .collect()
-}
-
-/// A tmpfs of its own, mounted on a temp dir and detached on drop.
-struct Tmpfs {
-    dir: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    /// `Err` says why it could not be mounted (not root, no CAP_SYS_ADMIN, ...).
-    fn mount(bytes: u64) -> Result<Tmpfs, String> {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let target = CString::new(dir.path().as_os_str().as_bytes()).unwrap();
-        let options = CString::new(format!("size={bytes},mode=0755")).unwrap();
-        // SAFETY: every pointer is a NUL-terminated string that outlives the call.
-        let rc = unsafe {
-            libc::mount(
-                c"tmpfs".as_ptr(),
-                target.as_ptr(),
-                c"tmpfs".as_ptr(),
-                0,
-                options.as_ptr().cast(),
-            )
-        };
-        if rc != 0 {
-            return Err(std::io::Error::last_os_error().to_string());
-        }
-        Ok(Tmpfs { dir })
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn available(&self) -> u64 {
-        let path = CString::new(self.path().as_os_str().as_bytes()).unwrap();
-        // SAFETY: statvfs fills the struct it is given; the path is NUL-terminated.
-        let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-        assert_eq!(unsafe { libc::statvfs(path.as_ptr(), &mut stat) }, 0);
-        stat.f_bavail as u64 * stat.f_frsize as u64
-    }
-
-    /// Fills the file system until `leave` bytes are free; the filler goes on drop.
-    fn fill(&self, leave: u64) -> Filler {
-        let path = self.path().join("filler");
-        let take = self.available().saturating_sub(leave);
-        // tmpfs allocates what is written, not what a length claims: write zeros.
-        let zeros = vec![0u8; 64 * 1024];
-        let mut file = std::fs::File::create(&path).unwrap();
-        let mut left = take;
-        while left > 0 {
-            let n = left.min(zeros.len() as u64) as usize;
-            std::io::Write::write_all(&mut file, &zeros[..n]).unwrap();
-            left -= n as u64;
-        }
-        Filler(path)
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let target = CString::new(self.path().as_os_str().as_bytes()).unwrap();
-        // SAFETY: the path is NUL-terminated. Detached: a server that has not exited yet
-        // may still hold files open.
-        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
-    }
-}
-
-struct Filler(PathBuf);
-
-impl Drop for Filler {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 /// A tmpfs of `bytes`, or `None` after printing why the test is skipped.
@@ -435,7 +332,7 @@ async fn a_full_cache_disk_answers_every_request_and_recovers() {
     let Some(tmpfs) = tmpfs_or_skip(fault, 1 << 20) else {
         return;
     };
-    let symsrv = symbol_server().await;
+    let symsrv = SymbolServer::with_elf_debug().await;
     let cache_dir = tmpfs.path().join("cache");
     let work = tempfile::tempdir().unwrap();
     let server = Server::start_in(work.path(), &cache_dir, SHORT_TIMEOUTS);
@@ -718,7 +615,7 @@ async fn sigkill_mid_download_and_mid_conversion_then_restart() {
     row.count(kinds);
     let published = async {
         loop {
-            let symcaches = walk(&cache_dir.join("symcaches"));
+            let symcaches = common::files_under(&cache_dir.join("symcaches"));
             if symcaches
                 .iter()
                 .any(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))

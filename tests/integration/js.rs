@@ -4,7 +4,6 @@
 
 use crate::common;
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -156,10 +155,7 @@ async fn start_sentry_with(data: Vec<u8>) -> (String, Sentry) {
         .route("/lookup", get(lookup))
         .route("/files/bundle.zip", get(bundle))
         .with_state(sentry.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr: SocketAddr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let base = format!("http://{addr}");
+    let base = format!("http://{}", common::serve(app).await);
     *sentry.base.lock().unwrap() = base.clone();
     (base, sentry)
 }

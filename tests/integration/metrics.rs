@@ -6,9 +6,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::prometheus::Exposition;
-use common::{
-    Server, SymbolServer, assert_elf_symbolicated, elf_debug_path, elf_request, fixtures,
-};
+use common::{Server, SymbolServer, assert_elf_symbolicated, elf_debug_file, elf_request};
 use serde_json::json;
 
 /// Every StatsD line received until they satisfy `done` or `within` has passed.
@@ -138,11 +136,7 @@ async fn a_statsd_that_refuses_is_reported_once() {
 
 #[tokio::test]
 async fn prometheus_text_counts_requests_latency_caches_and_downloads() {
-    let symsrv = SymbolServer::start().await;
-    symsrv.put(
-        &elf_debug_path(),
-        &fixtures().join("native/elf/crash.debug"),
-    );
+    let symsrv = SymbolServer::with_elf_debug().await;
     let server = Server::start("");
     let sources = json!([{"type": "http", "id": "symsrv", "url": symsrv.url}]);
     let (_, r) = server.post("/symbolicate", &elf_request(sources)).await;
@@ -209,9 +203,7 @@ async fn prometheus_text_counts_requests_latency_caches_and_downloads() {
         Some(1.0),
         "{m:#?}"
     );
-    let size = std::fs::metadata(fixtures().join("native/elf/crash.debug"))
-        .unwrap()
-        .len();
+    let size = std::fs::metadata(elf_debug_file()).unwrap().len();
     assert_eq!(
         m.get("downloads_bytes_total", &[("source_type", "http")]),
         Some(size as f64)

@@ -307,7 +307,7 @@ async fn bodies_past_the_request_limits_are_refused_before_they_are_parsed() {
         // A server each: the allocator's per-thread heaps would add one request's peak
         // to another's.
         let server = Server::start("");
-        let before = common::proc_status_bytes(server.pid(), "VmHWM:");
+        let before = common::peak_rss_kib(server.pid()) << 10;
         let (status, answer) = server.post_raw(path, body.clone().into_bytes()).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {answer}");
         let message = answer["error"].as_str().unwrap();
@@ -315,7 +315,7 @@ async fn bodies_past_the_request_limits_are_refused_before_they_are_parsed() {
             message.contains("request_limits.max_frames"),
             "{path}: {message}"
         );
-        let grew = common::proc_status_bytes(server.pid(), "VmHWM:").saturating_sub(before);
+        let grew = (common::peak_rss_kib(server.pid()) << 10).saturating_sub(before);
         eprintln!(
             "{path}: peak RSS grew by {} MiB for a body of {} MiB",
             grew >> 20,
@@ -454,9 +454,7 @@ async fn failing_sources_answer_503() {
         counter.fetch_add(1, Ordering::SeqCst);
         async { (StatusCode::SERVICE_UNAVAILABLE, "overloaded") }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let overloaded = format!("http://{}/", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let overloaded = format!("http://{}/", common::serve(app).await);
     // A port that was just free: nothing listens there.
     let refused = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -72,10 +72,7 @@ struct Fixtures {
 }
 
 fn place_fixtures(symsrv: &SymbolServer) -> Fixtures {
-    symsrv.put(
-        &common::elf_debug_path(),
-        &fixtures().join("native/elf/crash.debug"),
-    );
+    symsrv.put_elf_debug();
     // Minidump: the nofp build in the native layout.
     let v = minidump_variant("nofp");
     let code_id = v["code_id"].as_str().unwrap();
@@ -375,17 +372,8 @@ impl Soak {
     }
 }
 
-/// A field of `/proc/<pid>/status`, in kB.
-fn status_kb(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-}
-
 fn rss_kb(pid: u32) -> Option<u64> {
-    status_kb(pid, "VmRSS")
+    common::proc_status_kib(pid, "VmRSS")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -464,8 +452,8 @@ sources:
             loop {
                 if let Some(kb) = rss_kb(pid) {
                     let secs = start.elapsed().as_secs();
-                    let anon = status_kb(pid, "RssAnon").unwrap_or(0);
-                    let file = status_kb(pid, "RssFile").unwrap_or(0);
+                    let anon = common::proc_status_kib(pid, "RssAnon").unwrap_or(0);
+                    let file = common::proc_status_kib(pid, "RssFile").unwrap_or(0);
                     writeln!(csv, "{secs},{kb},{anon},{file}").unwrap();
                     csv.flush().unwrap();
                     samples.push((secs, kb));

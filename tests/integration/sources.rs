@@ -7,7 +7,6 @@
 use crate::common;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,8 +19,8 @@ use axum::routing::get;
 use common::gcs::GcsServer;
 use common::s3::{ACCESS_KEY, S3Server, SECRET_KEY};
 use common::{
-    Server, assert_elf_symbolicated as assert_symbolicated, elf_debug_path, elf_request as request,
-    fixtures, object,
+    Server, assert_elf_symbolicated as assert_symbolicated, candidates, elf_debug_file,
+    elf_debug_path, elf_request as request, fixtures, object, serve,
 };
 use serde_json::{Value, json};
 
@@ -31,26 +30,12 @@ fn elf() -> Value {
     object("elf")
 }
 
-fn candidates(response: &Value) -> Vec<Value> {
-    response["modules"][0]["candidates"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-}
-
 fn candidate_at(candidates: &[Value], location: &str) -> Value {
     candidates
         .iter()
         .find(|c| c["location"] == location)
         .cloned()
         .unwrap_or_else(|| panic!("no candidate at {location}: {candidates:#?}"))
-}
-
-async fn serve(app: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    addr
 }
 
 // ---------------------------------------------------------------------------------------
@@ -148,7 +133,7 @@ fn take_one(counter: &AtomicUsize) -> bool {
 }
 
 fn debug_file() -> Vec<u8> {
-    std::fs::read(fixtures().join("native/elf/crash.debug")).unwrap()
+    std::fs::read(elf_debug_file()).unwrap()
 }
 
 /// A first file that parses but does not help (the stripped binary), then the debug file,
@@ -297,7 +282,7 @@ async fn s3_found_missing_and_wrong_secret() {
     s3.put(
         "symbols",
         &format!("native/{}", elf_debug_path()),
-        &fixtures().join("native/elf/crash.debug"),
+        &elf_debug_file(),
     );
     let (_, response) = server
         .post(
@@ -330,7 +315,7 @@ fn gcs_data() -> tempfile::TempDir {
     let data = tempfile::tempdir().unwrap();
     let dest = data.path().join("symbols/ios/").join(elf_debug_path());
     std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
-    std::fs::copy(fixtures().join("native/elf/crash.debug"), dest).unwrap();
+    std::fs::copy(elf_debug_file(), dest).unwrap();
     data
 }
 
@@ -500,7 +485,7 @@ async fn loopback_sources_are_refused_unless_allowed() {
     s3.put(
         "symbols",
         &format!("native/{}", elf_debug_path()),
-        &fixtures().join("native/elf/crash.debug"),
+        &elf_debug_file(),
     );
     let server = Server::start("connect_to_reserved_ips: false\n");
 

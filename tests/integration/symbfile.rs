@@ -8,6 +8,7 @@ use crate::common;
 
 use axum::http::StatusCode;
 use common::symbfile::*;
+use common::tmpfs::Tmpfs;
 use common::{Server, fixtures};
 use serde_json::Value;
 
@@ -325,66 +326,17 @@ async fn uploads_are_counted_as_their_bytes_arrive() {
     }
 }
 
-/// A tmpfs of `size` mounted on `dir` for as long as it lives.
-struct Tmpfs(std::path::PathBuf);
-
-impl Tmpfs {
-    /// `None`, saying why, where mounting is not permitted.
-    fn mount(dir: &std::path::Path, size: &str) -> Option<Tmpfs> {
-        std::fs::create_dir_all(dir).unwrap();
-        let out = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .output();
-        match out {
-            Ok(out) if out.status.success() => Some(Tmpfs(dir.to_owned())),
-            Ok(out) => {
-                eprintln!(
-                    "skipped: cannot mount a tmpfs: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                );
-                None
-            }
-            Err(err) => {
-                eprintln!("skipped: cannot run mount: {err}");
-                None
-            }
-        }
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .args(["-l"])
-            .arg(&self.0)
-            .status();
-    }
-}
-
-/// Fills the file system of `path` with it, then frees `keep` bytes again.
-fn fill_leaving(path: &std::path::Path, keep: u64) {
-    use std::io::Write;
-    let mut file = std::fs::File::create(path).unwrap();
-    let page = [0xaa; 4096];
-    loop {
-        match file.write_all(&page).and_then(|()| file.flush()) {
-            Ok(()) => {}
-            Err(err) if err.raw_os_error() == Some(libc::ENOSPC) => break,
-            Err(err) => panic!("filling {}: {err}", path.display()),
-        }
-    }
-    let len = file.metadata().unwrap().len() / 4096 * 4096;
-    file.set_len(len.saturating_sub(keep)).unwrap();
-}
-
 #[tokio::test]
 async fn a_full_disk_keeps_the_parts_and_the_retry_completes_the_upload() {
     let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("symbfiles");
-    let Some(_tmpfs) = Tmpfs::mount(&store, "1m") else {
-        return;
+    let tmpfs = match Tmpfs::mount(1 << 20) {
+        Ok(tmpfs) => tmpfs,
+        Err(err) => {
+            eprintln!("skipped: cannot mount a tmpfs: {err}");
+            return;
+        }
     };
+    let store = tmpfs.path().join("symbfiles");
     let server = Server::start_in(
         dir.path(),
         &dir.path().join("cache"),
@@ -397,8 +349,7 @@ async fn a_full_disk_keeps_the_parts_and_the_retry_completes_the_upload() {
     Part::ranges(&id, 1, 3, parts[1]).accepted(&server).await;
 
     // Room for the last part, none to join the parts.
-    let filler = store.join("filler");
-    fill_leaving(&filler, 4096);
+    let filler = tmpfs.fill(4096);
     let answer = Part::ranges(&id, 2, 3, parts[2]).send(&server).await;
     let text = answer.1["error"]["Text"].as_str().unwrap().to_owned();
     assert!(text.contains("disk is full"), "{text}");
@@ -407,7 +358,7 @@ async fn a_full_disk_keeps_the_parts_and_the_retry_completes_the_upload() {
     assert_eq!(response["modules"][0]["debug_status"], "missing");
 
     // Space again: sending the last part again completes the upload.
-    std::fs::remove_file(&filler).unwrap();
+    drop(filler);
     Part::ranges(&id, 2, 3, parts[2]).accepted(&server).await;
     let (_, response) = server.post("/symbolicate", &probe_request(&id)).await;
     assert_probes(&response);

@@ -8,7 +8,10 @@ use std::io::Write;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use common::{ELF_BASE, Server, SymbolServer, elf_debug_path, elf_module, fixtures, hex, object};
+use common::{
+    ELF_BASE, Server, SymbolServer, elf_debug_file, elf_debug_path, elf_module, fixtures, hex,
+    object,
+};
 use serde_json::{Value, json};
 
 const PE_BASE: u64 = 0x1_4000_0000;
@@ -95,7 +98,7 @@ async fn elf_dwarf_from_a_filesystem_source_matches_the_oracle() {
     let symbols = tempfile::tempdir().unwrap();
     let dest = symbols.path().join(elf_debug_path());
     std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
-    std::fs::copy(fixtures().join("native/elf/crash.debug"), &dest).unwrap();
+    std::fs::copy(elf_debug_file(), &dest).unwrap();
 
     let server = Server::start("");
     let body = json!({
@@ -196,7 +199,7 @@ async fn breakpad_and_gzip_compressed_files_are_used() {
 
     // The same debug file, gzip-compressed as symbol servers often store it.
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(&std::fs::read(fixtures().join("native/elf/crash.debug")).unwrap())
+    gz.write_all(&std::fs::read(elf_debug_file()).unwrap())
         .unwrap();
     symsrv.put_bytes(&elf_debug_path(), &gz.finish().unwrap());
     let body = json!({
@@ -453,10 +456,7 @@ fn a_bad_config_fails_start_up_naming_key_and_line() {
 #[tokio::test]
 async fn accept_invalid_certs_decides_whether_a_self_signed_server_is_used() {
     let symsrv = SymbolServer::start_tls().await;
-    symsrv.put(
-        &elf_debug_path(),
-        &fixtures().join("native/elf/crash.debug"),
-    );
+    symsrv.put_elf_debug();
     let server = Server::start("");
     let source = |id: &str, accept: bool| json!([{"type": "http", "id": id, "url": symsrv.url, "accept_invalid_certs": accept}]);
 

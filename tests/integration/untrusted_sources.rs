@@ -18,16 +18,10 @@ use axum::response::{IntoResponse, Redirect};
 use axum::routing::get;
 use common::s3::{ACCESS_KEY, S3Server, SECRET_KEY};
 use common::{
-    Server, SymbolServer, assert_elf_symbolicated, elf_debug_path, elf_request, fixtures,
+    Server, SymbolServer, assert_elf_symbolicated, candidates, elf_debug_file, elf_debug_path,
+    elf_request, serve,
 };
 use serde_json::{Value, json};
-
-fn candidates(response: &Value) -> Vec<Value> {
-    response["modules"][0]["candidates"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-}
 
 /// The candidate for the fixture's debug file, found by the end of its location.
 fn debug_file_candidate(response: &Value) -> Value {
@@ -153,10 +147,7 @@ async fn a_compressed_section_bomb_is_malformed_without_inflating_it() {
 async fn candidates_show_no_credentials_of_a_source_url() {
     let symbols = SymbolServer::start().await;
     let path = elf_debug_path();
-    symbols.put(
-        &format!("base/{path}"),
-        &fixtures().join("native/elf/crash.debug"),
-    );
+    symbols.put(&format!("base/{path}"), &elf_debug_file());
     let with_secrets = format!(
         "{}base/?token=s3cr3t-token&sig=s3cr3t-sig",
         symbols
@@ -199,13 +190,6 @@ fn record(seen: &SeenHeaders, path: &str, headers: &HeaderMap) {
     }
 }
 
-async fn serve(app: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    addr
-}
-
 #[tokio::test]
 async fn a_sources_headers_do_not_follow_a_redirect_to_another_origin() {
     // The storage: serves the debug file and records what it was sent.
@@ -220,9 +204,7 @@ async fn a_sources_headers_do_not_follow_a_redirect_to_another_origin() {
                      headers: HeaderMap| async move {
                         record(&seen, &path, &headers);
                         if path == elf_debug_path() {
-                            std::fs::read(fixtures().join("native/elf/crash.debug"))
-                                .unwrap()
-                                .into_response()
+                            std::fs::read(elf_debug_file()).unwrap().into_response()
                         } else {
                             StatusCode::NOT_FOUND.into_response()
                         }
@@ -310,11 +292,7 @@ async fn start_proxy() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
 
 #[tokio::test]
 async fn a_proxy_from_the_environment_cannot_reach_a_reserved_address() {
-    let symbols = SymbolServer::start().await;
-    symbols.put(
-        &elf_debug_path(),
-        &fixtures().join("native/elf/crash.debug"),
-    );
+    let symbols = SymbolServer::with_elf_debug().await;
     // A name, not a literal: only resolving it shows that it is loopback.
     let by_name = symbols.url.replace("127.0.0.1", "localhost");
     let sources = json!([{"type": "http", "id": "internal", "url": by_name}]);
@@ -367,7 +345,7 @@ async fn a_request_named_s3_source_without_keys_gets_no_server_credentials() {
     s3.put(
         "symbols",
         &format!("native/{}", elf_debug_path()),
-        &fixtures().join("native/elf/crash.debug"),
+        &elf_debug_file(),
     );
     let region = json!(["us-east-1", s3.url]);
     let config = format!(
