@@ -32,12 +32,15 @@ fn fake_gcs_binary() -> PathBuf {
 
 impl GcsServer {
     pub async fn start(data: &Path) -> GcsServer {
+        // Found first (a Python start-up): the port below is free only until something
+        // else binds it, and other tests of this process bind ports all the time.
+        let binary = fake_gcs_binary();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let child = Command::new(fake_gcs_binary())
+        let child = Command::new(binary)
             .args([
                 "-scheme",
                 "http",

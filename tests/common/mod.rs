@@ -13,7 +13,7 @@ pub mod tmpfs;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -243,30 +243,7 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .expect("omnisym starts");
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let log2 = log.clone();
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(addr) = line.strip_prefix("omnisym listening on ")
-                    && let Some(tx) = tx.take()
-                {
-                    let _ = tx.send(addr.to_string());
-                }
-                let mut log = log2.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        let url = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(url) => url,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("omnisym did not start:\n{}", log.lock().unwrap());
-            }
-        };
+        let (url, log) = await_listening(&mut child);
         Server {
             child,
             url,
@@ -291,18 +268,8 @@ impl Server {
     }
 
     /// SIGTERM; the exit status if the process ended within `limit`.
-    pub fn terminate(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let pid = i32::try_from(self.child.id()).unwrap();
-        // SAFETY: a plain kill(2) of our own child.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-        let deadline = std::time::Instant::now() + limit;
-        while std::time::Instant::now() < deadline {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        None
+    pub fn terminate(&mut self, limit: Duration) -> Option<ExitStatus> {
+        terminate(&mut self.child, limit)
     }
 
     /// POSTs JSON; returns the status and the parsed body.
@@ -348,6 +315,64 @@ impl Server {
         let text = resp.text().await.unwrap();
         prometheus::Exposition::parse(&text).unwrap_or_else(|err| panic!("{err}\n{text}"))
     }
+}
+
+/// Collects the stderr of a starting omnisym `child` into a log (on a thread of its own,
+/// to the end) and waits for its line `omnisym listening on ADDR`. Returns ADDR (a URL)
+/// and the log; kills the child and panics with what it logged when it exits first or
+/// says nothing of the kind within 30 s.
+pub fn await_listening(child: &mut Child) -> (String, Arc<Mutex<String>>) {
+    let stderr = child.stderr.take().expect("the child's stderr is piped");
+    let log = Arc::new(Mutex::new(String::new()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let log2 = log.clone();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(addr) = line.strip_prefix("omnisym listening on ")
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(addr.to_string());
+            }
+            let mut log = log2.lock().unwrap();
+            log.push_str(&line);
+            log.push('\n');
+        }
+    });
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(url) => (url, log),
+        Err(_) => {
+            let _ = child.kill();
+            panic!("omnisym did not start:\n{}", log.lock().unwrap());
+        }
+    }
+}
+
+/// SIGTERM to `child`; its exit status if it ended within `limit`.
+pub fn terminate(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: a plain kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// Runs `omnisym cleanup -c config [args]`; returns what it printed.
+pub fn run_cleanup(config: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_omnisym"))
+        .args(["cleanup", "-c"])
+        .arg(config)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap()
 }
 
 /// One field of a `multipart/form-data` body; `filename` makes it a file.

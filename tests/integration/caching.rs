@@ -19,7 +19,7 @@ use common::prometheus::Exposition;
 use common::s3::{ACCESS_KEY, S3Server, SECRET_KEY};
 use common::{
     Server, SymbolServer, assert_elf_symbolicated, elf_debug_file, elf_debug_path, elf_request,
-    fixtures,
+    fixtures, run_cleanup,
 };
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -69,18 +69,6 @@ fn assert_no_torn_files(cache_dir: &Path) {
                 .unwrap_or_else(|e| panic!("{rel} does not parse: {e}"));
         }
     }
-}
-
-/// Runs `omnisym cleanup -c config [args]`; returns what it printed.
-fn run_cleanup(config: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_omnisym"))
-        .args(["cleanup", "-c"])
-        .arg(config)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// Lookups of cache `kind` that `layer` answered, from `GET /metrics`.

@@ -5,6 +5,8 @@
 //! user when the suite runs as root. Only the values a container changes by mounting
 //! (`bind`'s port, `cache_dir`'s root) are rewritten.
 
+use crate::common;
+
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
@@ -301,54 +303,17 @@ fn start_server(mut command: Command) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        let mut log = String::new();
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            log.push_str(&line);
-            log.push('\n');
-            if line.starts_with("omnisym listening on ")
-                && let Some(tx) = tx.take()
-            {
-                let _ = tx.send(Ok(()));
-            }
-        }
-        if let Some(tx) = tx {
-            let _ = tx.send(Err(log));
-        }
-    });
-    match rx.recv_timeout(Duration::from_secs(30)) {
-        Ok(Ok(())) => child,
-        Ok(Err(log)) => panic!("the server exited:\n{log}"),
-        Err(_) => {
-            let _ = child.kill();
-            panic!("the server did not start in 30 s");
-        }
-    }
+    common::await_listening(&mut child);
+    child
 }
 
-fn sigterm(child: &Child) {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
-fn wait_with_timeout(child: &mut Child, timeout: Duration) -> ExitStatus {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("process did not exit within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// SIGTERM, then the exit status; kills the process and panics if it has not exited
+/// within `limit`.
+fn stop(child: &mut Child, limit: Duration) -> ExitStatus {
+    common::terminate(child, limit).unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("process did not exit within {limit:?}");
+    })
 }
 
 fn healthcheck(image: &Image, extra: &[&str]) -> (bool, String) {
@@ -444,12 +409,10 @@ fn self_hosted_compose_commands_run_unchanged() {
         cleanup.try_wait().unwrap().is_none(),
         "--repeat keeps running"
     );
-    sigterm(&cleanup);
-    let status = wait_with_timeout(&mut cleanup, Duration::from_secs(10));
+    let status = stop(&mut cleanup, Duration::from_secs(10));
     assert_eq!(status.code(), Some(0));
 
-    sigterm(&server);
-    let status = wait_with_timeout(&mut server, Duration::from_secs(30));
+    let status = stop(&mut server, Duration::from_secs(30));
     assert_eq!(status.code(), Some(0));
 
     // Nothing listens any more: the healthcheck fails, and within its timeout.
@@ -480,11 +443,7 @@ fn docker_run_with_the_baked_in_config() {
         image.port
     ));
     assert!(image.command(&argv).output().unwrap().status.success());
-    sigterm(&server);
-    assert_eq!(
-        wait_with_timeout(&mut server, Duration::from_secs(30)).code(),
-        Some(0)
-    );
+    assert_eq!(stop(&mut server, Duration::from_secs(30)).code(), Some(0));
 }
 
 #[test]
@@ -504,11 +463,7 @@ fn cleanup_repeat_without_a_value_uses_the_configured_interval() {
     }
     // Three passes, two pauses of a second between them.
     assert!(start.elapsed() >= Duration::from_millis(1900));
-    sigterm(&cleanup);
-    assert_eq!(
-        wait_with_timeout(&mut cleanup, Duration::from_secs(10)).code(),
-        Some(0)
-    );
+    assert_eq!(stop(&mut cleanup, Duration::from_secs(10)).code(), Some(0));
 }
 
 #[test]

@@ -408,12 +408,7 @@ async fn cleanup_leaves_an_upload_in_progress_alone() {
         format!("cache_dir: {}\n{}", cache_dir.display(), config("")),
     )
     .unwrap();
-    let cleanup = std::process::Command::new(env!("CARGO_BIN_EXE_omnisym"))
-        .args(["cleanup", "--config"])
-        .arg(&config_path)
-        .output()
-        .unwrap();
-    assert!(cleanup.status.success(), "{cleanup:?}");
+    common::run_cleanup(&config_path, &[]);
     assert!(receiving(), "cleanup removed the part being received");
 
     stream.write_all(tail).await.unwrap();
