@@ -306,15 +306,34 @@ impl Server {
             .send()
             .await
             .unwrap();
-        assert!(resp.status().is_success(), "{resp:?}");
-        assert_eq!(
-            resp.headers()["content-type"],
-            "text/plain; version=0.0.4",
-            "{resp:?}"
-        );
-        let text = resp.text().await.unwrap();
-        prometheus::Exposition::parse(&text).unwrap_or_else(|err| panic!("{err}\n{text}"))
+        exposition(resp).await
     }
+
+    /// [`Server::scrape`], or `None` when the server refused the request with 503, as it
+    /// refuses any request while every connection slot is taken.
+    pub async fn try_scrape(&self) -> Option<prometheus::Exposition> {
+        let resp = client()
+            .get(format!("{}/metrics", self.url))
+            .send()
+            .await
+            .unwrap();
+        if resp.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE {
+            return None;
+        }
+        Some(exposition(resp).await)
+    }
+}
+
+/// A `GET /metrics` answer, checked and parsed.
+async fn exposition(resp: reqwest::Response) -> prometheus::Exposition {
+    assert!(resp.status().is_success(), "{resp:?}");
+    assert_eq!(
+        resp.headers()["content-type"],
+        "text/plain; version=0.0.4",
+        "{resp:?}"
+    );
+    let text = resp.text().await.unwrap();
+    prometheus::Exposition::parse(&text).unwrap_or_else(|err| panic!("{err}\n{text}"))
 }
 
 /// Collects the stderr of a starting omnisym `child` into a log (on a thread of its own,
