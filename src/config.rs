@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use crate::cache::{CachesConfig, SharedCacheConfig};
 use crate::fetch::{DenyListConfig, FetchConfig};
-use crate::lookup::{MAX_INLINE_DEPTH, ObjectLimits, SymbfileConfig};
+use crate::lookup::ObjectLimits;
 use crate::sources::{Secret, SourceConfig};
 use crate::telemetry::MetricsConfig;
 use crate::units::{deserialize_duration, deserialize_limit, deserialize_size};
@@ -301,6 +301,71 @@ impl Default for MozillaConfig {
     /// Mozilla's own service allows 10.
     fn default() -> Self {
         MozillaConfig { max_jobs: 10 }
+    }
+}
+
+/// The largest `max_inline_depth` a config may set: a chain this deep converts in half
+/// of a blocking thread's 2 MiB stack (the tests of `native::symbfile`'s converter
+/// check it, in a debug build).
+pub const MAX_INLINE_DEPTH: u32 = 256;
+
+/// The `symbfile` section of the config: who may upload, where uploads live, and how
+/// much they may take. Defined here rather than beside the store (`native::symbfile`):
+/// the config is part of the core, which imports no pipeline.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default)]
+pub struct SymbfileConfig {
+    /// Keys accepted in `Authorization: APIKey <key>`. None: uploads are refused (403)
+    /// and only symbols already stored are served.
+    pub api_keys: Vec<Secret>,
+    /// Where uploads are stored; default `<cache_dir>/symbfiles` (cache cleanup deletes
+    /// only its abandoned temp files: uploads are data, not cache).
+    pub dir: Option<PathBuf>,
+    /// Largest symbfile, all parts together, in bytes.
+    #[serde(deserialize_with = "deserialize_size")]
+    pub max_file_size: u64,
+    /// Bytes all unfinished uploads may hold together: their stored parts and the parts
+    /// being received (more: 429). At least `max_file_size`.
+    #[serde(deserialize_with = "deserialize_size")]
+    pub max_pending_size: u64,
+    /// Most functions in one inline chain: a return pad's frames, a range's `depth`
+    /// plus one. A deeper upload is refused (400). At most [`MAX_INLINE_DEPTH`]:
+    /// converting a chain into a SymCache takes stack for every level.
+    pub max_inline_depth: u32,
+    /// Largest `FileParts` accepted.
+    #[serde(deserialize_with = "deserialize_limit")]
+    pub max_parts: usize,
+    /// Uploads whose parts are still coming in, at once.
+    #[serde(deserialize_with = "deserialize_limit")]
+    pub max_pending_uploads: usize,
+    /// An unfinished upload that received no part for this long is discarded.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub pending_upload_timeout: Duration,
+    /// Executables (FileIDs) with stored symbols; past it new ones are refused (507).
+    #[serde(deserialize_with = "deserialize_limit")]
+    pub max_stored_files: usize,
+    /// Mapped SymCaches (and "no symbols" answers) kept open for lookups.
+    pub max_open_indexes: u64,
+}
+
+impl Default for SymbfileConfig {
+    fn default() -> Self {
+        SymbfileConfig {
+            api_keys: Vec::new(),
+            dir: None,
+            // Reading a symbfile into memory takes a few times its size; this keeps one
+            // upload's conversion within a gigabyte or so.
+            max_file_size: 256 * 1024 * 1024,
+            // Four of the largest uploads at once.
+            max_pending_size: 1024 * 1024 * 1024,
+            // Inline chains of real programs stay within a few dozen functions.
+            max_inline_depth: 128,
+            max_parts: 1024,
+            max_pending_uploads: 64,
+            pending_upload_timeout: Duration::from_secs(3600),
+            max_stored_files: 100_000,
+            max_open_indexes: 1024,
+        }
     }
 }
 

@@ -18,8 +18,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use omnisym::lookup::{SymbfileConfig, SymbfileStore, UploadProgress};
-use omnisym::sources::{FileId, SymbfileKind, file_dir};
+use omnisym::config::SymbfileConfig;
+use omnisym::native::symbfile::{FileId, SymbfileKind, SymbfileStore, UploadProgress, file_dir};
 use omnisym_fuzz::{install_isolating_hook, isolating, runtime, scratch_dir};
 
 /// Functions looked up per input; a SymCache may hold many thousands.

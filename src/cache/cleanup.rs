@@ -149,7 +149,7 @@ impl Cleanup {
         let Some(dir) = &self.symbfiles else {
             return 0;
         };
-        // The store's own layout (lookup/symbfile/store.rs): temp files are the only
+        // The store's own layout (native/symbfile/layout.rs): temp files are the only
         // files that are not uploads or the indexes built from them.
         for (path, meta) in files(&dir.join("tmp")) {
             if age(&meta, now) >= TEMP_GRACE {

@@ -4,9 +4,8 @@
 //! the cache in any format (`downloads`: object files, source files, and whatever a
 //! platform reads itself, named by a source location or by a whole URL), object files
 //! and their ranking for a purpose with the candidate report (`objects`,
-//! `object_file`), caches derived from the best object file (`derived`), source files
-//! for source context (`source_files`), and symbols uploaded as symbfiles, stored and
-//! served by FileID (`symbfile`).
+//! `object_file`), caches derived from the best object file (`derived`), and source
+//! files for source context (`source_files`).
 //!
 //! Pipelines (`native`, `js`, `jvm`) call this module; it never calls them.
 
@@ -19,7 +18,6 @@ mod locate;
 mod object_file;
 mod objects;
 mod source_files;
-mod symbfile;
 
 use std::sync::Arc;
 
@@ -29,36 +27,25 @@ pub use locate::Locator;
 pub use object_file::{ObjectFile, ObjectHandle, ObjectHint, ObjectLimits, ObjectMeta};
 pub use objects::{FindResult, FoundObject, ObjectLookup, ObjectPurpose};
 pub use source_files::{SourceFiles, context_lines, fetchable_link, sourcelink_candidate};
-pub use symbfile::{
-    FormatError, MAX_INLINE_DEPTH, PartWriter, SymbfileConfig, SymbfileStore, UploadError,
-    UploadProgress,
-};
 
 use crate::cache::Caches;
 use crate::fetch::Downloader;
 
 /// What every pipeline shares: one locator (and its symstore indexes), one object-file
-/// cache, one source-file cache, the uploaded symbfiles.
+/// cache, one source-file cache.
 pub struct Lookup {
     pub locator: Arc<Locator>,
     pub objects: Arc<ObjectLookup>,
     pub source_files: Arc<SourceFiles>,
-    pub symbfiles: Arc<SymbfileStore>,
 }
 
 impl Lookup {
-    pub fn new(
-        caches: &Caches,
-        downloader: Downloader,
-        limits: ObjectLimits,
-        symbfiles: Arc<SymbfileStore>,
-    ) -> Self {
+    pub fn new(caches: &Caches, downloader: Downloader, limits: ObjectLimits) -> Self {
         let locator = Arc::new(Locator::new(caches, downloader.clone()));
         Lookup {
             objects: Arc::new(ObjectLookup::new(caches, locator.clone(), limits)),
             source_files: Arc::new(SourceFiles::new(caches, downloader)),
             locator,
-            symbfiles,
         }
     }
 }

@@ -1,9 +1,11 @@
 //! Native symbolication (ELF, Mach-O, PE/PDB, Breakpad, Wasm and .NET): the caches
 //! derived from debug files (`symcache`, `cfi`, `ppdb`), demangling, symbolicating
 //! stack traces (`symbolicate`), minidump stackwalking (`stackwalk`), Apple crash
-//! reports (`apple`) and native source context (`source_context`), and the cold path
+//! reports (`apple`) and native source context (`source_context`), the cold path
 //! (`cold`): answering frames and unwinding straight from a debug file while its
-//! SymCache or CFI cache is built. Finding and fetching the files is `lookup`'s.
+//! SymCache or CFI cache is built, and symbols uploaded as symbfiles (`symbfile`), which
+//! answer modules with a `file_id` before any source. Finding and fetching the files is
+//! `lookup`'s.
 
 mod apple;
 pub mod cfi;
@@ -13,6 +15,7 @@ pub mod interface;
 pub mod ppdb;
 mod source_context;
 mod stackwalk;
+pub mod symbfile;
 pub mod symbolicate;
 pub mod symcache;
 
@@ -26,7 +29,7 @@ use serde::Deserialize;
 
 use crate::cache::{Caches, ConversionBudget, Scope};
 use crate::error::panicked;
-use crate::lookup::{Lookup, ObjectLookup, SourceFiles, SymbfileStore};
+use crate::lookup::{Lookup, ObjectLookup, SourceFiles};
 use crate::sources::SourceConfig;
 use cfi::CfiCaches;
 use demangle::DemangleCache;
@@ -37,6 +40,7 @@ use interface::{
 use ppdb::PpdbCaches;
 use source_context::apply_source_context;
 use stackwalk::{Stackwalk, read_minidump};
+use symbfile::SymbfileStore;
 use symbolicate::{ModuleLookup, symbolicate_stacktrace};
 use symcache::SymCaches;
 
@@ -86,7 +90,7 @@ pub struct CrashReportRequest {
 }
 
 impl NativeService {
-    pub fn new(caches: &Caches, lookup: &Lookup) -> Self {
+    pub fn new(caches: &Caches, lookup: &Lookup, symbfiles: Arc<SymbfileStore>) -> Self {
         let objects = lookup.objects.clone();
         NativeService {
             symcaches: SymCaches::new(caches, objects.clone()),
@@ -94,7 +98,7 @@ impl NativeService {
             source_files: lookup.source_files.clone(),
             ppdb_caches: PpdbCaches::new(caches, objects.clone()),
             objects,
-            symbfiles: lookup.symbfiles.clone(),
+            symbfiles,
             demangle: Arc::new(DemangleCache::new(10 * 1024 * 1024)),
             conversions: caches.conversions(),
         }

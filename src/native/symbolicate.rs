@@ -18,11 +18,12 @@ use super::interface::{
     SymbolicatedFrame,
 };
 use super::ppdb::{OwnedPpdbCache, PpdbCaches, symbolicate_dotnet_frame};
+use super::symbfile::{FileId, SymbfileStore};
 use super::symcache::{OwnedSymCache, SymCaches};
 use crate::cache::Scope;
 use crate::error::{CacheError, CacheResult, panicked};
-use crate::lookup::{FoundObject, ObjectHandle, Progress, SymbfileStore};
-use crate::sources::{FileId, ObjectId, ObjectType, SourceConfig};
+use crate::lookup::{FoundObject, ObjectHandle, Progress};
+use crate::sources::{ObjectId, ObjectType, SourceConfig};
 
 /// An id the client sent that does not parse makes the module unusable; upstream
 /// silently drops such ids, we report the module as malformed instead.

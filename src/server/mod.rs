@@ -39,8 +39,9 @@ use crate::fetch::Downloader;
 use crate::js::JsService;
 use crate::js::bundle::BundleLimits;
 use crate::jvm::JvmService;
-use crate::lookup::{Lookup, SymbfileStore};
+use crate::lookup::Lookup;
 use crate::native::NativeService;
+use crate::native::symbfile::SymbfileStore;
 use crate::service::{RequestService, Reservation};
 use crate::sources::SourceConfig;
 use crate::telemetry;
@@ -71,7 +72,7 @@ pub struct AppState {
     pub request_limits: RequestLimits,
     /// The longest a poll waits for its answer.
     pub max_poll_timeout: Duration,
-    /// Uploaded symbfiles (the native pipeline reads them through `lookup`).
+    /// Uploaded symbfiles (the native pipeline reads them too).
     pub symbfiles: Arc<SymbfileStore>,
     /// `None` when `symstore_proxy` is off.
     pub symstore_proxy: Option<Arc<compat::SymstoreProxy>>,
@@ -125,13 +126,8 @@ impl AppState {
         }
         let caches = Arc::new(caches);
         let symbfiles = Arc::new(symbfiles);
-        let lookup = Lookup::new(
-            &caches,
-            downloader.clone(),
-            config.object_limits(),
-            symbfiles.clone(),
-        );
-        let native = NativeService::new(&caches, &lookup);
+        let lookup = Lookup::new(&caches, downloader.clone(), config.object_limits());
+        let native = NativeService::new(&caches, &lookup, symbfiles.clone());
         let jvm = JvmService::new(&caches, &lookup);
         let bundle_limits = BundleLimits {
             max_entries: config.max_artifact_bundle_entries,

@@ -5,8 +5,7 @@
 //! index lists (`index`), and where on a source a
 //! file is expected (`get_directory_paths` for every directory layout and casing, plus joining
 //! such a location onto an HTTP base URL, a filesystem root or a bucket prefix), and the pure
-//! parts of the Sentry search protocol (query URLs, answers, pagination links), and uploaded
-//! symbfiles as a source (`FileId`, and where each upload lives in the store).
+//! parts of the Sentry search protocol (query URLs, answers, pagination links).
 //!
 //! Everything here is pure and mirrors upstream Symbolicator's `symbolicator-sources` crate,
 //! so that request JSON and probed locations are wire-compatible.
@@ -41,7 +40,6 @@ mod paths;
 mod s3;
 mod secret;
 mod sentry;
-mod symbfile;
 mod types;
 
 pub use common::{
@@ -58,9 +56,5 @@ pub use s3::{AwsCredentialsProvider, S3Region, S3SourceConfig};
 pub use secret::Secret;
 pub use sentry::{
     SentryFileInfo, SentrySourceConfig, next_page, parse_search_answer, sentry_file_uri,
-};
-pub use symbfile::{
-    FILES_DIR, FileId, InvalidFileId, PENDING_DIR, SymbfileKind, file_dir, part_name, pending_dir,
-    symbfile_path,
 };
 pub use types::{ObjectId, ObjectType};

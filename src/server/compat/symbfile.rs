@@ -4,7 +4,8 @@
 //! the part (`FilePart`, from 0) and the count (`FileParts`), and carry the key
 //! (`Authorization: APIKey <key>`). Answers have Elastic's shape: `{"success":true,
 //! "status":200}`, or `{"success":false,"uuid":…,"error":{"Code":…,"Text":…},
-//! "status":…}` with the uuid in our log line. Storing and serving are `lookup`'s.
+//! "status":…}` with the uuid in our log line. Storing and serving are
+//! `native::symbfile`'s.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -14,8 +15,7 @@ use futures::StreamExt;
 use serde_json::json;
 
 use super::super::{ApiError, AppState};
-use crate::lookup::{UploadError, UploadProgress};
-use crate::sources::{FileId, SymbfileKind};
+use crate::native::symbfile::{FileId, InvalidFileId, SymbfileKind, UploadError, UploadProgress};
 
 pub async fn upload_ranges(
     State(state): State<AppState>,
@@ -206,16 +206,15 @@ async fn receive(
             "the server is overloaded; retry later",
         )
     })?;
-    let file_id: FileId =
-        header(headers, "FileID")?
-            .parse()
-            .map_err(|err: crate::sources::InvalidFileId| {
-                Refusal::new(
-                    StatusCode::BAD_REQUEST,
-                    code::BAD_HEADERS,
-                    format!("header FileID: {err}"),
-                )
-            })?;
+    let file_id: FileId = header(headers, "FileID")?
+        .parse()
+        .map_err(|err: InvalidFileId| {
+            Refusal::new(
+                StatusCode::BAD_REQUEST,
+                code::BAD_HEADERS,
+                format!("header FileID: {err}"),
+            )
+        })?;
     let part = number(headers, "FilePart")?;
     let parts = number(headers, "FileParts")?;
     let mut writer = state

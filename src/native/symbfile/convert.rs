@@ -364,7 +364,7 @@ mod tests {
     /// frame: symbolic's converter recurses once per level.
     #[test]
     fn the_deepest_allowed_chains_convert_on_a_blocking_threads_stack() {
-        let depth = super::super::MAX_INLINE_DEPTH;
+        let depth = crate::config::MAX_INLINE_DEPTH;
         let mut b = Built::new();
         for level in 0..depth {
             let level = u64::from(level);

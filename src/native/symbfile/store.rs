@@ -39,16 +39,17 @@ use symbolic::symcache::SymCache;
 use tempfile::NamedTempFile;
 use tokio::io::AsyncWriteExt;
 
-use super::SymbfileConfig;
 use super::convert::write_symcache;
+use super::file_id::FileId;
+use super::layout::{
+    FILES_DIR, PENDING_DIR, SymbfileKind, file_dir, part_name, pending_dir, symbfile_path,
+};
 use super::read::{FormatError, MAGIC, Records, read_into};
 use crate::cache::cleanup::TEMP_GRACE;
+use crate::config::SymbfileConfig;
 use crate::error::{CacheError, CacheResult, isolate_blocking, panicked};
 use crate::lookup::Derived;
-use crate::sources::{
-    FILES_DIR, FileId, PENDING_DIR, Secret, SourceId, SymbfileKind, file_dir, part_name,
-    pending_dir, symbfile_path,
-};
+use crate::sources::{Secret, SourceId};
 use crate::types::{ObjectCandidate, ObjectDownloadInfo, ObjectFeatures, ObjectUseInfo};
 
 /// Bump when `convert` changes what it writes: every index gets a new name and is
