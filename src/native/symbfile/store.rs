@@ -34,8 +34,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
-use symbolic::common::{ByteView, SelfCell};
-use symbolic::symcache::SymCache;
+use symbolic::common::ByteView;
 use tempfile::NamedTempFile;
 use tokio::io::AsyncWriteExt;
 
@@ -45,10 +44,12 @@ use super::layout::{
     FILES_DIR, PENDING_DIR, SymbfileKind, file_dir, part_name, pending_dir, symbfile_path,
 };
 use super::read::{FormatError, MAGIC, Records, read_into};
+use crate::cache::DerivedFormat;
 use crate::cache::cleanup::TEMP_GRACE;
 use crate::config::SymbfileConfig;
 use crate::error::{CacheError, CacheResult, isolate_blocking, panicked};
 use crate::lookup::Derived;
+use crate::native::symcache::{OwnedSymCache, SymCacheFormat};
 use crate::sources::{Secret, SourceId};
 use crate::types::{ObjectCandidate, ObjectDownloadInfo, ObjectFeatures, ObjectUseInfo};
 
@@ -64,8 +65,6 @@ pub const SYMBFILE_SOURCE: &str = "symbfile:uploads";
 /// Concurrent completions and index builds for FileIDs that share a stripe wait for
 /// each other; a fixed number keeps the locks bounded however many FileIDs there are.
 const LOCK_STRIPES: usize = 64;
-
-pub type OwnedSymCache = Arc<SelfCell<ByteView<'static>, SymCache<'static>>>;
 
 /// Why an upload was refused; the front turns each into a status.
 #[derive(Debug, thiserror::Error)]
@@ -780,7 +779,7 @@ impl Disk {
         };
         let path = target.join(name);
         match ByteView::open(&path) {
-            Ok(view) => match parse_index(view) {
+            Ok(view) => match SymCacheFormat::load(view) {
                 Ok(cache) => return Ok(Some(cache)),
                 Err(err) => {
                     tracing::warn!(index = %path.display(), error = %err, "rebuilding an unreadable symbfile index");
@@ -803,14 +802,8 @@ impl Disk {
             .publish_index(&target, index)
             .map_err(CacheError::internal)?;
         let view = ByteView::open(&path).map_err(CacheError::internal)?;
-        parse_index(view).map(Some)
+        SymCacheFormat::load(view).map(Some)
     }
-}
-
-fn parse_index(view: ByteView<'static>) -> CacheResult<OwnedSymCache> {
-    SelfCell::try_new(view, |bytes| SymCache::parse(unsafe { &*bytes }))
-        .map(Arc::new)
-        .map_err(|e| CacheError::Malformed(e.to_string()))
 }
 
 /// Reads one stored or uploaded symbfile into `records`; a reader panic is a
