@@ -26,7 +26,6 @@
 
 use std::fs;
 use std::io::{self, BufWriter, Write};
-use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -47,7 +46,7 @@ use super::read::{FormatError, MAGIC, Records, read_into};
 use crate::cache::DerivedFormat;
 use crate::cache::cleanup::TEMP_GRACE;
 use crate::config::SymbfileConfig;
-use crate::error::{CacheError, CacheResult, isolate_blocking, panicked};
+use crate::error::{CacheError, CacheResult, isolate, isolate_blocking};
 use crate::lookup::Derived;
 use crate::native::symcache::{OwnedSymCache, SymCacheFormat};
 use crate::sources::{Secret, SourceId};
@@ -647,14 +646,10 @@ impl Disk {
         }
         // A panic while converting hostile records refuses the upload like any
         // malformed file instead of leaving it to fail again on every retry.
-        let result =
-            std::panic::catch_unwind(AssertUnwindSafe(|| self.publish(id, kind, &paths, total)))
-                .unwrap_or_else(|payload| {
-                    Err(UploadError::Invalid(FormatError::Malformed {
-                        offset: 0,
-                        message: panicked("symbfile conversion", payload).to_string(),
-                    }))
-                });
+        let result = isolate("symbfile conversion", || {
+            Ok(self.publish(id, kind, &paths, total))
+        })
+        .unwrap_or_else(|err| Err(malformed(&err).into()));
         match result {
             Ok(()) => {
                 if let Err(err) = self.remove_upload(&pending) {
@@ -810,14 +805,20 @@ impl Disk {
 /// malformed file, not a dead request.
 fn read_file(path: &Path, records: &mut Records, max_depth: u32) -> Result<(), UploadError> {
     let view = ByteView::open(path).map_err(UploadError::io)?;
-    std::panic::catch_unwind(AssertUnwindSafe(|| read_into(&view, records, max_depth)))
-        .unwrap_or_else(|payload| {
-            Err(FormatError::Malformed {
-                offset: 0,
-                message: panicked("symbfile reader", payload).to_string(),
-            })
-        })?;
+    isolate("symbfile reader", || {
+        Ok(read_into(&view, records, max_depth))
+    })
+    .unwrap_or_else(|err| Err(malformed(&err)))?;
     Ok(())
+}
+
+/// What a symbfile whose parse panicked (`err`, from [`isolate`]) is: malformed from
+/// its start.
+fn malformed(err: &CacheError) -> FormatError {
+    FormatError::Malformed {
+        offset: 0,
+        message: err.to_string(),
+    }
 }
 
 /// The index name for the symbfiles now in `target`; `None` when there are none.
