@@ -344,8 +344,6 @@ pub struct SymbfileConfig {
     /// Executables (FileIDs) with stored symbols; past it new ones are refused (507).
     #[serde(deserialize_with = "deserialize_limit")]
     pub max_stored_files: usize,
-    /// Mapped SymCaches (and "no symbols" answers) kept open for lookups.
-    pub max_open_indexes: u64,
 }
 
 impl Default for SymbfileConfig {
@@ -364,7 +362,6 @@ impl Default for SymbfileConfig {
             max_pending_uploads: 64,
             pending_upload_timeout: Duration::from_secs(3600),
             max_stored_files: 100_000,
-            max_open_indexes: 1024,
         }
     }
 }
@@ -1297,7 +1294,6 @@ max_download_size: 16106127360
             defaults.pending_upload_timeout
         );
         assert_eq!(documented.max_stored_files, defaults.max_stored_files);
-        assert_eq!(documented.max_open_indexes, defaults.max_open_indexes);
         assert!(documented.api_keys.is_empty());
         assert_eq!(example.symbfile_dir(), example.cache_dir.join("symbfiles"));
 

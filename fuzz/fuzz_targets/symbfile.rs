@@ -1,8 +1,9 @@
 //! A symbfile upload as the server receives it: the parts streamed into the store
 //! (`SymbfileStore::begin_part`, `PartWriter::write` and `finish`), the upload joined,
 //! read and converted into the FileID's SymCache when its last part lands, the
-//! SymCache mapped and asked at every function it holds. Then the index is removed and
-//! rebuilt from the stored symbfiles, as a restarted server does.
+//! SymCache mapped and asked at every function it holds. Then the SymCache is removed
+//! from the cache and rebuilt from the stored symbfiles, as a restarted server whose
+//! cache lost it does.
 //!
 //! One target for reader and converter: the server never reaches one without the
 //! other, and the converter's input is what the reader makes of the upload.
@@ -12,14 +13,19 @@
 //! pads), 3-5 the size of the chunks a part arrives in (16 bytes to 2 KiB), 6 the same
 //! bytes uploaded again as the other kind, so that both are read into one SymCache.
 //!
-//! Every input gets a store of its own. The converter is symbolic's: the store
+//! Every input gets a store and a cache of its own. The converter is symbolic's: the store
 //! contains panics, so the isolating policy applies.
 
 #![no_main]
 
+use std::path::Path;
+use std::sync::OnceLock;
+
 use libfuzzer_sys::fuzz_target;
+use omnisym::cache::{Caches, CachesConfig, kinds};
 use omnisym::config::SymbfileConfig;
-use omnisym::native::symbfile::{FileId, SymbfileKind, SymbfileStore, UploadProgress, file_dir};
+use omnisym::fetch::{Downloader, FetchConfig};
+use omnisym::native::symbfile::{FileId, SymbfileKind, SymbfileStore, UploadProgress};
 use omnisym_fuzz::{install_isolating_hook, isolating, runtime, scratch_dir};
 
 /// Functions looked up per input; a SymCache may hold many thousands.
@@ -38,9 +44,11 @@ fn run(data: &[u8]) {
     let kind = SymbfileKind::ALL[usize::from(control >> 2 & 1)];
     let chunk = 16 << (control >> 3 & 7);
     let dir = tempfile::tempdir_in(scratch_dir()).expect("a store directory");
+    let (store_dir, cache_dir) = (dir.path().join("symbfiles"), dir.path().join("cache"));
     let config = SymbfileConfig::default();
     runtime().block_on(async {
-        let store = SymbfileStore::open(dir.path().to_owned(), &config).expect("the store");
+        let store = SymbfileStore::open(store_dir.clone(), &config, &caches(&cache_dir))
+            .expect("the store");
         if !upload(&store, kind, parts, chunk, symbfile).await {
             return;
         }
@@ -49,17 +57,21 @@ fn run(data: &[u8]) {
             upload(&store, other, 1, chunk, symbfile).await;
         }
         look_up(&store).await;
-        // A restarted server finds no index and rebuilds it from the symbfiles.
-        let file_dir = dir.path().join(file_dir(ID));
-        for entry in std::fs::read_dir(&file_dir).expect("the FileID's directory") {
-            let path = entry.expect("a directory entry").path();
-            if path.extension().is_some_and(|e| e == "symcache") {
-                std::fs::remove_file(path).expect("removing the index");
-            }
-        }
-        let restarted = SymbfileStore::open(dir.path().to_owned(), &config).expect("the store");
+        // A restarted server whose cache lost the SymCache rebuilds it from the symbfiles.
+        std::fs::remove_dir_all(cache_dir.join(kinds::SYMBFILE_SYMCACHES.name))
+            .expect("removing the SymCaches");
+        let restarted = SymbfileStore::open(store_dir, &config, &caches(&cache_dir))
+            .expect("the store");
         look_up(&restarted).await;
     });
+}
+
+/// The caches of a server whose `cache_dir` is `dir`.
+fn caches(dir: &Path) -> Caches {
+    static DOWNLOADER: OnceLock<Downloader> = OnceLock::new();
+    let downloader =
+        DOWNLOADER.get_or_init(|| Downloader::new(FetchConfig::default()).expect("a downloader"));
+    Caches::new(dir, &CachesConfig::default(), None, downloader).expect("the caches")
 }
 
 /// Sends every part in order; whether the upload completed.

@@ -150,7 +150,7 @@ impl Cleanup {
             return 0;
         };
         // The store's own layout (native/symbfile/layout.rs): temp files are the only
-        // files that are not uploads or the indexes built from them.
+        // files that are not uploads (their SymCaches are a cache kind).
         for (path, meta) in files(&dir.join("tmp")) {
             if age(&meta, now) >= TEMP_GRACE {
                 self.remove(&path, meta.len(), report);

@@ -60,7 +60,11 @@ pub const OBJECTS: CacheKind = kind("objects", Family::Downloaded, (1, &[]), 110
 /// 2: `has_sources` also counts sources embedded in DWARF line tables; v1 is served
 /// while v2 is built.
 pub const OBJECT_META: CacheKind = kind("object_meta", Family::Derived, (2, &[1]), 15);
-pub const SYMCACHES: CacheKind = kind("symcaches", Family::Derived, (1, &[]), 530);
+pub const SYMCACHES: CacheKind = kind("symcaches", Family::Derived, (1, &[]), 500);
+/// SymCaches built from the symbfiles uploaded for one executable (`native/symbfile`);
+/// their own kind, so that a change of what `native/symbfile/convert.rs` writes bumps
+/// only them.
+pub const SYMBFILE_SYMCACHES: CacheKind = kind("symbfile_symcaches", Family::Derived, (1, &[]), 30);
 pub const CFICACHES: CacheKind = kind("cficaches", Family::Derived, (1, &[]), 60);
 /// .NET portable PDBs, converted.
 pub const PPDB_CACHES: CacheKind = kind("ppdb_caches", Family::Derived, (1, &[]), 50);
@@ -81,6 +85,7 @@ pub const ALL: &[CacheKind] = &[
     OBJECTS,
     OBJECT_META,
     SYMCACHES,
+    SYMBFILE_SYMCACHES,
     CFICACHES,
     PPDB_CACHES,
     SOURCEFILES,

@@ -83,14 +83,7 @@ pub struct AppState {
 impl AppState {
     /// The server's state: the symbfile store is opened to receive uploads.
     pub fn new(config: &Config) -> anyhow::Result<Self> {
-        let symbfiles = SymbfileStore::open(config.symbfile_dir(), &config.symbfile)
-            .with_context(|| format!("symbfile store {}", config.symbfile_dir().display()))?;
-        Self::build(
-            config,
-            Downloader::new(config.fetch_config())?,
-            symbfiles,
-            None,
-        )
+        Self::build(config, Downloader::new(config.fetch_config())?, true, None)
     }
 
     /// The state of a process beside the server (the offline CLI, which hands in a
@@ -102,14 +95,14 @@ impl AppState {
         downloader: Downloader,
         conversions: Arc<dyn ConversionObserver>,
     ) -> anyhow::Result<Self> {
-        let symbfiles = SymbfileStore::for_lookups(config.symbfile_dir(), &config.symbfile);
-        Self::build(config, downloader, symbfiles, Some(conversions))
+        Self::build(config, downloader, false, Some(conversions))
     }
 
+    /// `receives`: the symbfile store is opened to receive uploads.
     fn build(
         config: &Config,
         downloader: Downloader,
-        symbfiles: SymbfileStore,
+        receives: bool,
         conversions: Option<Arc<dyn ConversionObserver>>,
     ) -> anyhow::Result<Self> {
         // The recorder first, so that the counters the caches register while they are
@@ -125,7 +118,13 @@ impl AppState {
             caches = caches.with_conversion_observer(observer);
         }
         let caches = Arc::new(caches);
-        let symbfiles = Arc::new(symbfiles);
+        // The store's SymCaches are a cache kind of `caches`.
+        let symbfiles = Arc::new(if receives {
+            SymbfileStore::open(config.symbfile_dir(), &config.symbfile, &caches)
+                .with_context(|| format!("symbfile store {}", config.symbfile_dir().display()))?
+        } else {
+            SymbfileStore::for_lookups(config.symbfile_dir(), &config.symbfile, &caches)
+        });
         let lookup = Lookup::new(&caches, downloader.clone(), config.object_limits());
         let native = NativeService::new(&caches, &lookup, symbfiles.clone());
         let jvm = JvmService::new(&caches, &lookup);

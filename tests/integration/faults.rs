@@ -234,7 +234,7 @@ async fn a_source_slower_than_max_download_timeout_times_out_then_recovers() {
 
 /// Every file under `dir` that a reader could be handed and that does not load: cache
 /// files by their kind (`<kind>/<version>/<scope>/<key>`), placeholders, and the
-/// symbfile store's symbfiles and indexes. Temp files (`.tmp*`, `.part*`, `.index*`)
+/// symbfile store's symbfiles. Temp files (`.tmp*`, `.part*`, `.joined*`)
 /// are never served and are left out.
 fn corrupt_files(dir: &Path) -> Vec<(PathBuf, String)> {
     let mut corrupt = Vec::new();
@@ -267,8 +267,7 @@ fn check_file(root: &Path, path: &Path, name: &str, data: &[u8]) -> Result<(), S
         .unwrap()
         .as_os_str()
         .to_string_lossy();
-    let is_symcache = top == "symcaches" || name.ends_with(".symcache");
-    if is_symcache {
+    if top == "symcaches" || top == "symbfile_symcaches" {
         return symbolic::symcache::SymCache::parse(data)
             .map(drop)
             .map_err(|e| format!("symcache: {e}"));
@@ -690,7 +689,7 @@ async fn sigkill_mid_upload_loses_no_acknowledged_part() {
     );
     drop(hold);
     row.count("part killed mid-body: no answer");
-    let corrupt = corrupt_files(&cache_dir.join("symbfiles"));
+    let corrupt = corrupt_files(&cache_dir);
     assert!(corrupt.is_empty(), "after the kill mid-upload: {corrupt:?}");
 
     // A second executable's upload completes, and the server dies right after.
@@ -726,7 +725,7 @@ async fn sigkill_mid_upload_loses_no_acknowledged_part() {
         .await;
     assert_eq!(sf::chains(&stack), sf::oracle_chains("crash_stack"));
     row.lost = Some(lost);
-    let corrupt = corrupt_files(&cache_dir.join("symbfiles"));
+    let corrupt = corrupt_files(&cache_dir);
     row.corrupt = corrupt.len();
     row.print();
     assert!(corrupt.is_empty(), "{corrupt:?}");

@@ -191,21 +191,19 @@ async fn uploads_and_unfinished_parts_survive_a_restart() {
     Part::ranges(second, 0, 2, parts[0]).accepted(&server).await;
     server.kill();
 
-    // The index is derived: gone, it is rebuilt from the stored symbfiles.
-    let stored = cache_dir.join("symbfiles/files");
+    // The SymCache is derived (a cache kind): gone, it is rebuilt from the stored
+    // symbfiles. Each completed upload built one: the ranges alone, then the ranges
+    // with the return pads (cleanup removes the first once it is unused).
+    let symcaches = cache_dir.join("symbfile_symcaches/1/global");
     let mut removed = 0;
-    for fanout in std::fs::read_dir(&stored).unwrap() {
-        for file_dir in std::fs::read_dir(fanout.unwrap().path()).unwrap() {
-            for entry in std::fs::read_dir(file_dir.unwrap().path()).unwrap() {
-                let path = entry.unwrap().path();
-                if path.extension().is_some_and(|e| e == "symcache") {
-                    std::fs::remove_file(path).unwrap();
-                    removed += 1;
-                }
-            }
+    for entry in std::fs::read_dir(&symcaches).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.file_name().unwrap().to_string_lossy().starts_with('.') {
+            std::fs::remove_file(path).unwrap();
+            removed += 1;
         }
     }
-    assert_eq!(removed, 1);
+    assert_eq!(removed, 2);
 
     let server = Server::start_in(dir.path(), &cache_dir, &config(""));
     let (_, response) = server.post("/symbolicate", &probe_request(&id)).await;

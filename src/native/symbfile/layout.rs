@@ -34,12 +34,14 @@ impl SymbfileKind {
     }
 }
 
+/// Everything being written, renamed into place when it is whole.
+pub const TMP_DIR: &str = "tmp";
 /// Completed uploads, one directory per FileID, fanned out by its first byte.
 pub const FILES_DIR: &str = "files";
 /// Parts of uploads still coming in.
 pub const PENDING_DIR: &str = "pending";
 
-/// The directory of one FileID's symbfiles and index, relative to the store.
+/// The directory of one FileID's symbfiles, relative to the store.
 pub fn file_dir(id: FileId) -> PathBuf {
     let hex = id.to_string();
     [FILES_DIR, &hex[..2], &hex].iter().collect()

@@ -6,6 +6,7 @@ use indexmap::IndexSet;
 use prost::Message;
 
 use super::proto;
+use crate::error::{CacheError, isolate};
 
 /// The first 8 bytes of every symbfile.
 pub const MAGIC: &[u8; 8] = b"symbfile";
@@ -65,6 +66,12 @@ impl Records {
             .get_index(index as usize)
             .map_or("", |s| s.as_ref())
     }
+
+    /// Every string read, for the test-only panic markers of the conversion.
+    #[cfg(test)]
+    pub fn strings(&self) -> impl Iterator<Item = &str> {
+        self.strings.iter().map(|s| s.as_ref())
+    }
 }
 
 /// Why a symbfile cannot be used; says where.
@@ -83,6 +90,17 @@ pub enum FormatError {
         depth: u64,
         limit: u32,
     },
+}
+
+impl FormatError {
+    /// A symbfile that a parse contained by `error::isolate` (the reader's, or the
+    /// converter's) could not take, as `err` says: malformed from its start.
+    pub fn unreadable(err: &CacheError) -> Self {
+        FormatError::Malformed {
+            offset: 0,
+            message: err.to_string(),
+        }
+    }
 }
 
 /// State that one file carries from record to record; a new magic resets it.
@@ -166,6 +184,8 @@ const MT_STRING_TABLE: u64 = proto::MessageType::MtStringTableV1 as u64;
 /// it, a return pad has at most that many frames): the SymCache converter recurses
 /// once per level, so the depth an upload may ask for has to be bounded here.
 pub fn read_into(data: &[u8], records: &mut Records, max_depth: u32) -> Result<(), FormatError> {
+    #[cfg(test)]
+    crate::error::panic_if_marked("read", data);
     if !data.starts_with(MAGIC) {
         return Err(FormatError::BadMagic);
     }
@@ -232,6 +252,20 @@ pub fn read_into(data: &[u8], records: &mut Records, max_depth: u32) -> Result<(
         });
     }
     Ok(())
+}
+
+/// [`read_into`] of an upload or a stored symbfile, whose bytes are untrusted: a panic
+/// in the reader (ours, or prost's) makes the file malformed from its start, and
+/// `records` is to be dropped.
+pub fn read_isolated(
+    data: &[u8],
+    records: &mut Records,
+    max_depth: u32,
+) -> Result<(), FormatError> {
+    isolate("symbfile reader", || {
+        Ok(read_into(data, records, max_depth))
+    })
+    .unwrap_or_else(|err| Err(FormatError::unreadable(&err)))
 }
 
 fn read_range(

@@ -6,14 +6,13 @@
 //!                                      /refused    why the upload was refused
 //! <dir>/files/<ab>/<fileid>/ranges.symbfile        completed uploads (the data)
 //!                          /returnpads.symbfile
-//!                          /index-<digest>.symcache the lookup table of both
 //! ```
 //!
 //! Every file is written in `tmp`, synced, and renamed into place, so a crash leaves
-//! either the old file or the new one. The index's name is a digest of the sizes and
-//! times of the symbfiles it was built from (and of the SymCache format version): an
-//! index left behind by a crash between two renames, or by an older build, has the
-//! wrong name and is rebuilt on its next lookup.
+//! either the old file or the new one. The SymCache lookups read is not kept here: it
+//! is a derived cache (`symcache`) keyed by the symbfiles stored now, built by the
+//! upload that completes (a file the converter refuses is refused) and again from the
+//! symbfiles whenever the cache has lost it, so only the symbfiles need to survive.
 //!
 //! An upload's parts stay in `pending` until it is published or refused for what it
 //! holds: when joining them fails on our side (a full disk, say), the client's retry of
@@ -25,7 +24,7 @@
 //! the offline tools, a second server on the same directory) may be writing them.
 
 use std::fs;
-use std::io::{self, BufWriter, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -33,36 +32,32 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
-use symbolic::common::ByteView;
 use tempfile::NamedTempFile;
 use tokio::io::AsyncWriteExt;
 
-use super::convert::write_symcache;
 use super::file_id::FileId;
 use super::layout::{
-    FILES_DIR, PENDING_DIR, SymbfileKind, file_dir, part_name, pending_dir, symbfile_path,
+    FILES_DIR, PENDING_DIR, SymbfileKind, TMP_DIR, file_dir, part_name, pending_dir, symbfile_path,
 };
-use super::read::{FormatError, MAGIC, Records, read_into};
-use crate::cache::DerivedFormat;
+use super::read::{FormatError, MAGIC, Records, read_isolated};
+use super::symcache::{ReadSymbfiles, StoredSymbfile, SymbfileSymCaches};
+use crate::cache::Caches;
 use crate::cache::cleanup::TEMP_GRACE;
 use crate::config::SymbfileConfig;
-use crate::error::{CacheError, CacheResult, isolate, isolate_blocking};
+use crate::error::{CacheError, CacheResult};
 use crate::lookup::Derived;
-use crate::native::symcache::{OwnedSymCache, SymCacheFormat};
+use crate::native::symcache::OwnedSymCache;
 use crate::sources::{Secret, SourceId};
 use crate::types::{ObjectCandidate, ObjectDownloadInfo, ObjectFeatures, ObjectUseInfo};
 
-/// Bump when `convert` changes what it writes: every index gets a new name and is
-/// rebuilt from the stored symbfiles on its next lookup.
-const INDEX_REVISION: u32 = 1;
-const TMP_DIR: &str = "tmp";
 /// In an upload's pending directory: the answer its completion got. Lines: `400` or
 /// `413`, the number of the part that completed it, that part's SHA-256, the text.
 const REFUSED: &str = "refused";
 /// The source that candidates from uploads are reported under.
 pub const SYMBFILE_SOURCE: &str = "symbfile:uploads";
-/// Concurrent completions and index builds for FileIDs that share a stripe wait for
-/// each other; a fixed number keeps the locks bounded however many FileIDs there are.
+/// Concurrent completions for FileIDs that share a stripe wait for each other (one
+/// reads the symbfile the other publishes); a fixed number keeps the locks bounded
+/// however many FileIDs there are.
 const LOCK_STRIPES: usize = 64;
 
 /// Why an upload was refused; the front turns each into a status.
@@ -199,15 +194,15 @@ pub struct SymbfileStore {
     max_parts: usize,
     max_pending_uploads: usize,
     pending_upload_timeout: Duration,
-    indexes: moka::future::Cache<FileId, Option<OwnedSymCache>>,
-    locks: Vec<tokio::sync::Mutex<()>>,
+    symcaches: SymbfileSymCaches,
+    locks: Arc<[tokio::sync::Mutex<()>]>,
 }
 
 impl SymbfileStore {
     /// Opens (creating) the store at `dir` to receive uploads, as the server does:
     /// removes abandoned temp files, drops expired uploads, counts the stored FileIDs and
-    /// the bytes of unfinished uploads.
-    pub fn open(dir: PathBuf, config: &SymbfileConfig) -> io::Result<Self> {
+    /// the bytes of unfinished uploads. The SymCaches of its symbfiles go to `caches`.
+    pub fn open(dir: PathBuf, config: &SymbfileConfig, caches: &Caches) -> io::Result<Self> {
         for sub in [TMP_DIR, FILES_DIR, PENDING_DIR] {
             fs::create_dir_all(dir.join(sub))?;
         }
@@ -221,7 +216,7 @@ impl SymbfileStore {
         for upload in subdirs(&dir.join(PENDING_DIR))? {
             pending += part_bytes(&upload, None)?;
         }
-        let store = SymbfileStore::new(dir, config, true);
+        let store = SymbfileStore::new(dir, config, caches, true);
         store.disk.stored.store(stored, Ordering::Relaxed);
         store.disk.pending.bytes.store(pending, Ordering::Relaxed);
         store
@@ -231,13 +226,13 @@ impl SymbfileStore {
     }
 
     /// The store at `dir` for a process that only looks up stored symbols (the offline
-    /// tools, `omnisym cleanup` building the server's cache kinds): it touches nothing
-    /// on disk until a lookup, and refuses uploads.
-    pub fn for_lookups(dir: PathBuf, config: &SymbfileConfig) -> Self {
-        SymbfileStore::new(dir, config, false)
+    /// tools, `omnisym cleanup` building the server's cache kinds): it changes nothing
+    /// on disk, and refuses uploads.
+    pub fn for_lookups(dir: PathBuf, config: &SymbfileConfig, caches: &Caches) -> Self {
+        SymbfileStore::new(dir, config, caches, false)
     }
 
-    fn new(dir: PathBuf, config: &SymbfileConfig, receives: bool) -> Self {
+    fn new(dir: PathBuf, config: &SymbfileConfig, caches: &Caches, receives: bool) -> Self {
         SymbfileStore {
             disk: Disk {
                 dir,
@@ -260,7 +255,7 @@ impl SymbfileStore {
             max_parts: config.max_parts,
             max_pending_uploads: config.max_pending_uploads,
             pending_upload_timeout: config.pending_upload_timeout,
-            indexes: moka::future::Cache::new(config.max_open_indexes),
+            symcaches: SymbfileSymCaches::new(caches, config.max_inline_depth),
             locks: (0..LOCK_STRIPES)
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
@@ -277,10 +272,6 @@ impl SymbfileStore {
         self.api_keys
             .iter()
             .fold(false, |found, k| found | k.matches(key))
-    }
-
-    fn lock(&self, id: FileId) -> &tokio::sync::Mutex<()> {
-        &self.locks[(id.0 % LOCK_STRIPES as u128) as usize]
     }
 
     /// Starts receiving part `part` of `parts` of the `kind` symbfile of `id`.
@@ -337,7 +328,9 @@ impl SymbfileStore {
         })
     }
 
-    /// Joins, checks and publishes the upload once all its parts are there.
+    /// Joins, checks and publishes the upload once all its parts are there, in a task of
+    /// its own: once its last part is stored, an upload completes even when the client
+    /// that sent it is gone.
     async fn complete(
         &self,
         id: FileId,
@@ -345,16 +338,14 @@ impl SymbfileStore {
         parts: u32,
         completing: (u32, String),
     ) -> Result<UploadProgress, UploadError> {
-        let _guard = self.lock(id).lock().await;
-        let disk = self.disk.clone();
-        let upload =
-            tokio::task::spawn_blocking(move || disk.complete(id, kind, parts, completing))
-                .await
-                .map_err(UploadError::internal)??;
-        if upload == UploadProgress::Complete {
-            self.indexes.invalidate(&id).await;
-        }
-        Ok(upload)
+        let completion = Completion {
+            disk: self.disk.clone(),
+            symcaches: self.symcaches.clone(),
+            locks: self.locks.clone(),
+        };
+        tokio::spawn(completion.run(id, kind, parts, completing))
+            .await
+            .map_err(UploadError::internal)?
     }
 
     /// The uploaded symbols of `id` as a module's debug file, reported as a candidate;
@@ -383,14 +374,11 @@ impl SymbfileStore {
 
     /// The lookup table of the symbols uploaded for `id`; `None` when there are none.
     pub async fn symcache(&self, id: FileId) -> CacheResult<Option<OwnedSymCache>> {
-        self.indexes
-            .try_get_with(id, async {
-                let _guard = self.lock(id).lock().await;
-                let disk = self.disk.clone();
-                isolate_blocking("symbfile index", move || disk.load(id)).await
-            })
-            .await
-            .map_err(|err| (*err).clone())
+        let stored = self.disk.stored(id).map_err(CacheError::internal)?;
+        if stored.is_empty() {
+            return Ok(None);
+        }
+        self.symcaches.get(id, stored).await.map(Some)
     }
 }
 
@@ -619,13 +607,9 @@ impl Disk {
         }
     }
 
-    fn complete(
-        &self,
-        id: FileId,
-        kind: SymbfileKind,
-        parts: u32,
-        completing: (u32, String),
-    ) -> Result<UploadProgress, UploadError> {
+    /// The upload's parts joined and read, with the symbfile of the other kind stored
+    /// beside it, once all are there: a malformed upload is refused here.
+    fn join(&self, id: FileId, kind: SymbfileKind, parts: u32) -> Result<Joining, UploadError> {
         let pending = self.dir.join(pending_dir(id, kind, parts));
         let mut paths = Vec::new();
         let mut total = 0;
@@ -642,209 +626,224 @@ impl Disk {
         }
         let received = paths.len() as u32;
         if received < parts {
-            return Ok(UploadProgress::Partial { received, parts });
+            return Ok(Joining::Partial { received, parts });
         }
-        // A panic while converting hostile records refuses the upload like any
-        // malformed file instead of leaving it to fail again on every retry.
-        let result = isolate("symbfile conversion", || {
-            Ok(self.publish(id, kind, &paths, total))
-        })
-        .unwrap_or_else(|err| Err(malformed(&err).into()));
-        match result {
-            Ok(()) => {
-                if let Err(err) = self.remove_upload(&pending) {
-                    // Published all the same; the leftover parts expire.
-                    tracing::error!(upload = %pending.display(), error = %err, "cannot remove the parts of a published symbfile");
-                }
-                Ok(UploadProgress::Complete)
-            }
-            Err(err) if err.is_final() => {
-                self.refuse(&pending, &err, completing);
-                Err(err)
-            }
-            // Ours to fix (a full disk, a full store): the parts stay, and the client's
-            // next try of any part completes the upload.
-            Err(err) => Err(err),
-        }
-    }
-
-    fn publish(
-        &self,
-        id: FileId,
-        kind: SymbfileKind,
-        parts: &[PathBuf],
-        total: u64,
-    ) -> Result<(), UploadError> {
         if total > self.max_file_size {
             return Err(self.too_large());
         }
-        let target = self.dir.join(file_dir(id));
-        let is_new = !target.exists();
+        let is_new = !self.dir.join(file_dir(id)).exists();
         if is_new && self.stored.load(Ordering::Relaxed) >= self.max_stored_files {
             return Err(UploadError::Full(format!(
                 "symbols of {} executables are stored (symbfile.max_stored_files)",
                 self.max_stored_files
             )));
         }
-        let mut joined = self.temp_file().map_err(UploadError::io)?;
-        for part in parts {
+        let mut file = tempfile::Builder::new()
+            .prefix(".joined")
+            .tempfile_in(self.dir.join(TMP_DIR))
+            .map_err(UploadError::io)?;
+        for part in &paths {
             let mut input = fs::File::open(part).map_err(UploadError::io)?;
-            io::copy(&mut input, joined.as_file_mut()).map_err(UploadError::io)?;
+            io::copy(&mut input, file.as_file_mut()).map_err(UploadError::io)?;
         }
-        joined.as_file().sync_all().map_err(UploadError::io)?;
+        file.as_file().sync_all().map_err(UploadError::io)?;
 
-        let mut records = Records::default();
-        read_file(joined.path(), &mut records, self.max_inline_depth)?;
-        for other in SymbfileKind::ALL.into_iter().filter(|&k| k != kind) {
-            let path = self.dir.join(symbfile_path(id, other));
-            if path.exists()
-                && let Err(err) = read_file(&path, &mut records, self.max_inline_depth)
-            {
+        // In the order a lookup reads them, so that the SymCache built from what is read
+        // here is the one a lookup would build from the stored files.
+        let mut stored = Vec::new();
+        let mut read = ReadSymbfiles {
+            records: Records::default(),
+            bytes: 0,
+        };
+        for stored_kind in SymbfileKind::ALL {
+            if stored_kind == kind {
+                let joined = file.as_file().try_clone().map_err(UploadError::io)?;
+                let joined = StoredSymbfile::from_file(kind, joined).map_err(UploadError::io)?;
+                let view = joined.view().map_err(UploadError::io)?;
+                read_isolated(&view, &mut read.records, self.max_inline_depth)?;
+                read.bytes += joined.len();
+                stored.push(joined);
+                continue;
+            }
+            let path = self.dir.join(symbfile_path(id, stored_kind));
+            let other = match StoredSymbfile::open(stored_kind, &path) {
+                Ok(Some(other)) => other,
+                Ok(None) => continue,
+                Err(err) => {
+                    tracing::error!(file = %path.display(), error = %err, "a stored symbfile cannot be opened");
+                    continue;
+                }
+            };
+            let outcome = other
+                .view()
+                .map_err(|err| err.to_string())
+                .and_then(|view| {
+                    read_isolated(&view, &mut read.records, self.max_inline_depth)
+                        .map_err(|err| err.to_string())
+                });
+            if let Err(err) = outcome {
                 // It was read in full when it was uploaded: the disk changed under us.
                 tracing::error!(file = %path.display(), error = %err, "a stored symbfile became unreadable");
             }
+            read.bytes += other.len();
+            stored.push(other);
         }
-        let index = self.write_index(&records).map_err(UploadError::io)?;
-        drop(records);
+        Ok(Joining::Joined(Joined {
+            file,
+            stored,
+            read,
+            is_new,
+        }))
+    }
 
+    /// Renames the joined symbfile into place; the FileID's SymCache is built.
+    fn publish(
+        &self,
+        id: FileId,
+        kind: SymbfileKind,
+        file: NamedTempFile,
+        is_new: bool,
+    ) -> Result<(), UploadError> {
+        let target = self.dir.join(file_dir(id));
         fs::create_dir_all(&target).map_err(UploadError::io)?;
-        joined
-            .persist(self.dir.join(symbfile_path(id, kind)))
+        file.persist(self.dir.join(symbfile_path(id, kind)))
             .map_err(|e| UploadError::io(e.error))?;
-        self.publish_index(&target, index)
-            .map_err(UploadError::io)?;
+        remove_old_indexes(&target);
+        sync_dir(&target).map_err(UploadError::io)?;
         if is_new {
             self.stored.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }
 
-    fn temp_file(&self) -> io::Result<NamedTempFile> {
-        let tmp = self.dir.join(TMP_DIR);
-        let builder = &mut tempfile::Builder::new();
-        builder.prefix(".index");
-        match builder.tempfile_in(&tmp) {
-            // A store opened for lookups creates nothing until it needs to.
-            Err(err) if err.kind() == io::ErrorKind::NotFound => {
-                fs::create_dir_all(&tmp)?;
-                builder.tempfile_in(&tmp)
-            }
-            other => other,
-        }
-    }
-
-    fn write_index(&self, records: &Records) -> io::Result<NamedTempFile> {
-        let mut temp = self.temp_file()?;
-        let mut out = BufWriter::new(temp.as_file_mut());
-        write_symcache(records, &mut out)?;
-        out.flush()?;
-        drop(out);
-        temp.as_file().sync_all()?;
-        Ok(temp)
-    }
-
-    /// Renames `index` into `target` under the name the current symbfiles give it, and
-    /// removes every other index there.
-    fn publish_index(&self, target: &Path, index: NamedTempFile) -> io::Result<PathBuf> {
-        let name = index_name(target)?.ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::NotFound,
-                "no symbfile to name the index after",
-            )
-        })?;
-        let path = target.join(&name);
-        index.persist(&path).map_err(|e| e.error)?;
-        for entry in fs::read_dir(target)?.flatten() {
-            let file = entry.file_name();
-            let file = file.to_string_lossy();
-            if file.starts_with("index-") && file != name {
-                let _ = fs::remove_file(entry.path());
-            }
-        }
-        sync_dir(target)?;
-        Ok(path)
-    }
-
-    /// Maps the index of `id`, rebuilding it from the symbfiles when it is missing or
-    /// cannot be read.
-    fn load(&self, id: FileId) -> CacheResult<Option<OwnedSymCache>> {
-        let target = self.dir.join(file_dir(id));
-        let Some(name) = index_name(&target).map_err(CacheError::internal)? else {
-            return Ok(None);
-        };
-        let path = target.join(name);
-        match ByteView::open(&path) {
-            Ok(view) => match SymCacheFormat::load(view) {
-                Ok(cache) => return Ok(Some(cache)),
-                Err(err) => {
-                    tracing::warn!(index = %path.display(), error = %err, "rebuilding an unreadable symbfile index");
+    /// What becomes of a completed upload's parts: published, they go; refused for what
+    /// it holds, they go and the refusal is remembered; failed on our side (a full disk,
+    /// a full store), they stay, and the client's next try of any part completes it.
+    fn settle(
+        &self,
+        pending: &Path,
+        result: Result<(), UploadError>,
+        completing: (u32, String),
+    ) -> Result<UploadProgress, UploadError> {
+        match result {
+            Ok(()) => {
+                if let Err(err) = self.remove_upload(pending) {
+                    // Published all the same; the leftover parts expire.
+                    tracing::error!(upload = %pending.display(), error = %err, "cannot remove the parts of a published symbfile");
                 }
-            },
-            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-            Err(err) => return Err(CacheError::internal(err)),
+                Ok(UploadProgress::Complete)
+            }
+            Err(err) if err.is_final() => {
+                self.refuse(pending, &err, completing);
+                Err(err)
+            }
+            Err(err) => Err(err),
         }
-        let mut records = Records::default();
+    }
+
+    /// The symbfiles stored for `id`, open, in [`SymbfileKind::ALL`] order.
+    fn stored(&self, id: FileId) -> io::Result<Vec<StoredSymbfile>> {
+        let mut stored = Vec::new();
         for kind in SymbfileKind::ALL {
-            let file = self.dir.join(symbfile_path(id, kind));
-            if file.exists() {
-                read_file(&file, &mut records, self.max_inline_depth)
-                    .map_err(|e| CacheError::Malformed(e.to_string()))?;
-            }
+            let path = self.dir.join(symbfile_path(id, kind));
+            stored.extend(StoredSymbfile::open(kind, &path)?);
         }
-        let index = self.write_index(&records).map_err(CacheError::internal)?;
-        drop(records);
-        let path = self
-            .publish_index(&target, index)
-            .map_err(CacheError::internal)?;
-        let view = ByteView::open(&path).map_err(CacheError::internal)?;
-        SymCacheFormat::load(view).map(Some)
+        Ok(stored)
     }
 }
 
-/// Reads one stored or uploaded symbfile into `records`; a reader panic is a
-/// malformed file, not a dead request.
-fn read_file(path: &Path, records: &mut Records, max_depth: u32) -> Result<(), UploadError> {
-    let view = ByteView::open(path).map_err(UploadError::io)?;
-    isolate("symbfile reader", || {
-        Ok(read_into(&view, records, max_depth))
-    })
-    .unwrap_or_else(|err| Err(malformed(&err)))?;
-    Ok(())
+/// What completing an upload needs, apart from the request that completes it.
+struct Completion {
+    disk: Disk,
+    symcaches: SymbfileSymCaches,
+    locks: Arc<[tokio::sync::Mutex<()>]>,
 }
 
-/// What a symbfile whose parse panicked (`err`, from [`isolate`]) is: malformed from
-/// its start.
-fn malformed(err: &CacheError) -> FormatError {
-    FormatError::Malformed {
-        offset: 0,
-        message: err.to_string(),
-    }
-}
-
-/// The index name for the symbfiles now in `target`; `None` when there are none.
-fn index_name(target: &Path) -> io::Result<Option<String>> {
-    let mut hasher = Sha256::new();
-    hasher.update(symbolic::symcache::SYMCACHE_VERSION.to_le_bytes());
-    hasher.update(INDEX_REVISION.to_le_bytes());
-    let mut any = false;
-    for kind in SymbfileKind::ALL {
-        let path = target.join(kind.file_name());
-        match fs::metadata(&path) {
-            Ok(meta) => {
-                any = true;
-                let modified = meta
-                    .modified()?
-                    .duration_since(SystemTime::UNIX_EPOCH)
-                    .unwrap_or_default();
-                hasher.update(kind.as_str());
-                hasher.update(meta.len().to_le_bytes());
-                hasher.update(modified.as_nanos().to_le_bytes());
+impl Completion {
+    async fn run(
+        self,
+        id: FileId,
+        kind: SymbfileKind,
+        parts: u32,
+        completing: (u32, String),
+    ) -> Result<UploadProgress, UploadError> {
+        let _guard = self.locks[(id.0 % LOCK_STRIPES as u128) as usize]
+            .lock()
+            .await;
+        let disk = self.disk.clone();
+        let joined = tokio::task::spawn_blocking(move || disk.join(id, kind, parts))
+            .await
+            .map_err(UploadError::internal)?;
+        let result = match joined {
+            Ok(Joining::Partial { received, parts }) => {
+                return Ok(UploadProgress::Partial { received, parts });
             }
-            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-            Err(err) => return Err(err),
+            Ok(Joining::Joined(joined)) => self.publish(id, kind, joined).await,
+            Err(err) => Err(err),
+        };
+        let disk = self.disk.clone();
+        let pending = disk.dir.join(pending_dir(id, kind, parts));
+        tokio::task::spawn_blocking(move || disk.settle(&pending, result, completing))
+            .await
+            .map_err(UploadError::internal)?
+    }
+
+    /// Builds the SymCache of the FileID's symbfiles with the joined one among them,
+    /// which refuses a symbfile the converter cannot take (its panic contained by the
+    /// cache), and then publishes the symbfile: the next lookup finds that SymCache.
+    async fn publish(
+        &self,
+        id: FileId,
+        kind: SymbfileKind,
+        joined: Joined,
+    ) -> Result<(), UploadError> {
+        let Joined {
+            file,
+            stored,
+            read,
+            is_new,
+        } = joined;
+        match self.symcaches.build(id, &stored, read).await {
+            Ok(_) => {}
+            Err(CacheError::InternalError) => {
+                return Err(UploadError::internal(
+                    "the symbfile's SymCache was not built",
+                ));
+            }
+            Err(err) => return Err(FormatError::unreadable(&err).into()),
+        }
+        let disk = self.disk.clone();
+        tokio::task::spawn_blocking(move || disk.publish(id, kind, file, is_new))
+            .await
+            .map_err(UploadError::internal)?
+    }
+}
+
+/// Where a completed part leaves its upload.
+enum Joining {
+    Partial { received: u32, parts: u32 },
+    Joined(Joined),
+}
+
+/// An upload whose parts were all there, joined into `file` and read.
+struct Joined {
+    file: NamedTempFile,
+    /// The FileID's symbfiles once `file` is published, `file` among them, in
+    /// [`SymbfileKind::ALL`] order.
+    stored: Vec<StoredSymbfile>,
+    /// What was read of `stored`.
+    read: ReadSymbfiles,
+    is_new: bool,
+}
+
+/// Removes the SymCaches that builds before the `symbfile_symcaches` cache kind kept
+/// beside the symbfiles (`index-<digest>.symcache`): nothing reads them any more.
+fn remove_old_indexes(target: &Path) {
+    for entry in fs::read_dir(target).into_iter().flatten().flatten() {
+        if entry.file_name().to_string_lossy().starts_with("index-") {
+            let _ = fs::remove_file(entry.path());
         }
     }
-    Ok(any.then(|| format!("index-{}.symcache", hex::encode(&hasher.finalize()[..8]))))
 }
 
 /// What a refused upload answered, and to which part.
@@ -945,6 +944,14 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::CachesConfig;
+    use crate::fetch::{Downloader, FetchConfig};
+
+    /// The caches of a server whose `cache_dir` is `dir`.
+    fn caches(dir: &Path) -> Caches {
+        let downloader = Downloader::new(FetchConfig::default()).unwrap();
+        Caches::new(dir, &CachesConfig::default(), None, &downloader).unwrap()
+    }
 
     fn pending_bytes(store: &SymbfileStore) -> u64 {
         store.disk.pending.bytes.load(Ordering::Relaxed)
@@ -968,7 +975,8 @@ mod tests {
     async fn pending_bytes_follow_the_disk() {
         let dir = tempfile::tempdir().unwrap();
         let config = SymbfileConfig::default();
-        let store = SymbfileStore::open(dir.path().to_owned(), &config).unwrap();
+        let caches = caches(&dir.path().join("cache"));
+        let store = SymbfileStore::open(dir.path().to_owned(), &config, &caches).unwrap();
         let head = [MAGIC.as_slice(), &[0; 92]].concat();
         assert_eq!(
             send(&store, 0, &head).await.unwrap(),
@@ -1003,7 +1011,7 @@ mod tests {
         }
         let file = fs::File::options().append(true).open(&old).unwrap();
         file.set_modified(SystemTime::now() - TEMP_GRACE).unwrap();
-        let reopened = SymbfileStore::open(dir.path().to_owned(), &config).unwrap();
+        let reopened = SymbfileStore::open(dir.path().to_owned(), &config, &caches).unwrap();
         assert!(young.exists() && !old.exists());
         assert_eq!(pending_bytes(&reopened), 110);
         let later = SystemTime::now() + config.pending_upload_timeout * 2;
