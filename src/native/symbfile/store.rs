@@ -646,6 +646,12 @@ impl Disk {
             let mut input = fs::File::open(part).map_err(UploadError::io)?;
             io::copy(&mut input, file.as_file_mut()).map_err(UploadError::io)?;
         }
+        // The modification time names the file in the key of its SymCache: stamped to
+        // the nanosecond, as the kernel's coarse clock does not stamp writes, it tells
+        // apart uploads of one size that land moments apart.
+        file.as_file()
+            .set_modified(SystemTime::now())
+            .map_err(UploadError::io)?;
         file.as_file().sync_all().map_err(UploadError::io)?;
 
         // In the order a lookup reads them, so that the SymCache built from what is read

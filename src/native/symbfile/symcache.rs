@@ -5,8 +5,9 @@
 //!
 //! Its key is made of the FileID and, for each stored symbfile, its kind, size,
 //! modification time and inode, read from the open file that is then read: an upload
-//! renames a new file into place, which gives it a new key, so the next lookup asks
-//! for the SymCache of the symbfiles as they are now. The upload that completes builds
+//! renames a new file into place (a new inode, while the old one is still there; its
+//! time set to the nanosecond), which gives it a new key, so the next lookup asks for
+//! the SymCache of the symbfiles as they are now. The upload that completes builds
 //! that SymCache (it has read the files already), so that lookup finds it ready.
 
 use std::fs::File;
