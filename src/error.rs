@@ -100,7 +100,9 @@ pub async fn isolate_blocking<T: Send + 'static>(
 /// Test builds only: panics when `data` carries the marker of `stage`, so that tests
 /// reach a parser that panics through the real server. Used only where no real input is
 /// known to panic (the minidump walk: our fuzzers and rust-minidump's found none that
-/// still does); the other stages are tested with the fuzzers' inputs that do.
+/// still does; a symbfile's reader and converter, `read` and `convert` in
+/// `native::symbfile`, for which `fuzz/regressions` keeps none); the other stages are
+/// tested with the fuzzers' inputs that do.
 #[cfg(test)]
 pub fn panic_if_marked(stage: &str, data: &[u8]) {
     let marker = format!("omnisym-test-panic:{stage}");

@@ -5,7 +5,9 @@
 //! `tests/fuzz_regressions.rs` checks that they still panic). The module must come back
 //! `malformed`, the answer must be a 200, the cache must not keep a file that panics,
 //! and the server must go on serving. A cache file that panics when it is loaded (damaged
-//! on disk) is computed again.
+//! on disk) is computed again. A symbfile upload whose reader or converter panics (no
+//! real input is known to: test-only markers stand in, `error::panic_if_marked`) is
+//! refused as malformed, and nothing of it is kept.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -40,7 +42,12 @@ fn regression(target: &str, name: &str) -> PathBuf {
 /// The real router on a loopback port, with its cache in `cache_dir` (shared with the
 /// other in-crate server tests).
 pub(super) async fn start(cache_dir: &Path) -> SocketAddr {
-    let yaml = format!("cache_dir: {}\n", cache_dir.display());
+    start_with(cache_dir, "").await
+}
+
+/// [`start`] with more of the config, in YAML.
+async fn start_with(cache_dir: &Path, more: &str) -> SocketAddr {
+    let yaml = format!("cache_dir: {}\n{more}", cache_dir.display());
     let (config, _) = Config::from_yaml(&yaml).unwrap();
     let state = AppState::new(&config).unwrap();
     let app = router(state, &config);
@@ -102,9 +109,13 @@ async fn symbolicate(addr: SocketAddr, module: &Module, symbols: &Path) -> (u16,
         "modules": [module.request],
         "stacktraces": [{"frames": [{"instruction_addr": format!("{:#x}", module.frame)}]}],
     });
+    post_symbolicate(addr, &body).await
+}
+
+async fn post_symbolicate(addr: SocketAddr, body: &Value) -> (u16, Value) {
     let response = reqwest::Client::new()
         .post(format!("http://{addr}/symbolicate?timeout=30"))
-        .json(&body)
+        .json(body)
         .send()
         .await
         .unwrap();
@@ -272,6 +283,71 @@ async fn a_minidump_walk_that_panics_fails_that_request_only() {
     let (status, response) = upload(dump).await;
     assert_eq!(status, 200, "{response}");
     assert_eq!(response["status"], "completed", "{response}");
+}
+
+/// A symbfile whose string table holds `stage`'s marker, as the name of the function
+/// of its one return pad: it reads and converts, but for the marker.
+fn symbfile_with_marker(stage: &str) -> Vec<u8> {
+    let name = format!("omnisym-test-panic:{stage}");
+    // StringTableV1 { strings: [name, "a.c"] }
+    let mut table = vec![0x0a, name.len() as u8];
+    table.extend_from_slice(name.as_bytes());
+    table.extend_from_slice(b"\x0a\x03a.c");
+    // ReturnPadV1 { setElfVA: 0x1000, func: [0], file: [1], line: [7] }
+    let pad = [0x28, 0x80, 0x20, 0x12, 1, 0, 0x1a, 1, 1, 0x22, 1, 7];
+    let mut out = b"symbfile".to_vec();
+    // Records: length, type (1 header, 4 string table, 3 return pad), body.
+    for (ty, body) in [(1, &[][..]), (4, &table), (3, &pad)] {
+        out.extend_from_slice(&[body.len() as u8, ty]);
+        out.extend_from_slice(body);
+    }
+    out
+}
+
+/// A symbfile upload whose reading or conversion panics is refused as a malformed
+/// symbfile (400, Elastic's code 1004), nothing of it is stored, and the server goes
+/// on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_symbfile_that_panics_the_reader_or_the_converter_is_refused() {
+    let cache = tempfile::tempdir().unwrap();
+    let addr = start_with(cache.path(), "symbfile:\n  api_keys: [key]\n").await;
+    let file_id = "d--nFqkSpJIXRFeHMp_Smg";
+    for (stage, parser) in [
+        ("read", "symbfile reader"),
+        ("convert", "symbfile_symcaches"),
+    ] {
+        let response = reqwest::Client::new()
+            .post(format!("http://{addr}/api/symbols-returnpads"))
+            .header("FileID", file_id)
+            .header("FilePart", "0")
+            .header("FileParts", "1")
+            .header("Authorization", "APIKey key")
+            .body(symbfile_with_marker(stage))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 400, "{stage}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["error"]["Code"], "1004", "{stage}: {answer}");
+        let text = answer["error"]["Text"].as_str().unwrap();
+        let failed = format!("{parser}: the parser failed");
+        assert!(text.contains(&failed), "{stage}: {text}");
+    }
+    let body = json!({
+        "modules": [{
+            "type": "elf",
+            "file_id": file_id,
+            "image_addr": format!("{ELF_BASE:#x}"),
+            "image_size": 0x10000,
+        }],
+        "stacktraces": [{"frames": [{"instruction_addr": format!("{:#x}", ELF_BASE + 0x1001)}]}],
+    });
+    let (status, response) = post_symbolicate(addr, &body).await;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(
+        response["modules"][0]["debug_status"], "missing",
+        "{response}"
+    );
 }
 
 fn files_under(dir: &Path) -> Vec<PathBuf> {

@@ -79,6 +79,26 @@ async fn return_pads_alone_answer_call_sites() {
     assert_eq!(chains_from(&response, 1), oracle_chains("crash_stack")[1..]);
 }
 
+/// The second upload of an executable changes what the next lookup answers: ranges
+/// after return pads answer the crashing instruction too, which is no call site.
+#[tokio::test]
+async fn ranges_after_return_pads_change_the_answer() {
+    let server = Server::start(&config(""));
+    let id = file_id();
+    Part::return_pads(&id, 0, 1, &symbfile("returnpads.symbfile"))
+        .accepted(&server)
+        .await;
+    let (_, pads) = server.post("/symbolicate", &crash_stack_request(&id)).await;
+    let crashing = &pads["stacktraces"][0]["frames"][0];
+    assert_eq!(crashing["status"], "missing_symbol", "{pads:#}");
+
+    Part::ranges(&id, 0, 1, &symbfile("ranges.symbfile"))
+        .accepted(&server)
+        .await;
+    let (_, both) = server.post("/symbolicate", &crash_stack_request(&id)).await;
+    assert_eq!(chains(&both), oracle_chains("crash_stack"));
+}
+
 /// Like [`chains`], for the request frames from `first` on.
 fn chains_from(response: &Value, first: usize) -> Vec<Vec<(String, String, u64)>> {
     let mut trimmed = response.clone();

@@ -359,13 +359,13 @@ fn read_return_pad(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const DEPTH: u32 = 128;
 
     /// A record as the framing has it: length, type, body.
-    fn record(ty: proto::MessageType, message: &impl Message) -> Vec<u8> {
+    pub(crate) fn record(ty: proto::MessageType, message: &impl Message) -> Vec<u8> {
         let body = message.encode_to_vec();
         let mut out = Vec::new();
         prost::encoding::encode_varint(body.len() as u64, &mut out);
@@ -374,7 +374,8 @@ mod tests {
         out
     }
 
-    fn file(records: &[Vec<u8>]) -> Vec<u8> {
+    /// A symbfile of `records`, after the magic and the header.
+    pub(crate) fn file(records: &[Vec<u8>]) -> Vec<u8> {
         let mut out = MAGIC.to_vec();
         out.extend(record(proto::MessageType::MtHeader, &proto::Header {}));
         for r in records {
@@ -383,7 +384,8 @@ mod tests {
         out
     }
 
-    fn range(va: proto::range_v1::ElfVa, func: &str) -> Vec<u8> {
+    /// A range of 16 bytes at `va`, of `func`.
+    pub(crate) fn range(va: proto::range_v1::ElfVa, func: &str) -> Vec<u8> {
         record(
             proto::MessageType::MtRangeV1,
             &proto::RangeV1 {

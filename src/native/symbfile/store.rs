@@ -949,8 +949,11 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::proto;
+    use super::super::read::tests::{file, range, record};
     use super::*;
     use crate::cache::CachesConfig;
+    use crate::cache::kinds::SYMBFILE_SYMCACHES;
     use crate::fetch::{Downloader, FetchConfig};
 
     /// The caches of a server whose `cache_dir` is `dir`.
@@ -1025,5 +1028,120 @@ mod tests {
             .live_pending_uploads(later, config.pending_upload_timeout)
             .unwrap();
         assert_eq!((live, pending_bytes(&reopened)), (0, 0));
+    }
+
+    const ID: FileId = FileId(0x77ef_a716_a912_a492_1744_5787_329f_d29a);
+
+    /// A store over `dir/symbfiles` whose SymCaches go to `dir/cache`; another over the
+    /// same `dir` is the server restarted.
+    fn store_in(dir: &Path) -> SymbfileStore {
+        let caches = caches(&dir.join("cache"));
+        let config = SymbfileConfig::default();
+        SymbfileStore::open(dir.join("symbfiles"), &config, &caches).unwrap()
+    }
+
+    /// Uploads `body` as the `kind` symbfile of `ID`, in one part.
+    async fn upload(
+        store: &SymbfileStore,
+        kind: SymbfileKind,
+        body: &[u8],
+    ) -> Result<UploadProgress, UploadError> {
+        let mut writer = store.begin_part(ID, kind, 0, 1).await?;
+        writer.write(body).await?;
+        writer.finish().await
+    }
+
+    /// The functions the SymCache of `ID` has at `addr`, innermost first.
+    async fn functions_at(store: &SymbfileStore, addr: u64) -> Vec<String> {
+        let symcache = store.symcache(ID).await.unwrap().expect("symbols of ID");
+        let functions = symcache.get().lookup(addr);
+        functions.map(|l| l.function().name().to_owned()).collect()
+    }
+
+    /// A ranges symbfile: `func` over `[0x1000, 0x1010)`.
+    fn ranges(func: &str) -> Vec<u8> {
+        file(&[range(proto::range_v1::ElfVa::SetElfVa(0x1000), func)])
+    }
+
+    /// A return-pad symbfile: one pad at 0x2000, in `func`.
+    fn return_pad(func: &str) -> Vec<u8> {
+        let table = proto::StringTableV1 {
+            strings: vec![func.into(), "a.c".into()],
+        };
+        let pad = proto::ReturnPadV1 {
+            elf_va: Some(proto::return_pad_v1::ElfVa::SetElfVa(0x2000)),
+            func: vec![0],
+            file: vec![1],
+            line: vec![7],
+        };
+        file(&[
+            record(proto::MessageType::MtStringTableV1, &table),
+            record(proto::MessageType::MtReturnPadV1, &pad),
+        ])
+    }
+
+    /// Each upload changes what the next lookup answers: return pads after ranges add
+    /// the call sites no range covers, new ranges (of the same size) replace the old,
+    /// and a restarted server answers the same.
+    #[tokio::test]
+    async fn every_upload_changes_what_lookups_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_in(dir.path());
+        assert!(store.symcache(ID).await.unwrap().is_none());
+
+        upload(&store, SymbfileKind::Ranges, &ranges("f"))
+            .await
+            .unwrap();
+        assert_eq!(functions_at(&store, 0x1004).await, ["f"]);
+        assert!(functions_at(&store, 0x2000).await.is_empty());
+
+        upload(&store, SymbfileKind::ReturnPads, &return_pad("g"))
+            .await
+            .unwrap();
+        assert_eq!(functions_at(&store, 0x1004).await, ["f"]);
+        assert_eq!(functions_at(&store, 0x2000).await, ["g"]);
+
+        upload(&store, SymbfileKind::Ranges, &ranges("h"))
+            .await
+            .unwrap();
+        assert_eq!(functions_at(&store, 0x1004).await, ["h"]);
+        assert_eq!(functions_at(&store, 0x2000).await, ["g"]);
+
+        let restarted = store_in(dir.path());
+        assert_eq!(functions_at(&restarted, 0x1004).await, ["h"]);
+        assert_eq!(functions_at(&restarted, 0x2000).await, ["g"]);
+    }
+
+    /// A stored symbfile whose reader panics (one an older build accepted, say) makes
+    /// the FileID's symbols malformed, remembered as any malformed file is; the panic
+    /// goes no further.
+    #[tokio::test]
+    async fn a_stored_symbfile_that_panics_the_reader_is_malformed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_in(dir.path());
+        let path = (dir.path().join("symbfiles")).join(symbfile_path(ID, SymbfileKind::Ranges));
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(&path, ranges("omnisym-test-panic:read")).unwrap();
+        let malformed = CacheError::Malformed(
+            "malformed symbfile at byte 0: malformed: symbfile reader: the parser failed".into(),
+        );
+        for _ in 0..2 {
+            let found = store.find(ID).await.expect("symbols of ID");
+            assert_eq!(found.cache.err(), Some(malformed.clone()));
+            assert!(!found.features.has_debug_info);
+        }
+        // The verdict is a placeholder in the cache, as for any malformed file.
+        let global = dir
+            .path()
+            .join("cache")
+            .join(SYMBFILE_SYMCACHES.name)
+            .join("1/global");
+        let remembered: Vec<Vec<u8>> = (fs::read_dir(global).unwrap())
+            .map(|entry| fs::read(entry.unwrap().path()).unwrap())
+            .collect();
+        assert!(
+            (remembered.iter()).any(|data| data.starts_with(b"\0omnisym-placeholder\0")),
+            "{remembered:?}"
+        );
     }
 }
