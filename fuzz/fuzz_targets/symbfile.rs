@@ -60,8 +60,8 @@ fn run(data: &[u8]) {
         // A restarted server whose cache lost the SymCache rebuilds it from the symbfiles.
         std::fs::remove_dir_all(cache_dir.join(kinds::SYMBFILE_SYMCACHES.name))
             .expect("removing the SymCaches");
-        let restarted = SymbfileStore::open(store_dir, &config, &caches(&cache_dir))
-            .expect("the store");
+        let restarted =
+            SymbfileStore::open(store_dir, &config, &caches(&cache_dir)).expect("the store");
         look_up(&restarted).await;
     });
 }
