@@ -58,7 +58,7 @@ impl DerivedFormat for SymbfileSymCacheFormat {
 /// One stored symbfile, open: what it is read through (a later upload renames another
 /// file into its place and never changes this one) and what names its content.
 pub struct StoredSymbfile {
-    pub kind: SymbfileKind,
+    kind: SymbfileKind,
     file: File,
     len: u64,
     modified_ns: u128,
@@ -135,7 +135,7 @@ impl SymbfileSymCaches {
     /// The SymCache of `files`, the stored symbfiles of `id` in [`SymbfileKind::ALL`]
     /// order; they are read only when it has to be built.
     pub async fn get(&self, id: FileId, files: Vec<StoredSymbfile>) -> CacheResult<OwnedSymCache> {
-        let keys: Vec<CacheKey> = files.iter().map(|file| file.key(id)).collect();
+        let keys = keys(id, &files);
         let max_depth = self.max_inline_depth;
         let input = Box::pin(isolate_blocking("symbfile reader", move || {
             read_stored(&files, max_depth)
@@ -153,12 +153,17 @@ impl SymbfileSymCaches {
         files: &[StoredSymbfile],
         input: ReadSymbfiles,
     ) -> CacheResult<OwnedSymCache> {
-        let keys: Vec<CacheKey> = files.iter().map(|file| file.key(id)).collect();
+        let keys = keys(id, files);
         let input = Box::pin(std::future::ready(Ok(input)));
         self.cache
             .get(&keys.iter().collect::<Vec<_>>(), input)
             .await
     }
+}
+
+/// The parent keys of the SymCache of `files`, the symbfiles of `id`.
+fn keys(id: FileId, files: &[StoredSymbfile]) -> Vec<CacheKey> {
+    files.iter().map(|file| file.key(id)).collect()
 }
 
 /// Reads `files` into one [`ReadSymbfiles`]; any of them malformed makes it malformed.
