@@ -383,6 +383,35 @@ async fn a_full_disk_keeps_the_parts_and_the_retry_completes_the_upload() {
     drop(server);
 }
 
+/// The upload's SymCache is a cache: a full cache disk does not refuse the upload, and
+/// the first lookup with room builds the SymCache from the stored symbfile.
+#[tokio::test]
+async fn a_full_cache_disk_does_not_refuse_an_upload() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmpfs = match Tmpfs::mount(1 << 20) {
+        Ok(tmpfs) => tmpfs,
+        Err(err) => {
+            eprintln!("skipped: cannot mount a tmpfs: {err}");
+            return;
+        }
+    };
+    let store = dir.path().join("symbfiles");
+    let server = Server::start_in(
+        dir.path(),
+        &tmpfs.path().join("cache"),
+        &config(&format!("  dir: {}\n", store.display())),
+    );
+    let id = file_id();
+    let filler = tmpfs.fill(0);
+    Part::ranges(&id, 0, 1, &symbfile("ranges.symbfile"))
+        .accepted(&server)
+        .await;
+    drop(filler);
+    let (_, response) = server.post("/symbolicate", &probe_request(&id)).await;
+    assert_probes(&response);
+    drop(server);
+}
+
 #[tokio::test]
 async fn cleanup_leaves_an_upload_in_progress_alone() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

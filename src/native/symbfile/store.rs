@@ -811,10 +811,11 @@ impl Completion {
         } = joined;
         match self.symcaches.build(id, &stored, read).await {
             Ok(_) => {}
+            // The cache could not be written (its disk is full, say): that is no reason
+            // to refuse the upload. The symbfile is what has to survive; the next lookup
+            // builds its SymCache again.
             Err(CacheError::InternalError) => {
-                return Err(UploadError::internal(
-                    "the symbfile's SymCache was not built",
-                ));
+                tracing::warn!(file_id = %id, "the SymCache of an upload was not written");
             }
             Err(err) => return Err(FormatError::unreadable(&err).into()),
         }
