@@ -1,3 +1,6 @@
+//! The one error kind for anything fetched or computed (`CacheError`), and `isolate`,
+//! which turns a parser's panic into that one file being `malformed`.
+
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 

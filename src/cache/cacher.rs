@@ -1,3 +1,10 @@
+//! `Cacher`: the lifecycle every cache kind shares. A lookup tries memory, then the
+//! disk (the current version, then a compatible older one, served while it is
+//! recomputed), then the shared cache, and only then computes, once per key however
+//! many ask at once. Failures are remembered as placeholder files for a while (negative
+//! caching), and a file is loaded before it is published, so one that does not load is
+//! never served.
+
 use std::collections::HashSet;
 use std::io::Write;
 use std::panic::AssertUnwindSafe;

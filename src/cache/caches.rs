@@ -1,3 +1,7 @@
+//! `Caches`: the one place that turns the config into each kind's `Cacher` (directory,
+//! lifetime rules, memory share, shared cache) and holds what all conversions share
+//! (the conversion budget, an observer of conversions).
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

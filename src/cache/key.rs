@@ -1,3 +1,6 @@
+//! Cache keys and scopes: what names an entry, and why a key can never name a path
+//! outside `cache_dir` (only a digest of the request's data reaches the disk).
+
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;

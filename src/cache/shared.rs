@@ -1,3 +1,7 @@
+//! The shared cache: derived caches kept in GCS, S3 or a directory for every replica,
+//! looked up after the local disk and written behind computing, through a bounded
+//! queue that drops rather than waits.
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

@@ -1,3 +1,6 @@
+//! Errors answered to clients (`ApiError`: status and a message that says what to fix),
+//! JSON bodies parsed so that a failure names the field, and the bounded body reader.
+
 use axum::Json;
 use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;

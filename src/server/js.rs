@@ -1,3 +1,6 @@
+//! The `/symbolicate-js` endpoint: counts and parses the request, then hands it to the
+//! JavaScript pipeline through the request service.
+
 use std::sync::Arc;
 
 use axum::extract::State;

@@ -1,3 +1,6 @@
+//! The `/symbolicate-jvm` endpoint: counts and parses the request, then hands it to the
+//! JVM pipeline through the request service.
+
 use axum::extract::State;
 use axum::response::Response;
 

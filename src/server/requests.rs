@@ -1,3 +1,6 @@
+//! The `/requests/{id}` endpoint: polling for the answer of a request that was
+//! answered `pending`.
+
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
 

@@ -1,3 +1,6 @@
+//! The `/symbolicate` endpoint: native stack traces, counted against the request
+//! limits before they are parsed, then symbolicated through the request service.
+
 use axum::extract::State;
 use axum::response::Response;
 
