@@ -344,22 +344,37 @@ async fn uploads_are_counted_as_their_bytes_arrive() {
     }
 }
 
-#[tokio::test]
-async fn a_full_disk_keeps_the_parts_and_the_retry_completes_the_upload() {
-    let dir = tempfile::tempdir().unwrap();
+/// Which of the server's directories is put on a 1 MiB tmpfs.
+enum OnTmpfs {
+    Store,
+    Cache,
+}
+
+/// A server with its symbfile store or its cache on a tmpfs of its own (the other on
+/// the temp dir returned), or `None` after saying why the test is skipped.
+fn on_a_tmpfs(on: OnTmpfs) -> Option<(Tmpfs, Server, tempfile::TempDir)> {
     let tmpfs = match Tmpfs::mount(1 << 20) {
         Ok(tmpfs) => tmpfs,
         Err(err) => {
-            eprintln!("skipped: cannot mount a tmpfs: {err}");
-            return;
+            println!("SKIPPED: cannot mount a tmpfs ({err}); run as root");
+            return None;
         }
     };
-    let store = tmpfs.path().join("symbfiles");
-    let server = Server::start_in(
-        dir.path(),
-        &dir.path().join("cache"),
-        &config(&format!("  dir: {}\n", store.display())),
-    );
+    let dir = tempfile::tempdir().unwrap();
+    let (store, cache) = match on {
+        OnTmpfs::Store => (tmpfs.path().join("symbfiles"), dir.path().join("cache")),
+        OnTmpfs::Cache => (dir.path().join("symbfiles"), tmpfs.path().join("cache")),
+    };
+    let config = config(&format!("  dir: {}\n", store.display()));
+    let server = Server::start_in(dir.path(), &cache, &config);
+    Some((tmpfs, server, dir))
+}
+
+#[tokio::test]
+async fn a_full_disk_keeps_the_parts_and_the_retry_completes_the_upload() {
+    let Some((tmpfs, server, _dir)) = on_a_tmpfs(OnTmpfs::Store) else {
+        return;
+    };
     let id = file_id();
     let ranges = symbfile("ranges.symbfile");
     let parts = split(&ranges, 3);
@@ -387,20 +402,9 @@ async fn a_full_disk_keeps_the_parts_and_the_retry_completes_the_upload() {
 /// the first lookup with room builds the SymCache from the stored symbfile.
 #[tokio::test]
 async fn a_full_cache_disk_does_not_refuse_an_upload() {
-    let dir = tempfile::tempdir().unwrap();
-    let tmpfs = match Tmpfs::mount(1 << 20) {
-        Ok(tmpfs) => tmpfs,
-        Err(err) => {
-            eprintln!("skipped: cannot mount a tmpfs: {err}");
-            return;
-        }
+    let Some((tmpfs, server, _dir)) = on_a_tmpfs(OnTmpfs::Cache) else {
+        return;
     };
-    let store = dir.path().join("symbfiles");
-    let server = Server::start_in(
-        dir.path(),
-        &tmpfs.path().join("cache"),
-        &config(&format!("  dir: {}\n", store.display())),
-    );
     let id = file_id();
     let filler = tmpfs.fill(0);
     Part::ranges(&id, 0, 1, &symbfile("ranges.symbfile"))
