@@ -14,29 +14,50 @@
 #
 # Environment: RUNS (default 5), DURATION (wrk -d, default 10s), CONNECTIONS (wrk -c,
 # default 32), THREADS (wrk -t, default 2), MAPPING_MB (default 5), FRAMES (default 30),
-# KEEP_TMP=1 to keep the temp dir, CARGO_TARGET_DIR as cargo reads it.
+# KEEP_TMP=1 to keep the temp dir, CARGO_TARGET_DIR as cargo reads it. UPSTREAM_BIN (a
+# build of upstream Symbolicator) runs the same on upstream too, in ROUNDS (default 3)
+# alternating rounds, and compares (scripts/load-common.sh). JVM_SOURCE says where the
+# mapping is served from: `filesystem` (the default alone: the unified layout above) or
+# `sentry` (the default with UPSTREAM_BIN: a stand-in for Sentry's debug-file search,
+# scripts/sentry-standin.py, as self-hosted Sentry serves mappings; upstream finds
+# ProGuard files only there, its unified layout has no path for them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MAPPING_MB="${MAPPING_MB:-5}"
 FRAMES="${FRAMES:-30}"
 BODY_TEMPLATE=benches/load/jvm-body.json
+WORK="warm /symbolicate-jvm"
 # Any fixed uuid does; fixed so the cache key is the same from run to run.
 UUID=3c5e7a9b-1d2f-4a6c-8e0b-2d4f6a8c0e13
 
 . scripts/load-common.sh
 
+JVM_SOURCE="${JVM_SOURCE:-$(comparing && echo sentry || echo filesystem)}"
 SYMBOLS="$TMP/symbols"
 HEX="${UUID//-/}"
 MAPPING="$SYMBOLS/${HEX:0:2}/${HEX:2}/proguard"
+EXTRA=""
+case "$JVM_SOURCE" in
+    filesystem) SOURCE="" ;;
+    sentry)
+        SENTRY="$TMP/sentry"
+        MAPPING="$SENTRY/difs/$UUID/proguard"
+        start_sentry "$SENTRY"
+        SOURCE="{\"type\": \"sentry\", \"id\": \"sentry:project\", \"url\": \"$SENTRY_URL/difs/\", \"token\": \"t\"}"
+        # The Sentry stand-in is on loopback.
+        EXTRA="connect_to_reserved_ips: true"
+        ;;
+    *) die "JVM_SOURCE is filesystem or sentry, not $JVM_SOURCE" ;;
+esac
 mkdir -p "$(dirname "$MAPPING")"
 python3 scripts/gen-proguard-mapping.py "$MAPPING" --size-mb "$MAPPING_MB" --seed 1
-echo "mapping: $(wc -c <"$MAPPING") bytes at ${MAPPING#"$SYMBOLS/"}"
+echo "mapping: $(wc -c <"$MAPPING") bytes at ${MAPPING#"$TMP/"}, $JVM_SOURCE source"
 
 BODY="$TMP/body.json"
-python3 - "$BODY_TEMPLATE" "$BODY" "$SYMBOLS" "$UUID" "$MAPPING" "$FRAMES" <<'EOF'
+python3 - "$BODY_TEMPLATE" "$BODY" "$SYMBOLS" "$UUID" "$MAPPING" "$FRAMES" "$SOURCE" <<'EOF'
 import json, re, sys
-template, out, symbols, uuid, mapping, count = sys.argv[1:]
+template, out, symbols, uuid, mapping, count, other_source = sys.argv[1:]
 count = int(count)
 body = json.load(open(template))
 source, module = body["sources"][0], body["modules"][0]
@@ -44,6 +65,8 @@ stacktrace = body["stacktraces"][0]
 assert source["path"] == "@SYMBOLS@" and module["uuid"] == "@UUID@" \
     and stacktrace["frames"] == "@FRAMES@", "body template lacks a placeholder"
 source["path"], module["uuid"] = symbols, uuid
+if other_source:
+    body["sources"] = [json.loads(other_source)]
 
 # The first line of evenly spread method ranges of ordinary classes: real frames that
 # remap, some through inline chains. Outlines, synthesized lambda classes and methods
@@ -81,7 +104,7 @@ stacktrace["frames"] = [
 json.dump(body, open(out, "w"), indent=1)
 EOF
 
-start_server ""
+start_server "$EXTRA"
 
 # Cold request: builds the ProGuard cache, and proves the body is what we think it is.
 COLD="$TMP/cold.json"

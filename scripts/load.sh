@@ -11,12 +11,15 @@
 #
 # Environment: RUNS (default 5), DURATION (wrk -d, default 10s), CONNECTIONS (wrk -c,
 # default 32), THREADS (wrk -t, default 2), LOG_LEVEL (default warn; info adds the access
-# log line per request), KEEP_TMP=1 to keep the temp dir.
+# log line per request), KEEP_TMP=1 to keep the temp dir. UPSTREAM_BIN (a build of
+# upstream Symbolicator) runs the same on upstream too, in ROUNDS (default 3) alternating
+# rounds, and compares (scripts/load-common.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BODY_TEMPLATE=benches/load/symbolicate-body.json
 MANIFEST=fixtures/native/manifest.json
+WORK="warm /symbolicate"
 
 . scripts/load-common.sh
 
