@@ -16,40 +16,32 @@
 #   scripts/cold-bench.sh                       # this tree's server
 #   BIN=/path/to/old/omnisym scripts/cold-bench.sh   # another build, same file
 #   RESPONSE_OUT=answer.json ...                     # keep the first run's answer
+#   UPSTREAM_BIN=/path/to/symbolicator scripts/cold-bench.sh   # and upstream's, alternating
+#
+# With UPSTREAM_BIN (a build of upstream Symbolicator, see scripts/load-common.sh), each
+# of ROUNDS (3) rounds runs omnisym and then upstream the same way, each on its own
+# empty cache; the first round's answers are compared, and the medians per server come
+# with the ratios omnisym / upstream. Upstream answers once its SymCache is written, so
+# its peak is read the same way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 RUNS="${RUNS:-3}"
 ADDRS="${ADDRS:-50}"
-die() { echo "$(basename "$0"): $*" >&2; exit 1; }
-for tool in curl python3 nm readelf; do
-    command -v "$tool" >/dev/null || die "needs $tool (apt-get install curl python3 binutils)"
-done
+WORK="${WORK:-cold /symbolicate, large DWARF}"
+
+. scripts/load-common.sh
+ensure_pkg nm binutils
+ensure_pkg readelf binutils
 
 if [ -z "${LARGE:-}" ]; then
     CARGO_PROFILE_RELEASE_DEBUG=1 cargo build --release --locked --bin omnisym \
         --target-dir target/cold-bench-large
     LARGE=target/cold-bench-large/release/omnisym
 fi
-if [ -z "${BIN:-}" ]; then
-    cargo build --release --locked --bin omnisym
-    BIN=target/release/omnisym
-fi
 [ -f "$LARGE" ] || die "no large file at $LARGE"
-[ -x "$BIN" ] || die "no server at $BIN"
 echo "large file: $LARGE ($(( $(stat -c %s "$LARGE") / 1048576 )) MiB)"
 echo "server: $BIN"
-
-TMP="$(mktemp -d "${TMPDIR:-/tmp}/omnisym-cold.XXXXXX")"
-SERVER_PID=""
-stop_server() {
-    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-        kill -TERM "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-    fi
-    SERVER_PID=""
-}
-trap 'stop_server; rm -rf "$TMP"' EXIT
 
 # The request: ids from the build-id note, addresses inside sized function symbols,
 # relative to the first PT_LOAD (symbolic's image-relative addresses).
@@ -87,49 +79,22 @@ json.dump(body, open(os.path.join(tmp, "body.json"), "w"))
 print(f"request: {count} addresses in {len(syms)} function symbols, debug_id {debug_id}")
 EOF
 
-TIMES=()
-PEAKS=()
-for run in $(seq "$RUNS"); do
-    rm -rf "$TMP/cache"
-    cat >"$TMP/config.yml" <<EOF
-bind: 127.0.0.1:0
-cache_dir: $TMP/cache
-logging:
-  level: warn
-EOF
-    "$BIN" run -c "$TMP/config.yml" 2>"$TMP/server.log" &
-    SERVER_PID=$!
-    URL=""
-    for _ in $(seq 300); do
-        URL="$(sed -n 's/^omnisym listening on \(http:[^ ]*\).*/\1/p' "$TMP/server.log" | head -n1)"
-        [ -n "$URL" ] && curl -fsS --max-time 2 "$URL/healthcheck" >/dev/null 2>&1 && break
-        URL=""
-        sleep 0.1
-    done
-    [ -n "$URL" ] || { cat "$TMP/server.log" >&2; die "server did not start"; }
-    start_ns=$(date +%s%N)
-    curl -fsS --max-time 600 -H 'Content-Type: application/json' \
-        --data-binary "@$TMP/body.json" "$URL/symbolicate" -o "$TMP/response.json"
-    end_ns=$(date +%s%N)
-    ms=$(( (end_ns - start_ns) / 1000000 ))
-    named=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(sum(1 for f in r["stacktraces"][0]["frames"] if f.get("status")=="symbolicated" and f.get("lineno")))' "$TMP/response.json")
-    # The conversion may still run (omnisym answers cold requests before it ends):
-    # the peak is read once the SymCache is on disk.
+# The conversion may still run (omnisym answers cold requests before it ends): the
+# peak is read once the SymCache is on disk.
+symcache_written() {
     for _ in $(seq 1200); do
-        find "$TMP/cache" -path '*symcaches*' -type f ! -name '.tmp*' -size +1k 2>/dev/null | grep -q . && break
+        find "$TMP/$1/cache" -path '*symcaches*' -type f ! -name '.tmp*' -size +1k 2>/dev/null | grep -q . && break
         sleep 0.25
     done
     sleep 0.5
-    hwm=$(awk '/VmHWM/ {print $2}' "/proc/$SERVER_PID/status")
-    # RESPONSE_OUT keeps the first run's answer, to compare two builds' answers.
-    if [ "$run" = 1 ] && [ -n "${RESPONSE_OUT:-}" ]; then cp "$TMP/response.json" "$RESPONSE_OUT"; fi
-    stop_server
-    echo "run $run: first answer ${ms} ms, ${named} frames with lines, peak RSS $(( hwm / 1024 )) MiB"
-    TIMES+=("$ms")
-    PEAKS+=("$hwm")
-done
-median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
-echo "median: first answer $(median "${TIMES[@]}") ms, peak RSS $(( $(median "${PEAKS[@]}") / 1024 )) MiB"
+}
+frames_with_lines() {
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(sum(1 for f in r["stacktraces"][0]["frames"] if f.get("status")=="symbolicated" and f.get("lineno")), "frames with lines")' "$1"
+}
+
+cold_runs /symbolicate "$TMP/body.json" "" symcache_written frames_with_lines
+# RESPONSE_OUT keeps the first run's answer, to compare two builds' answers.
+if [ -n "${RESPONSE_OUT:-}" ]; then cp "$TMP/cold-1.json" "$RESPONSE_OUT"; fi
 
 if [ "${CHECK:-0}" = 1 ]; then
     cargo run --release --locked --example lazy_check -- "$LARGE" --addrs "$ADDRS" --compare 20000

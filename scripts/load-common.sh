@@ -325,6 +325,66 @@ load_runs() {
     fi
 }
 
+# wait_idle NAME: waits (up to 2 minutes) until server NAME has used no CPU for half
+# a second: the work a request started in the background is then done.
+wait_idle() {
+    local stat="/proc/${PID_OF[$1]}/stat" last="" now
+    for _ in $(seq 480); do
+        now="$(awk '{print $14 + $15}' "$stat")"
+        [ "$now" = "$last" ] && return 0
+        last=$now
+        sleep 0.5
+    done
+}
+
+# cold_runs ENDPOINT BODY EXTRA_YAML SETTLE DESCRIBE: RUNS runs (with upstream: ROUNDS
+# rounds of a run per server, in turn), each on a fresh server (start_one, so an empty
+# cache): the time to the first answer to BODY; then `SETTLE NAME` waits until the work
+# the request started is done and the server's peak RSS (VmHWM) is read. `DESCRIBE
+# ANSWER` prints a few words on an answer. The medians per server at the end, with the
+# ratios omnisym / upstream; the first round's answers are compared, and stay in
+# $TMP/cold-1.json (omnisym's) and beside it (answer_path).
+cold_runs() {
+    local endpoint=$1 body=$2 extra=$3 settle=$4 describe=$5 work="${WORK:-cold $1}"
+    local runs=$RUNS run name answer ms hwm label
+    local -A times_of=() peaks_of=() median_of=() peak_of=()
+    comparing && runs=$ROUNDS
+    for run in $(seq "$runs"); do
+        for name in $(active_servers); do
+            start_one "$name" "$extra"
+            answer="$(answer_path "$TMP/cold-$run.json" "$name")"
+            post_timed "${URL_OF[$name]}$endpoint" "$body" "$answer"
+            ms=$LAST_MS
+            answered "$name" "$work" "$answer" || { stop_one "$name"; continue; }
+            "$settle" "$name"
+            hwm="$(peak_kb "$name")"
+            stop_one "$name"
+            label="run $run"
+            comparing && label="round $run/$runs, $name"
+            echo "$label: first answer $ms ms, $("$describe" "$answer"), peak RSS $(( hwm / 1024 )) MiB"
+            times_of[$name]+=" $ms"
+            peaks_of[$name]+=" $hwm"
+        done
+        [ "$run" != 1 ] || compare_cold "$work" "$TMP/cold-1.json"
+    done
+    for name in "${SERVERS[@]}"; do
+        if [ -z "${times_of[$name]:-}" ]; then
+            record "$work" "$name" n/a ms
+            continue
+        fi
+        median_of[$name]="$(median ${times_of[$name]})"
+        peak_of[$name]="$(median ${peaks_of[$name]})"
+        label=""
+        comparing && label="$name "
+        echo "${label}median: first answer ${median_of[$name]} ms, peak RSS $(( ${peak_of[$name]%.*} / 1024 )) MiB"
+        record "$work" "$name" "${median_of[$name]}" ms "${peak_of[$name]}"
+    done
+    if comparing && [ -n "${median_of[upstream]:-}" ]; then
+        echo "omnisym / upstream: first answer $(ratio "${median_of[omnisym]}" "${median_of[upstream]}") (below 1: omnisym answers sooner)," \
+            "peak RSS $(ratio "${peak_of[omnisym]}" "${peak_of[upstream]}")"
+    fi
+}
+
 # js_body OUT URL DEBUG_ID FRAMES: a /symbolicate-js request for the frames in the file
 # FRAMES (a JSON list) of the minified file at URL with DEBUG_ID, whose artifacts the
 # Sentry stand-in (start_sentry) serves; with source context, innermost frame first.
