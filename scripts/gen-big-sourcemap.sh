@@ -10,6 +10,9 @@
 set -euo pipefail
 
 out="${1:?usage: gen-big-sourcemap.sh OUT_DIR [SEED]}"
+# Absolute: esbuild runs in the temp dir.
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
 seed="${2:-1}"
 
 ESBUILD_VERSION=0.28.2
