@@ -69,7 +69,7 @@ fi
 comparing() { [ "${#SERVERS[@]}" -gt 1 ]; }
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/omnisym-load.XXXXXX")"
-declare -A URL_OF=() PID_OF=() SKIP=() COLD_MS=()
+declare -A URL_OF=() PID_OF=() SKIP=()
 EXTRA_PIDS=()
 stop_pid() {
     local pid=$1
@@ -146,15 +146,12 @@ stop_one() {
     unset "PID_OF[$1]" "URL_OF[$1]"
 }
 
-# start_server EXTRA_YAML: every server of the run (see start_one); URL and SERVER_PID
-# are omnisym's.
+# start_server EXTRA_YAML: every server of the run (see start_one).
 start_server() {
     local name
     for name in "${SERVERS[@]}"; do
         start_one "$name" "$1"
     done
-    URL=${URL_OF[omnisym]}
-    SERVER_PID=${PID_OF[omnisym]}
 }
 
 # The servers not skipped: a server whose cold answer was an error is not loaded.
@@ -246,7 +243,6 @@ cold_request() {
         path="$(answer_path "$out" "$name")"
         post_timed "${URL_OF[$name]}$endpoint" "$body" "$path"
         answered "$name" "${WORK:-$endpoint}" "$path" || continue
-        COLD_MS[$name]=$LAST_MS
         if comparing; then
             echo "cold request ($name): $LAST_MS ms, $(wc -c <"$path") response bytes"
         else
