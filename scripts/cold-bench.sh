@@ -28,7 +28,6 @@ cd "$(dirname "$0")/.."
 
 RUNS="${RUNS:-3}"
 ADDRS="${ADDRS:-50}"
-WORK="${WORK:-cold /symbolicate, large DWARF}"
 
 . scripts/load-common.sh
 ensure_pkg nm binutils
@@ -41,6 +40,7 @@ if [ -z "${LARGE:-}" ]; then
 fi
 [ -f "$LARGE" ] || die "no large file at $LARGE"
 echo "large file: $LARGE ($(( $(stat -c %s "$LARGE") / 1048576 )) MiB)"
+WORK="${WORK:-cold /symbolicate, $(file_mib "$LARGE") MiB DWARF ELF}"
 echo "server: $BIN"
 
 # The request: ids from the build-id note, addresses inside sized function symbols,

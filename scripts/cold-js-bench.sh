@@ -57,10 +57,9 @@ PY
 cargo build --release --example artifact_bundle
 DEBUG_ID="$("${CARGO_TARGET_DIR:-target}"/release/examples/artifact_bundle "$SENTRY/files/bundle.zip" \
     "$ASSETS/big.min.js" "$ASSETS/big.min.js.map")"
-size_mib() { mib "$(( $(stat -c %s "$1") / 1024 ))"; }
-WORK="${WORK:-cold /symbolicate-js, $(size_mib "$ASSETS/big.min.js.map") MiB source map}"
-echo "source map: $(size_mib "$ASSETS/big.min.js.map") MiB, minified $(size_mib "$ASSETS/big.min.js") MiB," \
-    "artifact bundle $(size_mib "$SENTRY/files/bundle.zip") MiB, debug id $DEBUG_ID"
+WORK="${WORK:-cold /symbolicate-js, $(file_mib "$ASSETS/big.min.js.map") MiB source map}"
+echo "source map: $(file_mib "$ASSETS/big.min.js.map") MiB, minified $(file_mib "$ASSETS/big.min.js") MiB," \
+    "artifact bundle $(file_mib "$SENTRY/files/bundle.zip") MiB, debug id $DEBUG_ID"
 start_sentry "$SENTRY"
 
 URL_JS=https://app.example/assets/big.min.js

@@ -173,6 +173,7 @@ peak_kb() {
 }
 
 mib() { awk -v k="$1" 'BEGIN {printf "%.1f", k / 1024}'; }
+file_mib() { mib "$(( $(stat -c %s "$1") / 1024 ))"; }
 
 # median V...: the middle value (the mean of the two middle ones for an even count).
 median() {
