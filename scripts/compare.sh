@@ -17,6 +17,10 @@
 # requests a round), LARGE, BIG_DIR, ... Each script's output goes to LOG_DIR (a new
 # temp dir unless set), and is echoed. A workload that fails is said so in the table,
 # and the others still run; the exit status is then 1.
+#
+# Memory: upstream keeps every answer for 90 s (for `/requests/ID` polls), so under wrk
+# it grows with requests/s x answer size; with the defaults its warm JS row peaked at
+# about 15 GiB on a 2-core machine. The run warns when less than 16 GiB is available.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,6 +46,11 @@ echo "omnisym: $BIN"
 echo "upstream: $UPSTREAM_BIN ($("$UPSTREAM_BIN" --version | head -n1))"
 echo "rounds: ${ROUNDS:-3}, wrk duration: ${DURATION:-10s}, logs: $LOG_DIR"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
+AVAILABLE_KB="$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)"
+if [ "$AVAILABLE_KB" -lt $(( 16 * 1024 * 1024 )) ]; then
+    echo "WARNING: $(( AVAILABLE_KB / 1048576 )) GiB of memory available; upstream's warm rows may" \
+        "need more (it holds 90 s of answers): shorten DURATION or ROUNDS if it runs short" >&2
+fi
 
 status=0
 for script in $SCRIPTS; do
