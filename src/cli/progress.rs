@@ -53,7 +53,7 @@ struct Entry {
 }
 
 enum Shown {
-    Bar(ProgressBar),
+    Bar(ProgressBar, Option<Layout>),
     Line,
 }
 
@@ -124,9 +124,10 @@ impl Shared {
                 Output::Terminal(multi) => {
                     let bar = multi.add(ProgressBar::no_length());
                     bar.set_message(entry.label.clone());
-                    update(&bar, entry.bytes, entry.total);
+                    let mut layout = None;
+                    update(&bar, &mut layout, entry.bytes, entry.total);
                     bar.enable_steady_tick(TICK);
-                    Shown::Bar(bar)
+                    Shown::Bar(bar, layout)
                 }
                 Output::Lines(_) => {
                     lines.push(match entry.total {
@@ -145,25 +146,25 @@ impl Shared {
         if let Some(entry) = self.active.lock().unwrap().get_mut(&task) {
             entry.bytes = bytes;
             entry.total = total;
-            if let Some(Shown::Bar(bar)) = &entry.shown {
-                update(bar, bytes, total);
+            if let Some(Shown::Bar(bar, layout)) = &mut entry.shown {
+                update(bar, layout, bytes, total);
             }
         }
     }
 
     /// Ends a task; only one that was shown gets a last line, closing what was opened.
-    fn finished(&self, task: Task, line: impl FnOnce(&Entry, String) -> String) {
+    fn finished(&self, task: Task, line: impl FnOnce(String) -> String) {
         let Some(entry) = self.active.lock().unwrap().remove(&task) else {
             return;
         };
         let Some(shown) = &entry.shown else {
             return;
         };
-        if let Shown::Bar(bar) = shown {
+        if let Shown::Bar(bar, _) = shown {
             bar.finish_and_clear();
         }
         let took = format!("{:.1}s", entry.started.elapsed().as_secs_f64());
-        self.write(&[line(&entry, took)]);
+        self.write(&[line(took)]);
     }
 
     fn write(&self, lines: &[String]) {
@@ -188,30 +189,51 @@ impl Shared {
     }
 }
 
-/// A bar once the size is known, a spinner with the bytes so far until then (a
-/// conversion has no size: it stays a spinner).
-fn update(bar: &ProgressBar, bytes: u64, total: Option<u64>) {
-    let (template, length) = match total {
-        Some(total) => (
-            "{spinner} {msg} [{bar:30}] {binary_bytes}/{binary_total_bytes} \
-             ({binary_bytes_per_sec})",
-            Some(total),
-        ),
-        None if bytes > 0 => (
-            "{spinner} {msg} {binary_bytes} ({binary_bytes_per_sec})",
-            None,
-        ),
-        None => ("{spinner} {msg} ({elapsed})", None),
-    };
-    if bar.length() != length || bar.position() == 0 {
-        let style = ProgressStyle::with_template(template)
+/// How a bar is drawn: a spinner with the time until the first byte, then with the
+/// bytes so far, and a bar once the size is known (a conversion has no size: it stays a
+/// spinner).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    Waiting,
+    Bytes,
+    Sized(u64),
+}
+
+impl Layout {
+    fn of(bytes: u64, total: Option<u64>) -> Self {
+        match total {
+            Some(total) => Layout::Sized(total),
+            None if bytes > 0 => Layout::Bytes,
+            None => Layout::Waiting,
+        }
+    }
+
+    fn template(self) -> &'static str {
+        match self {
+            Layout::Sized(_) => {
+                "{spinner} {msg} [{bar:30}] {binary_bytes}/{binary_total_bytes} \
+                 ({binary_bytes_per_sec})"
+            }
+            Layout::Bytes => "{spinner} {msg} {binary_bytes} ({binary_bytes_per_sec})",
+            Layout::Waiting => "{spinner} {msg} ({elapsed})",
+        }
+    }
+}
+
+/// Moves `bar` to `bytes`, restyled only when its layout changes (once or twice per
+/// transfer, not per chunk).
+fn update(bar: &ProgressBar, layout: &mut Option<Layout>, bytes: u64, total: Option<u64>) {
+    let now = Layout::of(bytes, total);
+    if *layout != Some(now) {
+        let style = ProgressStyle::with_template(now.template())
             .expect("the templates are fixed")
             .progress_chars("=> ");
         bar.set_style(style);
-        match length {
-            Some(length) => bar.set_length(length),
-            None => bar.unset_length(),
+        match now {
+            Layout::Sized(total) => bar.set_length(total),
+            Layout::Bytes | Layout::Waiting => bar.unset_length(),
         }
+        *layout = Some(now);
     }
     bar.set_position(bytes);
 }
@@ -241,7 +263,7 @@ impl DownloadObserver for Shared {
 
     fn finished(&self, download: &DownloadState, outcome: DownloadOutcome<'_>) {
         let name = &download.name;
-        Shared::finished(self, Task::Download(download.id), |_, took| match outcome {
+        Shared::finished(self, Task::Download(download.id), |took| match outcome {
             DownloadOutcome::Done => {
                 format!("downloaded {name}: {} in {took}", size(download.bytes))
             }
@@ -274,14 +296,10 @@ impl ConversionObserver for Shared {
     fn finished(&self, conversion: &ConversionState, result: Result<(), &CacheError>) {
         let kind = conversion.kind;
         let input = size(conversion.input_bytes);
-        Shared::finished(
-            self,
-            Task::Conversion(conversion.id),
-            |_, took| match result {
-                Ok(()) => format!("converted {kind} from {input} in {took}"),
-                Err(err) => format!("converting {kind} from {input} failed after {took}: {err}"),
-            },
-        );
+        Shared::finished(self, Task::Conversion(conversion.id), |took| match result {
+            Ok(()) => format!("converted {kind} from {input} in {took}"),
+            Err(err) => format!("converting {kind} from {input} failed after {took}: {err}"),
+        });
     }
 }
 
