@@ -139,7 +139,14 @@ pub async fn serve(
                 if health_only && !is_healthcheck(&request) {
                     return Ok(connections_exhausted());
                 }
-                let request = request.map(|body| Body::new(DeadlineBody::new(body, body_timeout)));
+                // A request without a body (every GET) has no deadline to keep.
+                let request = request.map(|body| {
+                    if http_body::Body::is_end_stream(&body) {
+                        Body::new(body)
+                    } else {
+                        Body::new(DeadlineBody::new(body, body_timeout))
+                    }
+                });
                 app.oneshot(request).await
             }
         });

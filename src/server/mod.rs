@@ -2,7 +2,6 @@
 //! the mapping of errors to statuses. Handlers parse and validate, then hand work to
 //! the RequestService; they never symbolicate themselves.
 
-mod access_log;
 #[cfg(test)]
 mod cold_path_tests;
 pub mod compat;
@@ -14,7 +13,8 @@ mod js;
 mod jvm;
 mod limits;
 mod listen;
-mod request_metrics;
+mod observe;
+mod prometheus;
 mod requests;
 mod symbolicate;
 
@@ -52,9 +52,21 @@ pub use crash::{CrashFiles, CrashForm, read_form};
 pub use error::{ApiError, parse_json};
 pub use listen::{ConnectionLimits, serve};
 
-/// What every handler can reach.
+/// What every handler can reach. Each request's handler gets its own clone, so the
+/// clone is one shared count, not one per part (with two workers, each count's cache
+/// line moved between cores on every request).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<AppParts>);
+
+impl std::ops::Deref for AppState {
+    type Target = AppParts;
+
+    fn deref(&self) -> &AppParts {
+        &self.0
+    }
+}
+
+pub struct AppParts {
     pub service: RequestService,
     pub native: Arc<NativeService>,
     pub jvm: Arc<JvmService>,
@@ -151,7 +163,7 @@ impl AppState {
                 config.symcache_http.clone(),
             ))
         });
-        Ok(AppState {
+        Ok(AppState(Arc::new(AppParts {
             service,
             native,
             jvm: Arc::new(jvm),
@@ -169,14 +181,14 @@ impl AppState {
             symbfiles,
             symstore_proxy,
             symcache_http,
-        })
+        })))
     }
 }
 
 pub fn router(state: AppState, config: &Config) -> Router {
     let router = Router::new()
         .route("/healthcheck", get(|| async { "ok" }))
-        .route("/metrics", get(request_metrics::render))
+        .route("/metrics", get(prometheus::render))
         .route("/symbolicate", post(symbolicate::symbolicate))
         .route("/symbolicate-any", post(crash::symbolicate_any))
         .route("/symbolicate-jvm", post(jvm::symbolicate_jvm))
@@ -221,10 +233,10 @@ pub fn router(state: AppState, config: &Config) -> Router {
             "/api/symbols-returnpads",
             post(compat::symbfile::upload_return_pads).layer(DefaultBodyLimit::disable()),
         )
-        .layer(axum::middleware::from_fn(request_metrics::record));
-    // Outermost, like the metrics: every request, rejected ones and 404s included,
-    // gets its log line and id.
-    access_log::layers(router).with_state(state)
+        // Outermost: every request, rejected ones and 404s included, gets its id, log
+        // line and metrics.
+        .layer(observe::ObserveLayer);
+    router.with_state(state)
 }
 
 /// Query parameters every symbolication endpoint takes.
