@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::budget::ConversionBudget;
 use super::derived::ConversionObserver;
@@ -20,6 +21,8 @@ pub struct Caches {
     downloaded: CacheConfig,
     derived: CacheConfig,
     memory_capacity: u64,
+    /// `caches.in_memory.lookup_reuse` and its capacity.
+    lookup_reuse: (Duration, u64),
     /// Identifies this process, so "malformed" verdicts do not outlive a restart.
     boot_id: Arc<str>,
     shared: Option<Arc<SharedCache>>,
@@ -44,6 +47,10 @@ impl Caches {
             downloaded: config.downloaded.clone(),
             derived: config.derived.clone(),
             memory_capacity: config.in_memory.capacity,
+            lookup_reuse: (
+                config.in_memory.lookup_reuse,
+                config.in_memory.lookup_reuse_capacity,
+            ),
             boot_id: uuid::Uuid::new_v4().to_string().into(),
             shared,
             conversions: Arc::new(ConversionBudget::new(config.conversion_budget)),
@@ -72,6 +79,12 @@ impl Caches {
             self.boot_id.clone(),
         )
         .with_shared(shared)
+    }
+
+    /// How long a module's lookup outcome is reused, and how many are kept
+    /// (`caches.in_memory.lookup_reuse`).
+    pub fn lookup_reuse(&self) -> (Duration, u64) {
+        self.lookup_reuse
     }
 
     /// The one budget every conversion and lazy read takes its memory from.

@@ -59,6 +59,14 @@ pub struct InMemoryConfig {
     pub s3_client_capacity: u64,
     /// GCS clients kept, one per credentials, endpoint and access; each holds its token.
     pub gcs_token_capacity: u64,
+    /// How long the outcome of looking up a module's files (every candidate, what each
+    /// holds, the one chosen) is reused for the same sources, module, scope and
+    /// purpose, and how many outcomes are kept (omnisym only). Within that time a
+    /// candidate that appears or expires on a source is seen late by at most this much;
+    /// `0` looks every module up afresh.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub lookup_reuse: Duration,
+    pub lookup_reuse_capacity: u64,
 }
 
 impl Default for InMemoryConfig {
@@ -71,6 +79,8 @@ impl Default for InMemoryConfig {
             sentry_index_ttl: fetch.sentry_index_ttl,
             s3_client_capacity: fetch.s3_client_capacity,
             gcs_token_capacity: fetch.gcs_token_capacity,
+            lookup_reuse: Duration::from_secs(1),
+            lookup_reuse_capacity: 10_000,
         }
     }
 }

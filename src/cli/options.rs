@@ -60,6 +60,7 @@ impl SourceArgs {
                 id: SourceId::new(format!("cli:symbols:{n}")),
                 path,
                 files: files.clone(),
+                digests: Default::default(),
             })));
         }
         for (n, url) in self.source.iter().enumerate() {
@@ -72,6 +73,7 @@ impl SourceArgs {
                 headers: BTreeMap::new(),
                 files: files.clone(),
                 accept_invalid_certs: false,
+                digests: Default::default(),
             })));
         }
         Ok(sources)

@@ -127,6 +127,7 @@ impl RemoteFile {
             headers,
             files: CommonSourceConfig::default(),
             accept_invalid_certs: false,
+            digests: Default::default(),
         })
     }
 

@@ -3,6 +3,7 @@
 //! for the purpose, and report every candidate and what happened to it.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::{self, BoxFuture};
 use symbolic::common::ByteView;
@@ -47,7 +48,7 @@ impl CacheItemRequest for FetchMeta {
 }
 
 /// What a debug file is wanted for; decides which candidate wins.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ObjectPurpose {
     Debug,
     Unwind,
@@ -66,9 +67,22 @@ pub struct FoundObject {
     pub meta: CacheResult<Arc<ObjectMeta>>,
 }
 
+#[derive(Clone)]
 pub struct FindResult {
     pub found: Option<FoundObject>,
     pub candidates: AllObjectCandidates,
+}
+
+/// Everything a `find` depends on besides the caches it reads. Sources are named by
+/// their fingerprints (every setting and credential), so two requests share an outcome
+/// only if they would have fetched the same files the same way, in the same scope.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct FindKey {
+    sources: Box<[[u8; 32]]>,
+    filetypes: Box<[FileType]>,
+    id: ObjectId,
+    scope: Scope,
+    purpose: ObjectPurpose,
 }
 
 pub struct ObjectLookup {
@@ -76,6 +90,12 @@ pub struct ObjectLookup {
     meta: Cacher<FetchMeta>,
     locator: Arc<Locator>,
     limits: ObjectLimits,
+    /// Outcomes of recent `find`s, reused for `caches.in_memory.lookup_reuse`. A warm
+    /// request otherwise lists every candidate path of every module again, names each
+    /// by a SHA-256 key and asks the metadata cache for each: most of the work of a
+    /// warm request, for an answer that only changes when a source or a cache entry
+    /// does. `None` when reuse is off.
+    recent: Option<moka::sync::Cache<FindKey, FindResult>>,
 }
 
 impl ObjectLookup {
@@ -85,6 +105,7 @@ impl ObjectLookup {
             meta: caches.cacher(kinds::OBJECT_META),
             locator,
             limits,
+            recent: recent_finds(caches.lookup_reuse()),
         }
     }
 
@@ -97,6 +118,36 @@ impl ObjectLookup {
 
     /// Looks at every candidate and picks the best for `purpose`.
     pub async fn find(
+        &self,
+        sources: &[SourceConfig],
+        filetypes: &[FileType],
+        id: &ObjectId,
+        scope: &Scope,
+        purpose: ObjectPurpose,
+    ) -> FindResult {
+        let Some(recent) = &self.recent else {
+            return self
+                .find_afresh(sources, filetypes, id, scope, purpose)
+                .await;
+        };
+        let key = FindKey {
+            sources: sources.iter().map(SourceConfig::fingerprint).collect(),
+            filetypes: filetypes.into(),
+            id: id.clone(),
+            scope: scope.clone(),
+            purpose,
+        };
+        if let Some(found) = recent.get(&key) {
+            return found;
+        }
+        let found = self
+            .find_afresh(sources, filetypes, id, scope, purpose)
+            .await;
+        recent.insert(key, found.clone());
+        found
+    }
+
+    async fn find_afresh(
         &self,
         sources: &[SourceConfig],
         filetypes: &[FileType],
@@ -133,6 +184,17 @@ impl ObjectLookup {
             .get_keyed(found.key.clone(), &found.file, self.hint(id))
             .await
     }
+}
+
+fn recent_finds(
+    (reuse, capacity): (Duration, u64),
+) -> Option<moka::sync::Cache<FindKey, FindResult>> {
+    (!reuse.is_zero() && capacity > 0).then(|| {
+        moka::sync::Cache::builder()
+            .max_capacity(capacity)
+            .time_to_live(reuse)
+            .build()
+    })
 }
 
 /// Lower is better; a later candidate only wins with a strictly better quality.

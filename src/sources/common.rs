@@ -2,6 +2,7 @@
 //! (filters, layout, visibility, index), and how URLs appear on the wire.
 
 use std::fmt;
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -152,5 +153,43 @@ pub(crate) mod optional_url_as_string {
         Option::<String>::deserialize(deserializer)?
             .map(|s| Url::parse(&s).map_err(serde::de::Error::custom))
             .transpose()
+    }
+}
+
+/// A source config's digests, each computed once: every warm lookup names its sources
+/// by them, and each is a serialisation and a SHA-256 of the whole config.
+///
+/// A clone starts empty, so a config that is cloned to be changed (the only way to
+/// change one behind its `Arc`) computes its own. Whoever changes a config in place
+/// must [`reset`](Self::reset) it.
+#[derive(Default)]
+pub struct DigestCells {
+    full: OnceLock<[u8; 32]>,
+    access: OnceLock<Option<[u8; 32]>>,
+}
+
+impl DigestCells {
+    pub fn full(&self, compute: impl FnOnce() -> [u8; 32]) -> [u8; 32] {
+        *self.full.get_or_init(compute)
+    }
+
+    pub fn access(&self, compute: impl FnOnce() -> Option<[u8; 32]>) -> Option<[u8; 32]> {
+        *self.access.get_or_init(compute)
+    }
+
+    pub fn reset(&mut self) {
+        *self = DigestCells::default();
+    }
+}
+
+impl Clone for DigestCells {
+    fn clone(&self) -> Self {
+        DigestCells::default()
+    }
+}
+
+impl fmt::Debug for DigestCells {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DigestCells")
     }
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, LazyLock};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest, Sha256};
 
-use super::common::{CommonSourceConfig, SourceId};
+use super::common::{CommonSourceConfig, DigestCells, SourceId};
 use super::filesystem::FilesystemSourceConfig;
 use super::gcs::GcsSourceConfig;
 use super::http::HttpSourceConfig;
@@ -126,17 +126,23 @@ impl SourceConfig {
     pub fn from_config_file(self) -> Self {
         fn mark<T: Clone>(
             config: Arc<T>,
-            files: impl FnOnce(&mut T) -> &mut CommonSourceConfig,
+            parts: impl FnOnce(&mut T) -> (&mut CommonSourceConfig, &mut DigestCells),
         ) -> Arc<T> {
             let mut config = Arc::unwrap_or_clone(config);
-            files(&mut config).from_config_file = true;
+            let (files, digests) = parts(&mut config);
+            files.from_config_file = true;
+            digests.reset();
             Arc::new(config)
         }
         match self {
-            SourceConfig::Filesystem(c) => SourceConfig::Filesystem(mark(c, |c| &mut c.files)),
-            SourceConfig::Http(c) => SourceConfig::Http(mark(c, |c| &mut c.files)),
-            SourceConfig::S3(c) => SourceConfig::S3(mark(c, |c| &mut c.files)),
-            SourceConfig::Gcs(c) => SourceConfig::Gcs(mark(c, |c| &mut c.files)),
+            SourceConfig::Filesystem(c) => {
+                SourceConfig::Filesystem(mark(c, |c| (&mut c.files, &mut c.digests)))
+            }
+            SourceConfig::Http(c) => {
+                SourceConfig::Http(mark(c, |c| (&mut c.files, &mut c.digests)))
+            }
+            SourceConfig::S3(c) => SourceConfig::S3(mark(c, |c| (&mut c.files, &mut c.digests))),
+            SourceConfig::Gcs(c) => SourceConfig::Gcs(mark(c, |c| (&mut c.files, &mut c.digests))),
             sentry @ SourceConfig::Sentry(_) => sentry,
         }
     }
@@ -150,7 +156,17 @@ impl SourceConfig {
     /// the config file names it. Two sources share it only if they fetch the same files the
     /// same way, so it names a source where a client-chosen id cannot.
     pub fn fingerprint(&self) -> [u8; 32] {
-        self.digest(&[])
+        self.digest_cells().full(|| self.digest(&[]))
+    }
+
+    fn digest_cells(&self) -> &DigestCells {
+        match self {
+            SourceConfig::Filesystem(c) => &c.digests,
+            SourceConfig::Http(c) => &c.digests,
+            SourceConfig::Sentry(c) => &c.digests,
+            SourceConfig::S3(c) => &c.digests,
+            SourceConfig::Gcs(c) => &c.digests,
+        }
     }
 
     /// [`Self::fingerprint`] without the base URL: for files named by a whole URL (linked
@@ -167,11 +183,11 @@ impl SourceConfig {
     /// Filters and layout only choose which files are asked for, so they do not count.
     pub fn access_digest(&self) -> Option<[u8; 32]> {
         const CHOOSING: &[&str] = &["filters", "layout", "is_public", "has_index"];
-        match self {
+        self.digest_cells().access(|| match self {
             SourceConfig::Filesystem(_) => None,
             SourceConfig::Http(c) if c.headers.is_empty() && !c.accept_invalid_certs => None,
             _ => Some(self.digest(CHOOSING)),
-        }
+        })
     }
 
     fn digest(&self, leave_out: &[&str]) -> [u8; 32] {
@@ -225,6 +241,7 @@ mod tests {
             headers: BTreeMap::new(),
             files: CommonSourceConfig::default(),
             accept_invalid_certs: false,
+            digests: Default::default(),
         }
     }
 
@@ -233,6 +250,7 @@ mod tests {
             id: SourceId::new("local"),
             path: PathBuf::from(path),
             files: CommonSourceConfig::default(),
+            digests: Default::default(),
         }
     }
 

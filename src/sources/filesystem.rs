@@ -4,7 +4,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::common::{CommonSourceConfig, SourceId};
+use super::common::{CommonSourceConfig, DigestCells, SourceId};
 
 /// A directory on the local file system.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -14,6 +14,9 @@ pub struct FilesystemSourceConfig {
     pub path: PathBuf,
     #[serde(flatten)]
     pub files: CommonSourceConfig,
+    /// This config's digests, computed on first use (see `SourceConfig::fingerprint`).
+    #[serde(skip)]
+    pub digests: DigestCells,
 }
 
 impl FilesystemSourceConfig {

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use url::Url;
 
 use super::bucket::{bucket_key, bucket_uri};
-use super::common::{CommonSourceConfig, SourceId, optional_url_as_string};
+use super::common::{CommonSourceConfig, DigestCells, SourceId, optional_url_as_string};
 use super::secret::Secret;
 
 /// A GCS bucket.
@@ -34,6 +34,9 @@ pub struct GcsSourceConfig {
     pub endpoint: Option<Url>,
     #[serde(flatten)]
     pub files: CommonSourceConfig,
+    /// This config's digests, computed on first use (see `SourceConfig::fingerprint`).
+    #[serde(skip)]
+    pub digests: DigestCells,
 }
 
 /// How requests to a GCS source are authorised.

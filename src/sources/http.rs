@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use url::Url;
 
-use super::common::{CommonSourceConfig, SourceId, url_as_string};
+use super::common::{CommonSourceConfig, DigestCells, SourceId, url_as_string};
 use super::secret::Secret;
 
 /// Headers sent with every request to a source (or a scraped URL): names as they are,
@@ -28,6 +28,9 @@ pub struct HttpSourceConfig {
     /// Skip TLS certificate verification for this source.
     #[serde(default)]
     pub accept_invalid_certs: bool,
+    /// This config's digests, computed on first use (see `SourceConfig::fingerprint`).
+    #[serde(skip)]
+    pub digests: DigestCells,
 }
 
 impl HttpSourceConfig {

@@ -43,7 +43,7 @@ mod sentry;
 mod types;
 
 pub use common::{
-    CommonSourceConfig, DirectoryLayout, DirectoryLayoutType, FilenameCasing, SourceId,
+    CommonSourceConfig, DigestCells, DirectoryLayout, DirectoryLayoutType, FilenameCasing, SourceId,
 };
 pub use config::SourceConfig;
 pub use filesystem::FilesystemSourceConfig;

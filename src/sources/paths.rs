@@ -1513,6 +1513,7 @@ mod tests {
             id: "fs".into(),
             path: "/srv/symbols".into(),
             files: CommonSourceConfig::default(),
+            digests: Default::default(),
         };
         let http: crate::sources::HttpSourceConfig =
             serde_json::from_str(r#"{"id": "h", "url": "https://symbols.example/base/"}"#).unwrap();

@@ -7,7 +7,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use url::Url;
 
 use super::bucket::{bucket_key, bucket_uri};
-use super::common::{CommonSourceConfig, SourceId};
+use super::common::{CommonSourceConfig, DigestCells, SourceId};
 use super::secret::Secret;
 
 /// An S3 bucket.
@@ -27,6 +27,9 @@ pub struct S3SourceConfig {
     pub secret_key: Secret,
     #[serde(flatten)]
     pub files: CommonSourceConfig,
+    /// This config's digests, computed on first use (see `SourceConfig::fingerprint`).
+    #[serde(skip)]
+    pub digests: DigestCells,
 }
 
 impl S3SourceConfig {

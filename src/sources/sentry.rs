@@ -4,7 +4,7 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use url::Url;
 
-use super::common::{SourceId, url_as_string};
+use super::common::{DigestCells, SourceId, url_as_string};
 use super::filetype::FileType;
 use super::secret::Secret;
 use super::types::ObjectId;
@@ -17,6 +17,9 @@ pub struct SentrySourceConfig {
     pub url: Url,
     /// Sent as `Authorization: Bearer`.
     pub token: Secret,
+    /// This config's digests, computed on first use (see `SourceConfig::fingerprint`).
+    #[serde(skip)]
+    pub digests: DigestCells,
 }
 
 impl SentrySourceConfig {

@@ -59,7 +59,7 @@ impl fmt::Display for ObjectType {
 }
 
 /// Everything known about an object that is used to locate its files on a source.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ObjectId {
     pub debug_id: Option<DebugId>,
     pub code_id: Option<CodeId>,

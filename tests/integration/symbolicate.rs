@@ -486,3 +486,57 @@ async fn accept_invalid_certs_decides_whether_a_self_signed_server_is_used() {
     common::assert_elf_symbolicated(&served);
     assert!(!symsrv.hits().is_empty());
 }
+
+/// A module's lookup outcome is reused for a while (`caches.in_memory.lookup_reuse`),
+/// but only for the same sources in the same scope: a request naming another directory,
+/// or another scope of a private source, looks again and sees its own files.
+#[tokio::test]
+async fn a_reused_lookup_is_never_another_sources_or_scopes() {
+    let empty = tempfile::tempdir().unwrap();
+    let symbols = tempfile::tempdir().unwrap();
+    let dest = symbols.path().join(elf_debug_path());
+    std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+    std::fs::copy(elf_debug_file(), &dest).unwrap();
+    let server = Server::start("caches:\n  in_memory:\n    lookup_reuse: 1h\n");
+    let source = |path: &std::path::Path, public: bool| json!([{"type": "filesystem", "id": "local", "path": path, "is_public": public}]);
+    let status_of = |response: &Value| response["modules"][0]["debug_status"].clone();
+
+    // The same id over an empty directory first: remembered as missing for an hour.
+    let (_, missing) = server
+        .post(
+            "/symbolicate",
+            &common::elf_request(source(empty.path(), true)),
+        )
+        .await;
+    assert_eq!(status_of(&missing), "missing", "{missing}");
+    let (_, found) = server
+        .post(
+            "/symbolicate",
+            &common::elf_request(source(symbols.path(), true)),
+        )
+        .await;
+    common::assert_elf_symbolicated(&found);
+
+    // A private source: a scope's outcome is its own, whether found or missing.
+    let private = source(symbols.path(), false);
+    let (_, found) = server
+        .post(
+            "/symbolicate?scope=a",
+            &common::elf_request(private.clone()),
+        )
+        .await;
+    common::assert_elf_symbolicated(&found);
+    std::fs::remove_file(&dest).unwrap();
+    let (_, missing) = server
+        .post(
+            "/symbolicate?scope=b",
+            &common::elf_request(private.clone()),
+        )
+        .await;
+    assert_eq!(status_of(&missing), "missing", "{missing}");
+    // Scope `a` within the reuse time: the outcome it had.
+    let (_, reused) = server
+        .post("/symbolicate?scope=a", &common::elf_request(private))
+        .await;
+    common::assert_elf_symbolicated(&reused);
+}

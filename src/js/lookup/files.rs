@@ -201,5 +201,6 @@ fn scrape_source(url: Url, scraping: &ScrapingConfig) -> HttpSourceConfig {
         headers: scraping.headers.clone(),
         files: CommonSourceConfig::default(),
         accept_invalid_certs: !scraping.verify_ssl,
+        digests: Default::default(),
     }
 }
