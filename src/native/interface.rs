@@ -20,9 +20,27 @@ use crate::types::{AllObjectCandidates, ObjectFeatures};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct HexValue(pub u64);
 
+impl HexValue {
+    /// `0x` and the lowercase digits without leading zeros, as `{:#x}` writes them.
+    /// Every answer carries a few of these per frame; formatting through `fmt` (and
+    /// serde's `collect_str`, which escapes what it is handed piece by piece) cost more
+    /// than the SymCache lookup behind the frame.
+    fn encode(self, buf: &mut [u8; 18]) -> &str {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let len = (64 - self.0.leading_zeros()).div_ceil(4).max(1) as usize;
+        buf[0] = b'0';
+        buf[1] = b'x';
+        for (i, out) in buf[2..2 + len].iter_mut().enumerate() {
+            let shift = 4 * (len - 1 - i);
+            *out = DIGITS[((self.0 >> shift) & 0xf) as usize];
+        }
+        std::str::from_utf8(&buf[..2 + len]).expect("hex digits are ASCII")
+    }
+}
+
 impl fmt::Display for HexValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:#x}", self.0)
+        f.write_str(self.encode(&mut [0; 18]))
     }
 }
 
@@ -40,7 +58,7 @@ impl FromStr for HexValue {
 
 impl Serialize for HexValue {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
+        serializer.serialize_str(self.encode(&mut [0; 18]))
     }
 }
 
@@ -463,6 +481,13 @@ mod tests {
 
     #[test]
     fn hex_value_accepts_strings_and_numbers() {
+        for v in [0, 1, 0xf, 0x10, 0x7f00_0000_1234, u64::MAX >> 4, u64::MAX] {
+            assert_eq!(HexValue(v).to_string(), format!("{v:#x}"));
+            assert_eq!(
+                serde_json::to_string(&HexValue(v)).unwrap(),
+                format!("\"{v:#x}\"")
+            );
+        }
         let v: Vec<HexValue> = serde_json::from_str(r#"["0x0000000001509530", "42", 7]"#).unwrap();
         assert_eq!(v, vec![HexValue(0x1509530), HexValue(42), HexValue(7)]);
         assert_eq!(serde_json::to_string(&v[0]).unwrap(), r#""0x1509530""#);

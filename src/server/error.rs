@@ -104,6 +104,11 @@ impl IntoResponse for ApiError {
 /// Parses a JSON body, naming the offending field on failure (`modules[0].image_addr:
 /// invalid address "zz"`), which serde_json alone does not.
 pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    // Tracking the path costs on every value parsed; only an error needs it, so a
+    // body that parses is parsed once without it, and a bad one again with it.
+    if let Ok(value) = serde_json::from_slice(body) {
+        return Ok(value);
+    }
     let mut de = serde_json::Deserializer::from_slice(body);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|err| {
         let path = err.path().to_string();
