@@ -125,11 +125,6 @@ impl ObjectLookup {
         scope: &Scope,
         purpose: ObjectPurpose,
     ) -> FindResult {
-        let Some(recent) = &self.recent else {
-            return self
-                .find_afresh(sources, filetypes, id, scope, purpose)
-                .await;
-        };
         let key = FindKey {
             sources: sources.iter().map(SourceConfig::fingerprint).collect(),
             filetypes: filetypes.into(),
@@ -137,24 +132,26 @@ impl ObjectLookup {
             scope: scope.clone(),
             purpose,
         };
+        let Some(recent) = &self.recent else {
+            return self.find_afresh(sources, &key).await;
+        };
         if let Some(found) = recent.get(&key) {
             return found;
         }
-        let found = self
-            .find_afresh(sources, filetypes, id, scope, purpose)
-            .await;
+        let found = self.find_afresh(sources, &key).await;
         recent.insert(key, found.clone());
         found
     }
 
-    async fn find_afresh(
-        &self,
-        sources: &[SourceConfig],
-        filetypes: &[FileType],
-        id: &ObjectId,
-        scope: &Scope,
-        purpose: ObjectPurpose,
-    ) -> FindResult {
+    /// `sources` are the ones `key` names by their fingerprints.
+    async fn find_afresh(&self, sources: &[SourceConfig], key: &FindKey) -> FindResult {
+        let FindKey {
+            filetypes,
+            id,
+            scope,
+            purpose,
+            ..
+        } = key;
         let files = self.locator.list_files(sources, filetypes, id, scope).await;
         let lookups = future::join_all(files.into_iter().map(|file| async move {
             let key = file_key(&file, scope);
@@ -170,7 +167,7 @@ impl ObjectLookup {
         .await;
 
         let candidates = create_candidates(sources, &lookups);
-        let found = select(lookups, purpose);
+        let found = select(lookups, *purpose);
         FindResult { found, candidates }
     }
 

@@ -196,7 +196,7 @@ struct EndpointHandles {
 }
 
 thread_local! {
-    static HANDLES: RefCell<HashMap<Box<str>, EndpointHandles>> = RefCell::default();
+    static HANDLES: RefCell<HashMap<&'static str, EndpointHandles>> = RefCell::default();
     static COUNTS: RefCell<HashMap<(&'static str, u16), Counter>> = RefCell::default();
 }
 
@@ -212,7 +212,7 @@ impl EndpointHandles {
                 in_flight: metrics::gauge!(HTTP_REQUESTS_IN_FLIGHT),
                 duration: metrics::histogram!(HTTP_REQUEST_DURATION, "endpoint" => name),
             };
-            handles.insert(name.into(), made.clone());
+            handles.insert(name, made.clone());
             made
         })
     }
