@@ -26,6 +26,9 @@ frame is in it.
 
 Usage: gen-large-minidump.py OUT_DIR [--seed N] [--modules N] [--threads N]
        [--large N] [--large-mib M] [--small-kib K] [--min-frames N] [--max-frames N]
+       gen-large-minidump.py OUT_DIR --check ANSWER.json
+The second form compares a server's answer with OUT_DIR/expected.json, prints the first
+differences and their count, and exits 1 if there are any.
 """
 
 import argparse
@@ -602,6 +605,49 @@ def write_dump(path, modules, threads, rng, timestamp):
     return fault
 
 
+# ------------------------------------------------------------------------ check
+
+
+def check(out_dir, answer_path):
+    """The differences between a /minidump answer and expected.json, one line each:
+    threads by position, each input frame's symbolicated frames (grouped by
+    `original_index`), and each module's debug and unwind status (found where a frame
+    is, unused elsewhere)."""
+    expected = json.load(open(os.path.join(out_dir, "expected.json")))
+    answer = json.load(open(answer_path))
+    diffs = []
+    threads = answer.get("stacktraces") or []
+    if len(threads) != len(expected["threads"]):
+        diffs.append("%d threads, want %d" % (len(threads), len(expected["threads"])))
+    for got, want in zip(threads, expected["threads"]):
+        tid = want["thread_id"]
+        if got.get("thread_id") != tid or bool(got.get("is_requesting")) != want["crashed"]:
+            diffs.append("thread %s: thread_id %s, is_requesting %s"
+                         % (tid, got.get("thread_id"), got.get("is_requesting")))
+            continue
+        groups = {}
+        for f in got.get("frames") or []:
+            groups.setdefault(f.get("original_index"), []).append(f)
+        if len(groups) != len(want["frames"]):
+            diffs.append("thread %s: %d frames, want %d" % (tid, len(groups), len(want["frames"])))
+        for n, w in enumerate(want["frames"]):
+            g = groups.get(n, [])
+            seen = ([f.get("function") for f in g], [f.get("lineno") for f in g],
+                    g[0].get("instruction_addr") if g else None, g[0].get("trust") if g else None)
+            if seen != (w["functions"], w["lines"], w["instruction_addr"], w["trust"]):
+                diffs.append("thread %s frame %d: %s, want %s"
+                             % (tid, n, seen, (w["functions"], w["lines"], w["instruction_addr"], w["trust"])))
+    modules = answer.get("modules") or []
+    if len(modules) != len(expected["modules"]):
+        diffs.append("%d modules, want %d" % (len(modules), len(expected["modules"])))
+    for got, want in zip(modules, expected["modules"]):
+        status = "found" if want["on_stack"] else "unused"
+        for field in ("debug_status", "unwind_status"):
+            if got.get(field) != status:
+                diffs.append("module %s: %s %s, want %s" % (want["code_file"], field, got.get(field), status))
+    return diffs
+
+
 # ------------------------------------------------------------------------ main
 
 
@@ -617,7 +663,15 @@ def main():
     p.add_argument("--small-kib", type=float, default=200, help="typical size of the other .sym files")
     p.add_argument("--min-frames", type=int, default=10)
     p.add_argument("--max-frames", type=int, default=30)
+    p.add_argument("--check", metavar="ANSWER",
+                   help="compare a /minidump answer with OUT_DIR/expected.json instead")
     args = p.parse_args()
+    if args.check:
+        diffs = check(args.out_dir, args.check)
+        for line in diffs[:10]:
+            print(line)
+        print("differences from expected.json: %d" % len(diffs))
+        return 1 if diffs else 0
     if args.modules < 3:
         p.error("--modules: at least 3 (the executable, libc and one library)")
     if args.threads < 1:
