@@ -616,6 +616,8 @@ def check(out_dir, answer_path):
     expected = json.load(open(os.path.join(out_dir, "expected.json")))
     answer = json.load(open(answer_path))
     diffs = []
+    if answer.get("crash_reason") != expected["crash"]["reason"]:
+        diffs.append("crash_reason %r, want %r" % (answer.get("crash_reason"), expected["crash"]["reason"]))
     threads = answer.get("stacktraces") or []
     if len(threads) != len(expected["threads"]):
         diffs.append("%d threads, want %d" % (len(threads), len(expected["threads"])))
@@ -697,7 +699,9 @@ def main():
         "minidump": "crash.dmp",
         "symbols": "symbols",
         "timestamp": timestamp,
-        "crash": {"signal": "SIGSEGV", "reason": "SIGSEGV / SEGV_MAPERR", "address": hex(fault),
+        "crash": {"signal": "SIGSEGV", "address": hex(fault),
+                  # The servers' crash_reason: rust-minidump's reason, then the address.
+                  "reason": "SIGSEGV / SEGV_MAPERR / %s" % hex(fault),
                   "thread_id": next(t["id"] for t in threads if t["crashed"])},
         "modules": [{
             "code_file": m.path, "code_id": m.code_id, "debug_id": m.debug_id,
