@@ -731,11 +731,11 @@ def main():
     sym_total = sum(m.sym_bytes for m in modules)
     frames = sum(len(t["frames"]) for t in threads)
     print("%s: %d modules (%d with frames), %d threads, %d frames, dump %.1f MiB, "
-          ".sym files %.1f MiB (largest %s)"
+          ".sym files %.1f MiB (the large ones: %s)"
           % (args.out_dir, len(modules), sum(m.on_stack for m in modules), len(threads), frames,
              os.path.getsize(os.path.join(args.out_dir, "crash.dmp")) / 1048576, sym_total / 1048576,
-             ", ".join("%.1f" % (m.sym_bytes / 1048576) for m in
-                       sorted(modules, key=lambda m: -m.sym_bytes)[:args.large] if m.large)))
+             ", ".join("%.1f MiB" % (b / 1048576) for b in
+                       sorted((m.sym_bytes for m in modules if m.large), reverse=True)) or "none"))
 
 
 if __name__ == "__main__":
