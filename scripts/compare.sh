@@ -11,12 +11,14 @@
 # /symbolicate-js (js-load.sh), warm /symbolicate-jvm (jvm-load.sh), GET /healthcheck
 # (health-load.sh), warm /minidump of each dump of fixtures/minidump, sequential
 # (minidump-load.sh, VARIANT=all), cold /symbolicate of the large DWARF file
-# (cold-bench.sh) and cold /symbolicate-js of the large source map (cold-js-bench.sh).
-# ONLY (a space-separated list of those script names) runs some of them. The
-# environment passes on: ROUNDS (3), DURATION (10s), N (200 sequential minidump
-# requests a round), LARGE, BIG_DIR, ... Each script's output goes to LOG_DIR (a new
-# temp dir unless set), and is echoed. A workload that fails is said so in the table,
-# and the others still run; the exit status is then 1.
+# (cold-bench.sh), cold /symbolicate-js of the large source map (cold-js-bench.sh), and
+# cold and warm /minidump of a generated crash of 160 modules and 40 threads with 190
+# MiB of Breakpad symbols (large-minidump-bench.sh). ONLY (a space-separated list of
+# those script names) runs some of them. The environment passes on: ROUNDS (3),
+# DURATION (10s), N (sequential /minidump requests a round: 200 in minidump-load.sh, 50
+# in large-minidump-bench.sh), LARGE, BIG_DIR, BIGDUMP_DIR, ... Each script's output
+# goes to LOG_DIR (a new temp dir unless set), and is echoed. A workload that fails is
+# said so in the table, and the others still run; the exit status is then 1.
 #
 # Memory: upstream keeps every answer for 90 s (for `/requests/ID` polls), so under wrk
 # it grows with requests/s x answer size; with the defaults its warm JS row peaked at
@@ -41,7 +43,7 @@ mkdir -p "$LOG_DIR"
 export COMPARE_OUT="$LOG_DIR/results.tsv"
 : >"$COMPARE_OUT"
 
-SCRIPTS="${ONLY:-load.sh js-load.sh jvm-load.sh health-load.sh minidump-load.sh cold-bench.sh cold-js-bench.sh}"
+SCRIPTS="${ONLY:-load.sh js-load.sh jvm-load.sh health-load.sh minidump-load.sh cold-bench.sh cold-js-bench.sh large-minidump-bench.sh}"
 echo "omnisym: $BIN"
 echo "upstream: $UPSTREAM_BIN ($("$UPSTREAM_BIN" --version | head -n1))"
 echo "rounds: ${ROUNDS:-3}, wrk duration: ${DURATION:-10s}, logs: $LOG_DIR"

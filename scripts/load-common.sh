@@ -181,6 +181,12 @@ median() {
         if (NR % 2) print v[(NR+1)/2]; else printf "%.1f\n", (v[NR/2]+v[NR/2+1])/2 }'
 }
 
+# p90 V...: the value 90 % of the others are at or below (nearest rank).
+p90() {
+    printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {
+        r = int(0.9 * NR + 0.5); if (r < 1) r = 1; print v[r] }'
+}
+
 # ratio A B: A / B to two decimals.
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "n/a"}'; }
 
@@ -197,12 +203,12 @@ record_note() {
     printf 'note\t%s\t%s\n' "$1" "$2" >>"$COMPARE_OUT"
 }
 
-# post_timed URL BODY OUT: POSTs the JSON BODY, the answer to OUT; sets LAST_MS and
-# LAST_CODE (the HTTP status, 000 when there was no answer).
+# post_timed URL BODY OUT: POSTs the JSON BODY (or BODY_TYPE's), the answer to OUT;
+# sets LAST_MS and LAST_CODE (the HTTP status, 000 when there was no answer).
 post_timed() {
     local start_ns end_ns
     start_ns=$(date +%s%N)
-    LAST_CODE=$(curl -sS --max-time "${COLD_TIMEOUT:-600}" -H 'Content-Type: application/json' \
+    LAST_CODE=$(curl -sS --max-time "${COLD_TIMEOUT:-600}" -H "Content-Type: ${BODY_TYPE:-application/json}" \
         --data-binary "@$2" -o "$3" -w '%{http_code}' "$1") || true
     end_ns=$(date +%s%N)
     LAST_MS=$(( (end_ns - start_ns) / 1000000 ))

@@ -19,6 +19,7 @@ mod faults;
 mod hostile_clients;
 mod js;
 mod jvm;
+mod large_minidump;
 mod metrics;
 mod minidump;
 mod mozilla_api;
