@@ -67,6 +67,12 @@ pub struct InMemoryConfig {
     #[serde(deserialize_with = "deserialize_duration")]
     pub lookup_reuse: Duration,
     pub lookup_reuse_capacity: u64,
+    /// Artifact bundles kept opened (their zip directory and manifest parsed), and the
+    /// bytes of files read out of them kept inflated (omnisym only). Opening a bundle and
+    /// inflating its files for every `/symbolicate-js` request was a third of its work.
+    pub artifact_bundles: u64,
+    #[serde(deserialize_with = "deserialize_size")]
+    pub artifact_bundle_files: u64,
 }
 
 impl Default for InMemoryConfig {
@@ -81,6 +87,8 @@ impl Default for InMemoryConfig {
             gcs_token_capacity: fetch.gcs_token_capacity,
             lookup_reuse: Duration::from_secs(1),
             lookup_reuse_capacity: 10_000,
+            artifact_bundles: 100,
+            artifact_bundle_files: 32 * 1024 * 1024,
         }
     }
 }

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::io::{Cursor, Read};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use symbolic::common::{ByteView, DebugId, SelfCell};
 use symbolic::debuginfo::ParseObjectOptions;
@@ -48,7 +49,50 @@ pub struct ArtifactBundle {
     session: Arc<SelfCell<ByteView<'static>, SourceBundleDebugSession<'static>>>,
     /// The largest entry's inflated size: what one lookup may read into memory.
     largest_entry: u64,
+    /// Where files read out of this bundle are remembered (see [`BundleFileMemo`]).
+    memo: Option<BundleFileMemo>,
+    /// Tells this opening apart in the memo: two openings of one bundle share nothing.
+    id: u64,
 }
+
+/// A file asked of one bundle: by debug id and type, or by URL.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum FileQuery {
+    DebugId(DebugId, SourceFileType),
+    Url(String),
+}
+
+/// Files already read (inflated) out of opened bundles, and the queries a bundle has no
+/// file for, bounded by their bytes. symbolic inflates a file whenever it is asked for
+/// it: on warm `/symbolicate-js` traffic that, with opening the bundle, was a third of
+/// every request's work.
+#[derive(Clone)]
+pub struct BundleFileMemo(moka::sync::Cache<(u64, FileQuery), Option<Arc<BundleFile>>>);
+
+impl BundleFileMemo {
+    /// Keeps up to `max_bytes` of files' contents (a miss weighs as its query).
+    pub fn new(max_bytes: u64) -> Self {
+        BundleFileMemo(
+            moka::sync::Cache::builder()
+                .max_capacity(max_bytes)
+                .weigher(
+                    |(_, query): &(u64, FileQuery), file: &Option<Arc<BundleFile>>| {
+                        let query = match query {
+                            FileQuery::DebugId(..) => 32,
+                            FileQuery::Url(url) => url.len(),
+                        };
+                        let file = file.as_ref().map_or(0, |f| f.contents.len());
+                        u32::try_from(query.saturating_add(file)).unwrap_or(u32::MAX)
+                    },
+                )
+                .build(),
+        )
+    }
+}
+
+/// Every opening gets its own memo entries, so a bundle downloaded again with other
+/// contents is never answered from the old one's files.
+static OPENINGS: AtomicU64 = AtomicU64::new(0);
 
 impl std::fmt::Debug for ArtifactBundle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -114,9 +158,11 @@ fn check_entries(data: &[u8], limits: &BundleLimits) -> CacheResult<u64> {
 const MANIFEST: &str = "manifest.json";
 
 /// A file of a bundle, with what its manifest entry says about it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct BundleFile {
-    pub contents: String,
+    /// UTF-8: read as a string (see [`BundleFile::text`]). A view, so a remembered file
+    /// is handed out without copying it.
+    contents: ByteView<'static>,
     pub ty: SourceFileType,
     pub url: Option<String>,
     /// The `Sourcemap` (or `X-SourceMap`) header, names compared case-insensitively,
@@ -132,7 +178,7 @@ impl BundleFile {
         let url = descriptor.url().map(str::to_owned);
         let sourcemap_reference = descriptor.source_mapping_url().map(str::to_owned);
         let debug_id = descriptor.debug_id();
-        let contents = descriptor.into_contents()?.into_owned();
+        let contents = ByteView::from_vec(descriptor.into_contents()?.into_owned().into_bytes());
         Some(BundleFile {
             contents,
             ty,
@@ -140,6 +186,17 @@ impl BundleFile {
             sourcemap_reference,
             debug_id,
         })
+    }
+
+    /// The file's text.
+    pub fn text(&self) -> &str {
+        // Made from a `String` in `from_descriptor`, and a ByteView's bytes never change.
+        std::str::from_utf8(&self.contents).unwrap_or_default()
+    }
+
+    /// The file's bytes (its [`BundleFile::text`]), shared.
+    pub fn view(&self) -> &ByteView<'static> {
+        &self.contents
     }
 
     /// The file's source map, resolved against `abs_path` (the URL the file was asked
@@ -174,6 +231,8 @@ impl ArtifactBundle {
             Ok(ArtifactBundle {
                 session: Arc::new(session),
                 largest_entry,
+                memo: None,
+                id: OPENINGS.fetch_add(1, Ordering::Relaxed),
             })
         })
     }
@@ -193,44 +252,79 @@ impl ArtifactBundle {
         (data.len() as u64).saturating_add(manifest)
     }
 
+    /// Remembers the files read out of this opening in `memo`.
+    pub fn remembering(mut self, memo: &BundleFileMemo) -> Self {
+        self.memo = Some(memo.clone());
+        self
+    }
+
     /// The file listed under exactly this URL.
-    pub fn file_by_url(&self, url: &str) -> Option<BundleFile> {
-        // Entries are read (unzipped) on demand, from a downloaded archive.
-        match isolate("artifact bundle", || {
-            Ok(self.session.get().source_by_url(url))
-        })
-        .and_then(|r| r.map_err(|e| CacheError::Malformed(e.to_string())))
-        {
-            Ok(descriptor) => descriptor.and_then(BundleFile::from_descriptor),
-            Err(err) => {
-                tracing::debug!(error = %err, url, "unreadable file in artifact bundle");
-                None
-            }
-        }
+    pub fn file_by_url(&self, url: &str) -> Option<Arc<BundleFile>> {
+        self.file(FileQuery::Url(url.to_owned()), true)
+            .ok()
+            .flatten()
     }
 
     /// The file of type `ty` with this debug id; a minified file and its map share one.
-    pub fn file_by_debug_id(&self, debug_id: DebugId, ty: SourceFileType) -> Option<BundleFile> {
-        match isolate("artifact bundle", || {
-            Ok(self.session.get().source_by_debug_id(debug_id, ty))
-        })
-        .and_then(|r| r.map_err(|e| CacheError::Malformed(e.to_string())))
+    pub fn file_by_debug_id(
+        &self,
+        debug_id: DebugId,
+        ty: SourceFileType,
+    ) -> Option<Arc<BundleFile>> {
+        self.file(FileQuery::DebugId(debug_id, ty), true)
+            .ok()
+            .flatten()
+    }
+
+    /// The file for `query`, from the memo, else read out of the bundle when `read`
+    /// (inflating it: on a blocking thread).
+    fn file(&self, query: FileQuery, read: bool) -> Result<Option<Arc<BundleFile>>, NotRemembered> {
+        let key = (self.id, query);
+        if let Some(memo) = &self.memo
+            && let Some(file) = memo.0.get(&key)
         {
+            return Ok(file);
+        }
+        if !read {
+            return Err(NotRemembered);
+        }
+        let file = self.read(&key.1).map(Arc::new);
+        if let Some(memo) = &self.memo {
+            memo.0.insert(key, file.clone());
+        }
+        Ok(file)
+    }
+
+    fn read(&self, query: &FileQuery) -> Option<BundleFile> {
+        // Entries are read (unzipped) on demand, from a downloaded archive.
+        let session = self.session.get();
+        let descriptor = isolate("artifact bundle", || {
+            Ok(match query {
+                FileQuery::Url(url) => session.source_by_url(url),
+                FileQuery::DebugId(debug_id, ty) => session.source_by_debug_id(*debug_id, *ty),
+            })
+        })
+        .and_then(|r| r.map_err(|e| CacheError::Malformed(e.to_string())));
+        match descriptor {
             Ok(descriptor) => descriptor.and_then(BundleFile::from_descriptor),
             Err(err) => {
-                tracing::debug!(error = %err, %debug_id, "unreadable file in artifact bundle");
+                tracing::debug!(error = %err, ?query, "unreadable file in artifact bundle");
                 None
             }
         }
     }
 }
 
+/// A memo-only search met a file the memo does not hold.
+#[derive(Debug)]
+pub struct NotRemembered;
+
 /// A file found in one of a request's bundles.
 #[derive(Debug, Clone)]
 pub struct FoundInBundle {
     /// `Bundled(bundle_uri, key)`, as `data.sourcemap_origin` reports it.
     pub uri: CachedFileUri,
-    pub file: BundleFile,
+    pub file: Arc<BundleFile>,
     /// `DebugId` when found by debug id, else how the bundle itself was found.
     pub resolved_with: ResolvedWith,
 }
@@ -289,32 +383,46 @@ impl ArtifactBundles {
     }
 
     /// Finds the file for `key`: by its debug id (and type) in any bundle first, then
-    /// by each of its candidate URLs in turn, each in every bundle.
+    /// by each of its candidate URLs in turn, each in every bundle. May inflate files:
+    /// call it on a blocking thread.
     pub fn find(&self, key: &FileKey) -> Option<FoundInBundle> {
+        self.search(key, true).ok().flatten()
+    }
+
+    /// [`ArtifactBundles::find`] from the bundles' memos alone: `Err` when the answer
+    /// needs a file read, so that only then a blocking thread is taken.
+    pub fn find_remembered(&self, key: &FileKey) -> Result<Option<FoundInBundle>, NotRemembered> {
+        self.search(key, false)
+    }
+
+    fn search(&self, key: &FileKey, read: bool) -> Result<Option<FoundInBundle>, NotRemembered> {
         if let Some(debug_id) = key.debug_id() {
             for (uri, bundle, _) in self.opened() {
-                if let Some(file) = bundle.file_by_debug_id(debug_id, key.file_type()) {
-                    return Some(FoundInBundle {
+                let query = FileQuery::DebugId(debug_id, key.file_type());
+                if let Some(file) = bundle.file(query, read)? {
+                    return Ok(Some(FoundInBundle {
                         uri: CachedFileUri::Bundled(uri.clone(), key.clone()),
                         file,
                         resolved_with: ResolvedWith::DebugId,
-                    });
+                    }));
                 }
             }
         }
-        let abs_path = key.abs_path()?;
+        let Some(abs_path) = key.abs_path() else {
+            return Ok(None);
+        };
         for url in release_file_candidate_urls(abs_path) {
             for (uri, bundle, resolved_with) in self.opened() {
-                if let Some(file) = bundle.file_by_url(&url) {
-                    return Some(FoundInBundle {
+                if let Some(file) = bundle.file(FileQuery::Url(url.clone()), read)? {
+                    return Ok(Some(FoundInBundle {
                         uri: CachedFileUri::Bundled(uri.clone(), key.clone()),
                         file,
                         resolved_with,
-                    });
+                    }));
                 }
             }
         }
-        None
+        Ok(None)
     }
 }
 
@@ -374,7 +482,7 @@ mod tests {
             headers: &[("Sourcemap", "app.min.js.map")],
         }]);
         let file = b.file_by_url("~/app.min.js").unwrap();
-        assert_eq!(file.contents, "a();");
+        assert_eq!(file.text(), "a();");
         assert_eq!(file.ty, SourceFileType::MinifiedSource);
         assert_eq!(file.sourcemap_reference.as_deref(), Some("app.min.js.map"));
         assert_eq!(
@@ -413,10 +521,7 @@ mod tests {
         let map = b
             .file_by_debug_id(debug_id, SourceFileType::SourceMap)
             .unwrap();
-        assert_eq!(
-            (map.contents.as_str(), map.url.as_deref()),
-            ("{}", Some("~/a.js.map"))
-        );
+        assert_eq!((map.text(), map.url.as_deref()), ("{}", Some("~/a.js.map")));
         let js = b
             .file_by_debug_id(debug_id, SourceFileType::MinifiedSource)
             .unwrap();
@@ -460,7 +565,7 @@ mod tests {
         let roomy = limits(3, 1 << 20, 1000);
         let bundle = ArtifactBundle::parse(data.clone(), &roomy).unwrap();
         assert_eq!(bundle.largest_entry, 256 << 10);
-        assert_eq!(bundle.file_by_url("~/zeros.js").unwrap().contents, zeros);
+        assert_eq!(bundle.file_by_url("~/zeros.js").unwrap().text(), zeros);
         refused(limits(2, 1 << 20, 1000), "max_artifact_bundle_entries");
         refused(
             limits(3, 128 << 10, 1000),
@@ -483,6 +588,66 @@ mod tests {
                 Err(CacheError::Malformed(_))
             ));
         }
+    }
+
+    #[test]
+    fn remembered_files_answer_without_reading_and_never_cross_openings() {
+        let memo = BundleFileMemo::new(1024 * 1024);
+        let key = FileKey::MinifiedSource {
+            abs_path: "http://example.com/a.js".into(),
+            debug_id: None,
+        };
+        let missing = FileKey::MinifiedSource {
+            abs_path: "http://example.com/b.js".into(),
+            debug_id: None,
+        };
+        // Two openings of the same URLs with other contents, as after a new download.
+        let mut first = ArtifactBundles::new();
+        let one = bundle(&[minified("~/a.js", "one")]).remembering(&memo);
+        first.insert(
+            "sentry://project_debug_file/1",
+            Ok(one),
+            ResolvedWith::Release,
+        );
+        let mut second = ArtifactBundles::new();
+        let two = bundle(&[minified("~/a.js", "two")]).remembering(&memo);
+        second.insert(
+            "sentry://project_debug_file/1",
+            Ok(two),
+            ResolvedWith::Release,
+        );
+
+        assert!(first.find_remembered(&key).is_err(), "nothing read yet");
+        assert_eq!(first.find(&key).unwrap().file.text(), "one");
+        let remembered = first.find_remembered(&key).unwrap().unwrap();
+        assert_eq!(remembered.file.text(), "one");
+        assert_eq!(remembered.resolved_with, ResolvedWith::Release);
+        // A miss is remembered too, once every candidate URL was asked.
+        assert!(first.find(&missing).is_none());
+        assert!(matches!(first.find_remembered(&missing), Ok(None)));
+
+        assert!(second.find_remembered(&key).is_err(), "another opening");
+        assert_eq!(second.find(&key).unwrap().file.text(), "two");
+        assert_eq!(first.find(&key).unwrap().file.text(), "one");
+    }
+
+    #[test]
+    fn without_room_nothing_is_remembered() {
+        let memo = BundleFileMemo::new(0);
+        let mut bundles = ArtifactBundles::new();
+        let one = bundle(&[minified("~/a.js", "one")]).remembering(&memo);
+        bundles.insert(
+            "sentry://project_debug_file/1",
+            Ok(one),
+            ResolvedWith::Release,
+        );
+        let key = FileKey::MinifiedSource {
+            abs_path: "http://example.com/a.js".into(),
+            debug_id: None,
+        };
+        assert_eq!(bundles.find(&key).unwrap().file.text(), "one");
+        memo.0.run_pending_tasks();
+        assert!(bundles.find_remembered(&key).is_err());
     }
 
     #[test]
@@ -511,7 +676,7 @@ mod tests {
             debug_id: None,
         };
         let found = bundles.find(&key).unwrap();
-        assert_eq!(found.file.contents, "correct");
+        assert_eq!(found.file.text(), "correct");
         assert_eq!(found.resolved_with, ResolvedWith::Release);
         assert_eq!(
             found.uri,
@@ -542,7 +707,7 @@ mod tests {
         };
         let found = bundles.find(&with_id).unwrap();
         assert_eq!(
-            (found.file.contents.as_str(), found.resolved_with),
+            (found.file.text(), found.resolved_with),
             ("by id", ResolvedWith::DebugId)
         );
 
@@ -553,7 +718,7 @@ mod tests {
         let found = bundles.find(&without_id).unwrap();
         // `http://example.com/a.js` (query dropped) comes before `~/a.js`.
         assert_eq!(
-            (found.file.contents.as_str(), found.resolved_with),
+            (found.file.text(), found.resolved_with),
             ("absolute", ResolvedWith::Index)
         );
 

@@ -15,7 +15,9 @@ use crate::cache::kinds;
 use crate::cache::{CacheKey, CacheKind, Caches, ConversionBudget, DerivedCache, Scope};
 use crate::error::{CacheError, CacheResult, isolate_blocking};
 use crate::fetch::{Downloader, RemoteFile};
-use crate::js::bundle::{ArtifactBundle, ArtifactBundles, BundleLimits, FoundInBundle};
+use crate::js::bundle::{
+    ArtifactBundle, ArtifactBundles, BundleFileMemo, BundleLimits, FoundInBundle,
+};
 use crate::js::interface::{FileKey, ResolvedWith, ScrapingConfig};
 use crate::js::sourcemap_cache::{OwnedSourceMapCache, SourceMapCacheFormat, SourceMapCacheInput};
 use crate::lookup::{Downloads, Plain, PlainFormat};
@@ -36,6 +38,16 @@ const MAX_LOOKUP_URL: usize = u16::MAX as usize - 1;
 
 type LookupAnswers = moka::future::Cache<(Url, Secret), Arc<[LookupResult]>>;
 
+/// A downloaded file's bytes, told apart from every other one alive: the address and
+/// length of its view. The value keeps the view, so no other file can be mapped at that
+/// address while the key is in use.
+type ViewIdentity = (usize, usize);
+
+/// Bundles opened (or found unusable), by the downloaded bytes they were opened from: a
+/// bundle downloaded again (new bytes) is opened again.
+type OpenedBundles =
+    moka::sync::Cache<ViewIdentity, (ByteView<'static>, CacheResult<ArtifactBundle>)>;
+
 pub struct JsFiles {
     downloader: Downloader,
     /// Opening bundles and reading their files share the conversions' memory budget.
@@ -45,6 +57,8 @@ pub struct JsFiles {
     smcaches: DerivedCache<SourceMapCacheFormat>,
     /// Per lookup URL and token, so two projects never see each other's answers.
     lookups: LookupAnswers,
+    opened: OpenedBundles,
+    bundle_files: BundleFileMemo,
 }
 
 impl JsFiles {
@@ -54,7 +68,10 @@ impl JsFiles {
             .max_capacity(config.sentry_index_capacity)
             .time_to_live(config.sentry_index_ttl)
             .build();
+        let (bundles, bundle_bytes) = caches.artifact_bundles();
         JsFiles {
+            opened: moka::sync::Cache::new(bundles),
+            bundle_files: BundleFileMemo::new(bundle_bytes),
             files: Downloads::new(caches, downloader.clone()),
             smcaches: DerivedCache::new(caches),
             lookups,
@@ -67,6 +84,22 @@ impl JsFiles {
     /// Opens a downloaded artifact bundle within the limits, on a blocking thread,
     /// holding what opening it costs of the conversion budget.
     pub(super) async fn open_bundle(&self, data: ByteView<'static>) -> CacheResult<ArtifactBundle> {
+        let identity = (data.as_ptr() as usize, data.len());
+        if let Some((_, opened)) = self.opened.get(&identity) {
+            return opened;
+        }
+        let opened = self
+            .open_afresh(data.clone())
+            .await
+            .map(|bundle| bundle.remembering(&self.bundle_files));
+        // A bundle that opens, or never will; anything else may go away on its own.
+        if matches!(opened, Ok(_) | Err(CacheError::Malformed(_))) {
+            self.opened.insert(identity, (data, opened.clone()));
+        }
+        opened
+    }
+
+    async fn open_afresh(&self, data: ByteView<'static>) -> CacheResult<ArtifactBundle> {
         let limits = self.bundle_limits;
         // The zip's directory only, to learn the manifest's size.
         let size = isolate_blocking("artifact bundle", {
@@ -89,6 +122,9 @@ impl JsFiles {
         bundles: &ArtifactBundles,
         key: &FileKey,
     ) -> Option<FoundInBundle> {
+        if let Ok(found) = bundles.find_remembered(key) {
+            return found;
+        }
         let (bundles, key) = (bundles.clone(), key.clone());
         let _permit = self.budget.acquire(bundles.largest_entry()).await;
         isolate_blocking("artifact bundle", move || Ok(bundles.find(&key)))

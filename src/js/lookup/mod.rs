@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use symbolic::common::{ByteView, DebugId};
 
+use super::bundle::BundleFile;
 use super::discovery::SourceMapUrl;
 use super::interface::{CachedFileUri, ResolvedWith};
 use super::sourcemap_cache::OwnedSourceMapCache;
@@ -52,8 +53,10 @@ impl SourceText {
     }
 
     pub fn as_str(&self) -> &str {
-        // Checked in `new`; the bytes behind a ByteView never change.
-        std::str::from_utf8(&self.0).unwrap_or_default()
+        // SAFETY: every constructor checks the bytes or takes them from a `str` (`new`,
+        // `From<String>`, `From<&BundleFile>`), and the bytes behind a ByteView never
+        // change. Checking again here cost a pass over the file for every frame.
+        unsafe { std::str::from_utf8_unchecked(&self.0) }
     }
 
     pub fn bytes(&self) -> &ByteView<'static> {
@@ -64,6 +67,12 @@ impl SourceText {
 impl From<String> for SourceText {
     fn from(text: String) -> Self {
         SourceText(ByteView::from_vec(text.into_bytes()))
+    }
+}
+
+impl From<&BundleFile> for SourceText {
+    fn from(file: &BundleFile) -> Self {
+        SourceText(file.view().clone())
     }
 }
 
