@@ -265,6 +265,9 @@ impl Reservation {
         F: Future<Output = anyhow::Result<T>> + Send + 'static,
         T: Serialize + Send + 'static,
     {
+        // Boxed once here: a request's future is kilobytes, and it moves through two
+        // spawns and a timeout before it first runs.
+        let work = Box::pin(work);
         let guard = self.guard;
         let inner = guard.inner.clone();
         let id = RequestId(uuid::Uuid::new_v4());
@@ -306,6 +309,7 @@ impl Reservation {
         F: Future<Output = anyhow::Result<T>> + Send + 'static,
         T: Send + 'static,
     {
+        let work = Box::pin(work);
         let guard = self.guard;
         let inner = guard.inner.clone();
         // The slot goes with the work, not with the caller: a client that hangs up does

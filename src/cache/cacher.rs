@@ -296,6 +296,13 @@ impl<R: CacheItemRequest> Cacher<R> {
     /// callers ask concurrently.
     pub async fn get(&self, key: CacheKey, request: R) -> CacheResult<R::Item> {
         let started = Instant::now();
+        // A warm entry without building (and boxing) the load future, which is large
+        // and was most of a memory hit's cost.
+        if let Some(entry) = self.inner.memory.get(&key).await {
+            self.inner.metrics.memory.increment(1);
+            telemetry::note_cache_lookup(self.inner.kind.name, started.elapsed());
+            return entry.value;
+        }
         let mut computed_here = false;
         // Boxed: callers nest `get` futures deeply (stackwalk → CFI → objects), and an
         // unboxed chain of this size overflows the compiler's layout depth limit.

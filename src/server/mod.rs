@@ -306,19 +306,23 @@ impl axum::extract::FromRequestParts<AppState> for RequestSlot {
 impl AppState {
     /// Runs `work` in the request service, in the slot the request took, and answers
     /// with its result, or with `pending` once `params.timeout` has passed.
-    pub async fn run<F, T>(
+    /// Not an `async fn`: the work is spawned (boxed) before the first poll, so the
+    /// handler's future does not carry the request's kilobytes of state around.
+    pub fn run<F, T>(
         &self,
         params: &RequestParams,
         RequestSlot(slot): RequestSlot,
         work: F,
-    ) -> Result<Response, ApiError>
+    ) -> impl Future<Output = Result<Response, ApiError>> + Send + use<F, T>
     where
         F: Future<Output = anyhow::Result<T>> + Send + 'static,
         T: serde::Serialize + Send + 'static,
     {
-        let timeout = params.timeout()?;
-        let handle = slot.spawn(work);
-        Ok(json_bytes(RequestService::wait(handle, timeout).await))
+        let started = params.timeout().map(|timeout| (timeout, slot.spawn(work)));
+        async move {
+            let (timeout, handle) = started?;
+            Ok(json_bytes(RequestService::wait(handle, timeout).await))
+        }
     }
 
     /// Parses a JSON request body once its lists are known to be within the request
