@@ -14,7 +14,7 @@ use super::names::{fold_function_name, function_for_token, scope_name};
 use super::paths::{frame_filename_and_module, join_paths};
 use super::sourcemap_cache::OwnedSourceMapCache;
 use crate::error::{CacheError, isolate};
-use crate::lookup::context_lines;
+use crate::lookup::{context_lines, context_lines_by};
 use crate::types::FrameOrder;
 
 /// The symbolicated and the raw stack traces (with minified context), and the errors
@@ -178,7 +178,13 @@ async fn apply_original_context<L: JsLookup + Send>(
     base: &str,
 ) -> Result<(), String> {
     if let Some(source) = file.source() {
-        apply_context(frame, source);
+        let column = frame.colno.unwrap_or_default() as usize;
+        let line = |index| indexed_line(file, source, index);
+        if let Some((pre, line, post)) = context_lines_by(line, frame.lineno as usize, column) {
+            frame.pre_context = pre;
+            frame.context_line = Some(line);
+            frame.post_context = post;
+        }
         return Ok(());
     }
     let Some(url) = file.name().map(|name| join_paths(base, name)) else {
@@ -243,6 +249,22 @@ fn move_to_token(
     }
     frame.lineno = token.line().saturating_add(1);
     frame.colno = Some(token.column().saturating_add(1));
+}
+
+/// Line `index` of a map's source as `str::lines` gives it, from the cache's line index
+/// (no scan of the source from its start for every frame).
+fn indexed_line<'a>(file: &File<'a>, source: &'a str, index: usize) -> Option<&'a str> {
+    let line = file.line(index)?;
+    // The index has one more, empty line starting at the very end of a source that
+    // ends with a line break (or is empty); `lines` has none.
+    if line.is_empty() && line.as_ptr() == source.as_ptr().wrapping_add(source.len()) {
+        return None;
+    }
+    let line = match line.strip_suffix('\n') {
+        Some(line) => line.strip_suffix('\r').unwrap_or(line),
+        None => line,
+    };
+    Some(line)
 }
 
 fn apply_context(frame: &mut JsFrame, source: &str) {
@@ -565,13 +587,13 @@ mod tests {
             Arc::new(JsModuleFiles {
                 smcache: Some(Found {
                     uri: Some(map.uri),
-                    entry: smcache(&found.file.contents, &map.file.contents),
+                    entry: smcache(found.file.text(), map.file.text()),
                     resolved_with: map.resolved_with,
                 }),
                 minified_source: Found {
                     uri: Some(found.uri),
                     entry: Ok(MinifiedSource {
-                        contents: found.file.contents.into(),
+                        contents: SourceText::from(&*found.file),
                         sourcemap_url,
                         debug_id,
                     }),
@@ -582,6 +604,46 @@ mod tests {
 
         async fn source_file(&mut self, _: &str) -> Result<SourceText, FileError> {
             Err(CacheError::NotFound.into())
+        }
+    }
+
+    #[test]
+    fn indexed_lines_give_the_context_a_scan_gives() {
+        let sources = [
+            "",
+            "a",
+            "a\n",
+            "a\n\n",
+            "\n",
+            "\n\n",
+            "a\r\nb",
+            "a\r\nb\r\n",
+            "a\rb\n",
+            "a\r",
+            "1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n11\n12\n13",
+            "é\nü\r\n",
+        ];
+        let long = format!("{}\nshort\n{}", "x".repeat(400), "y".repeat(200));
+        for source in sources.iter().copied().chain([long.as_str()]) {
+            let map = serde_json::json!({
+                "version": 3, "sources": ["a.js"], "sourcesContent": [source],
+                "names": [], "mappings": "AAAA",
+            });
+            let cache = smcache("x", &map.to_string()).unwrap();
+            let file = cache.get().files().next().expect("one file");
+            let text = file.source().expect("sourcesContent is kept");
+            assert_eq!(text, source);
+            for lineno in 0..=16 {
+                for column in [0, 3, 170, 390] {
+                    let by_index =
+                        context_lines_by(|i| indexed_line(&file, text, i), lineno, column);
+                    assert_eq!(
+                        by_index,
+                        context_lines(source, lineno, column),
+                        "{source:?} line {lineno} column {column}"
+                    );
+                }
+            }
         }
     }
 

@@ -26,7 +26,9 @@ pub use downloads::{Downloads, FileFormat, Plain, PlainFormat, file_key};
 pub use locate::Locator;
 pub use object_file::{ObjectFile, ObjectHandle, ObjectHint, ObjectLimits, ObjectMeta};
 pub use objects::{FindResult, FoundObject, ObjectLookup, ObjectPurpose};
-pub use source_files::{SourceFiles, context_lines, fetchable_link, sourcelink_candidate};
+pub use source_files::{
+    SourceFiles, context_lines, context_lines_by, fetchable_link, sourcelink_candidate,
+};
 
 use crate::cache::Caches;
 use crate::fetch::Downloader;

@@ -43,6 +43,29 @@ pub fn context_lines(
     Some((pre, line, post))
 }
 
+/// [`context_lines`] for a source whose lines are already indexed: `line` gives the
+/// 0-based line without its line ending, `None` past the last line (as `str::lines`
+/// would count them). Reads only the lines it shows, where [`context_lines`] scans the
+/// source up to them.
+pub fn context_lines_by<'a>(
+    line: impl Fn(usize) -> Option<&'a str>,
+    lineno: usize,
+    column: usize,
+) -> Option<(Vec<String>, String, Vec<String>)> {
+    let index = lineno.checked_sub(1)?;
+    let current = trim_line(line(index)?, column);
+    let first = index.saturating_sub(CONTEXT_LINES);
+    let pre = (first..index)
+        .map_while(&line)
+        .map(|l| trim_line(l, column))
+        .collect();
+    let post = (index + 1..=index + CONTEXT_LINES)
+        .map_while(&line)
+        .map(|l| trim_line(l, column))
+        .collect();
+    Some((pre, current, post))
+}
+
 struct SourceFile;
 
 impl PlainFormat for SourceFile {
