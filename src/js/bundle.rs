@@ -19,6 +19,7 @@ use symbolic::debuginfo::sourcebundle::{
 use super::discovery::SourceMapUrl;
 use super::interface::{CachedFileUri, FileKey, ResolvedWith};
 use super::paths::release_file_candidate_urls;
+use super::text::SourceText;
 use crate::error::{CacheError, CacheResult, isolate};
 use crate::fetch::DecompressLimits;
 
@@ -160,9 +161,8 @@ const MANIFEST: &str = "manifest.json";
 /// A file of a bundle, with what its manifest entry says about it.
 #[derive(Debug, Clone)]
 pub struct BundleFile {
-    /// UTF-8: read as a string (see [`BundleFile::text`]). A view, so a remembered file
-    /// is handed out without copying it.
-    contents: ByteView<'static>,
+    /// Shared, so a remembered file (and its line index) is handed out without copying.
+    pub contents: SourceText,
     pub ty: SourceFileType,
     pub url: Option<String>,
     /// The `Sourcemap` (or `X-SourceMap`) header, names compared case-insensitively,
@@ -178,7 +178,7 @@ impl BundleFile {
         let url = descriptor.url().map(str::to_owned);
         let sourcemap_reference = descriptor.source_mapping_url().map(str::to_owned);
         let debug_id = descriptor.debug_id();
-        let contents = ByteView::from_vec(descriptor.into_contents()?.into_owned().into_bytes());
+        let contents = SourceText::from(descriptor.into_contents()?.into_owned());
         Some(BundleFile {
             contents,
             ty,
@@ -190,13 +190,7 @@ impl BundleFile {
 
     /// The file's text.
     pub fn text(&self) -> &str {
-        // Made from a `String` in `from_descriptor`, and a ByteView's bytes never change.
-        std::str::from_utf8(&self.contents).unwrap_or_default()
-    }
-
-    /// The file's bytes (its [`BundleFile::text`]), shared.
-    pub fn view(&self) -> &ByteView<'static> {
-        &self.contents
+        self.contents.as_str()
     }
 
     /// The file's source map, resolved against `abs_path` (the URL the file was asked

@@ -7,7 +7,7 @@
 //! ([`interface`]), SourceMapCaches ([`sourcemap_cache`]), artifact bundles
 //! ([`bundle`]), finding a file's source map and debug id ([`discovery`]), candidate
 //! URLs and joining ([`paths`]), allowed origins ([`origins`]) and function names
-//! ([`names`]).
+//! ([`names`]), and the text of a file with its lines ([`text`]).
 
 pub mod bundle;
 pub mod discovery;
@@ -19,6 +19,7 @@ pub mod paths;
 mod service;
 pub mod sourcemap_cache;
 pub mod symbolicate;
+pub mod text;
 
 pub use interface::JsSymbolicationRequest;
 pub use service::JsService;

@@ -14,7 +14,7 @@ use super::names::{fold_function_name, function_for_token, scope_name};
 use super::paths::{frame_filename_and_module, join_paths};
 use super::sourcemap_cache::OwnedSourceMapCache;
 use crate::error::{CacheError, isolate};
-use crate::lookup::{context_lines, context_lines_by};
+use crate::lookup::context_lines_by;
 use crate::types::FrameOrder;
 
 /// The symbolicated and the raw stack traces (with minified context), and the errors
@@ -121,7 +121,7 @@ pub async fn symbolicate_frame<L: JsLookup + Send>(
         Ok(minified) => {
             let frame = raw_frame.clone();
             if apply_source_context {
-                apply_context(raw_frame, minified.contents.as_str());
+                apply_context(raw_frame, |i| minified.contents.line(i));
             }
             frame
         }
@@ -178,13 +178,7 @@ async fn apply_original_context<L: JsLookup + Send>(
     base: &str,
 ) -> Result<(), String> {
     if let Some(source) = file.source() {
-        let column = frame.colno.unwrap_or_default() as usize;
-        let line = |index| indexed_line(file, source, index);
-        if let Some((pre, line, post)) = context_lines_by(line, frame.lineno as usize, column) {
-            frame.pre_context = pre;
-            frame.context_line = Some(line);
-            frame.post_context = post;
-        }
+        apply_context(frame, |index| indexed_line(file, source, index));
         return Ok(());
     }
     let Some(url) = file.name().map(|name| join_paths(base, name)) else {
@@ -192,7 +186,7 @@ async fn apply_original_context<L: JsLookup + Send>(
     };
     match lookup.source_file(&url).await {
         Ok(source) => {
-            apply_context(frame, source.as_str());
+            apply_context(frame, |i| source.line(i));
             Ok(())
         }
         Err(_) => Err(url),
@@ -267,9 +261,11 @@ fn indexed_line<'a>(file: &File<'a>, source: &'a str, index: usize) -> Option<&'
     Some(line)
 }
 
-fn apply_context(frame: &mut JsFrame, source: &str) {
+/// Context around the frame's line from a source's lines (`line` gives them by 0-based
+/// index, as `str::lines` would).
+fn apply_context<'a>(frame: &mut JsFrame, line: impl Fn(usize) -> Option<&'a str>) {
     let column = frame.colno.unwrap_or_default() as usize;
-    if let Some((pre, line, post)) = context_lines(source, frame.lineno as usize, column) {
+    if let Some((pre, line, post)) = context_lines_by(line, frame.lineno as usize, column) {
         frame.pre_context = pre;
         frame.context_line = Some(line);
         frame.post_context = post;
@@ -593,7 +589,7 @@ mod tests {
                 minified_source: Found {
                     uri: Some(found.uri),
                     entry: Ok(MinifiedSource {
-                        contents: SourceText::from(&*found.file),
+                        contents: found.file.contents.clone(),
                         sourcemap_url,
                         debug_id,
                     }),
@@ -609,6 +605,7 @@ mod tests {
 
     #[test]
     fn indexed_lines_give_the_context_a_scan_gives() {
+        use crate::lookup::context_lines;
         let sources = [
             "",
             "a",

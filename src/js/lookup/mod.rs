@@ -13,13 +13,13 @@ mod request;
 use std::future::Future;
 use std::sync::Arc;
 
-use symbolic::common::{ByteView, DebugId};
+use symbolic::common::DebugId;
 
-use super::bundle::BundleFile;
 use super::discovery::SourceMapUrl;
 use super::interface::{CachedFileUri, ResolvedWith};
 use super::sourcemap_cache::OwnedSourceMapCache;
-use crate::error::{CacheError, CacheResult};
+pub use super::text::SourceText;
+use crate::error::CacheError;
 
 pub(super) use files::JsFiles;
 pub(super) use request::{LookupParams, RequestLookup};
@@ -37,48 +37,6 @@ pub enum FileError {
 impl From<CacheError> for FileError {
     fn from(err: CacheError) -> Self {
         FileError::Cache(err)
-    }
-}
-
-/// The text of a JS file (minified or original), kept as the bytes it was read as
-/// (often a memory map), checked to be UTF-8 once.
-#[derive(Clone)]
-pub struct SourceText(ByteView<'static>);
-
-impl SourceText {
-    pub fn new(bytes: ByteView<'static>) -> CacheResult<Self> {
-        std::str::from_utf8(&bytes)
-            .map_err(|e| CacheError::Malformed(format!("not UTF-8: {e}")))?;
-        Ok(SourceText(bytes))
-    }
-
-    pub fn as_str(&self) -> &str {
-        // SAFETY: every constructor checks the bytes or takes them from a `str` (`new`,
-        // `From<String>`, `From<&BundleFile>`), and the bytes behind a ByteView never
-        // change. Checking again here cost a pass over the file for every frame.
-        unsafe { std::str::from_utf8_unchecked(&self.0) }
-    }
-
-    pub fn bytes(&self) -> &ByteView<'static> {
-        &self.0
-    }
-}
-
-impl From<String> for SourceText {
-    fn from(text: String) -> Self {
-        SourceText(ByteView::from_vec(text.into_bytes()))
-    }
-}
-
-impl From<&BundleFile> for SourceText {
-    fn from(file: &BundleFile) -> Self {
-        SourceText(file.view().clone())
-    }
-}
-
-impl std::fmt::Debug for SourceText {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SourceText({} bytes)", self.0.len())
     }
 }
 

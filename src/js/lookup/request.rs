@@ -167,7 +167,7 @@ impl<'a> RequestLookup<'a> {
             None => Ok(None),
         }
         .map(|sourcemap_url| CachedFile {
-            contents: SourceText::from(&*found.file),
+            contents: found.file.contents.clone(),
             sourcemap_url,
             // As upstream: a bundled file's own debug id does not lead anywhere new.
             debug_id: None,
