@@ -60,12 +60,15 @@ pub const OBJECTS: CacheKind = kind("objects", Family::Downloaded, (1, &[]), 110
 /// 2: `has_sources` also counts sources embedded in DWARF line tables; v1 is served
 /// while v2 is built.
 pub const OBJECT_META: CacheKind = kind("object_meta", Family::Derived, (2, &[1]), 15);
-pub const SYMCACHES: CacheKind = kind("symcaches", Family::Derived, (1, &[]), 500);
+pub const SYMCACHES: CacheKind = kind("symcaches", Family::Derived, (1, &[]), 410);
 /// SymCaches built from the symbfiles uploaded for one executable (`native/symbfile`);
 /// their own kind, so that a change of what `native/symbfile/convert.rs` writes bumps
 /// only them.
 pub const SYMBFILE_SYMCACHES: CacheKind = kind("symbfile_symcaches", Family::Derived, (1, &[]), 30);
-pub const CFICACHES: CacheKind = kind("cficaches", Family::Derived, (1, &[]), 60);
+/// More than its files' share of the disk would say: a SymCache that falls out of
+/// memory is mapped again for next to nothing, a CFI cache is parsed again, every
+/// request that walks through its module (about 5 ms per MiB of rules).
+pub const CFICACHES: CacheKind = kind("cficaches", Family::Derived, (1, &[]), 150);
 /// .NET portable PDBs, converted.
 pub const PPDB_CACHES: CacheKind = kind("ppdb_caches", Family::Derived, (1, &[]), 50);
 /// Source files downloaded from the links in debug files.

@@ -108,6 +108,9 @@ impl ModuleLookup {
         stacktraces: &mut [CompleteStacktrace],
     ) -> Vec<RemoteSource> {
         let mut sessions = HashMap::new();
+        // Per module and path: several frames usually share a file, and each lookup
+        // inflates it from the archive anew (most of a small warm minidump's work).
+        let mut bundled: HashMap<(usize, String), Option<BundledSource>> = HashMap::new();
         let mut remote: HashMap<Url, RemoteSource> = HashMap::new();
         for (t, trace) in stacktraces.iter_mut().enumerate() {
             for (f, frame) in trace.frames.iter_mut().enumerate() {
@@ -130,22 +133,33 @@ impl ModuleLookup {
                 ) {
                     // Both read a downloaded archive; a reader that panics costs the
                     // frame its context, nothing more.
-                    let session = sessions.entry(entry.index).or_insert_with(|| {
-                        isolate("source bundle", || Ok(handle.object().debug_session().ok()))
-                            .unwrap_or(None)
-                    });
-                    let Some(session) = session else { continue };
-                    let Ok(Some(descriptor)) = isolate("source bundle", || {
-                        Ok(session.source_by_path(abs_path).ok().flatten())
-                    }) else {
-                        continue;
-                    };
-                    if let Some(text) = descriptor.contents() {
+                    let source = bundled
+                        .entry((entry.index, abs_path.to_owned()))
+                        .or_insert_with(|| {
+                            let session = sessions.entry(entry.index).or_insert_with(|| {
+                                isolate("source bundle", || {
+                                    Ok(handle.object().debug_session().ok())
+                                })
+                                .unwrap_or(None)
+                            });
+                            let descriptor = isolate("source bundle", || {
+                                Ok(session.as_ref().and_then(|session| {
+                                    session.source_by_path(abs_path).ok().flatten()
+                                }))
+                            });
+                            descriptor.ok().flatten().map(|descriptor| BundledSource {
+                                url: descriptor.url().map(str::to_owned),
+                                text: descriptor.into_contents().map(|text| text.into_owned()),
+                            })
+                        });
+                    let Some(source) = source else { continue };
+                    if let Some(text) = &source.text {
                         set_context(raw, text);
                     }
-                    let fetch = descriptor.contents().is_none();
-                    descriptor
-                        .url()
+                    let fetch = source.text.is_none();
+                    source
+                        .url
+                        .as_deref()
                         .and_then(fetchable_link)
                         .map(|url| (url, fetch))
                 } else if let Some(text) = handle.embedded_source(abs_path) {
@@ -174,6 +188,13 @@ impl ModuleLookup {
             entry.info.candidates.merge_one(candidate);
         }
     }
+}
+
+/// A file as a source bundle or portable PDB has it: its text, or where it links to,
+/// or both.
+struct BundledSource {
+    text: Option<String>,
+    url: Option<String>,
 }
 
 /// A source file that frames' debug info links to instead of embedding.

@@ -215,9 +215,17 @@ impl<T: Clone> Memo<T> {
         Memo(Mutex::new(HashMap::new()))
     }
 
-    async fn get_or_init<F: Future<Output = T>>(&self, key: ModuleKey, init: F) -> T {
+    /// `init` makes the computation only on the first call for `key`: the walker asks
+    /// again for every frame and every scanned candidate, and the computation (a lookup
+    /// on every source, a cache read, opening a file) is a future of tens of kilobytes,
+    /// which, held inline, was moved with each of those calls, most of a warm walk.
+    async fn get_or_init<F: Future<Output = T>>(
+        &self,
+        key: ModuleKey,
+        init: impl FnOnce() -> F,
+    ) -> T {
         let cell = self.0.lock().unwrap().entry(key).or_default().clone();
-        cell.get_or_init(|| init).await.clone()
+        cell.get_or_init(|| Box::pin(init())).await.clone()
     }
 }
 
@@ -271,7 +279,7 @@ impl Provider<'_> {
 
     async fn cfi_module(&self, module: &(dyn Module + Sync)) -> Arc<ModuleCfi> {
         self.cfi_modules
-            .get_or_init(ModuleKey::of(module), async {
+            .get_or_init(ModuleKey::of(module), || async {
                 let id = self.object_id(module);
                 let started = self
                     .cfi
@@ -293,7 +301,7 @@ impl Provider<'_> {
 
     async fn symbols(&self, module: &(dyn Module + Sync)) -> CacheResult<ModuleSymbols> {
         self.symcache_modules
-            .get_or_init(ModuleKey::of(module), async {
+            .get_or_init(ModuleKey::of(module), || async {
                 let id = self.object_id(module);
                 let started = self
                     .symcaches
