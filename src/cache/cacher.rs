@@ -298,10 +298,8 @@ impl<R: CacheItemRequest> Cacher<R> {
         let started = Instant::now();
         // A warm entry without building (and boxing) the load future, which is large
         // and was most of a memory hit's cost.
-        if let Some(entry) = self.inner.memory.get(&key).await {
-            self.inner.metrics.memory.increment(1);
-            telemetry::note_cache_lookup(self.inner.kind.name, started.elapsed());
-            return entry.value;
+        if let Some(value) = self.in_memory(&key, started).await {
+            return value;
         }
         let mut computed_here = false;
         // Boxed: callers nest `get` futures deeply (stackwalk → CFI → objects), and an
@@ -322,16 +320,22 @@ impl<R: CacheItemRequest> Cacher<R> {
         entry.value
     }
 
+    /// The entry for `key` if memory holds it, counted as a memory hit.
+    async fn in_memory(&self, key: &CacheKey, started: Instant) -> Option<CacheResult<R::Item>> {
+        let entry = self.inner.memory.get(key).await?;
+        self.inner.metrics.memory.increment(1);
+        telemetry::note_cache_lookup(self.inner.kind.name, started.elapsed());
+        Some(entry.value)
+    }
+
     /// The item for `key` if it exists in memory, as a current file on disk or in the
     /// shared cache, without computing anything: lets a caller answer some other way
     /// while it is computed. (Files of compatible old versions count as absent: serving
     /// one recomputes it, which is `get`'s to start.)
     pub async fn get_cached(&self, key: &CacheKey, request: &R) -> Option<CacheResult<R::Item>> {
         let started = Instant::now();
-        if let Some(entry) = self.inner.memory.get(key).await {
-            self.inner.metrics.memory.increment(1);
-            telemetry::note_cache_lookup(self.inner.kind.name, started.elapsed());
-            return Some(entry.value);
+        if let Some(value) = self.in_memory(key, started).await {
+            return Some(value);
         }
         let path = self.path_for(key);
         let entry = match self.read_disk(&path, key, request, true) {
