@@ -13,6 +13,7 @@ use super::lookup::{FileError, Found, JsLookup};
 use super::names::{fold_function_name, function_for_token, scope_name};
 use super::paths::{frame_filename_and_module, join_paths};
 use super::sourcemap_cache::OwnedSourceMapCache;
+use super::text::without_line_ending;
 use crate::error::{CacheError, isolate};
 use crate::lookup::context_lines_by;
 use crate::types::FrameOrder;
@@ -254,11 +255,7 @@ fn indexed_line<'a>(file: &File<'a>, source: &'a str, index: usize) -> Option<&'
     if line.is_empty() && line.as_ptr() == source.as_ptr().wrapping_add(source.len()) {
         return None;
     }
-    let line = match line.strip_suffix('\n') {
-        Some(line) => line.strip_suffix('\r').unwrap_or(line),
-        None => line,
-    };
-    Some(line)
+    Some(without_line_ending(line))
 }
 
 /// Context around the frame's line from a source's lines (`line` gives them by 0-based

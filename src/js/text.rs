@@ -59,11 +59,16 @@ impl SourceText {
         });
         let start = *starts.get(index)?;
         let end = starts.get(index + 1).copied().unwrap_or(text.len());
-        let line = &text[start..end];
-        Some(match line.strip_suffix('\n') {
-            Some(line) => line.strip_suffix('\r').unwrap_or(line),
-            None => line,
-        })
+        Some(without_line_ending(&text[start..end]))
+    }
+}
+
+/// A line without the `\n` or `\r\n` that ends it, as `str::lines` gives it (a bare `\r`
+/// stays).
+pub fn without_line_ending(line: &str) -> &str {
+    match line.strip_suffix('\n') {
+        Some(line) => line.strip_suffix('\r').unwrap_or(line),
+        None => line,
     }
 }
 
