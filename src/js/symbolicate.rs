@@ -6,14 +6,13 @@
 
 use std::collections::BTreeSet;
 
-use symbolic::sourcemapcache::{File, SourceLocation, SourcePosition};
+use symbolic::sourcemapcache::SourcePosition;
 
 use super::interface::{JsFrame, JsModuleError, JsModuleErrorKind, JsRequestOptions, JsStacktrace};
 use super::lookup::{FileError, Found, JsLookup};
+use super::mapping::{JsMapping, MappedFile, MappedLocation};
 use super::names::{fold_function_name, function_for_token, scope_name};
 use super::paths::{frame_filename_and_module, join_paths};
-use super::sourcemap_cache::OwnedSourceMapCache;
-use super::text::without_line_ending;
 use crate::error::{CacheError, isolate};
 use crate::lookup::context_lines_by;
 use crate::types::FrameOrder;
@@ -131,19 +130,19 @@ pub async fn symbolicate_frame<L: JsLookup + Send>(
     };
 
     let sourcemap_label = module.sourcemap_label(&raw_frame.abs_path);
-    let Some(smcache) = &module.smcache else {
+    let Some(mapping) = &module.mapping else {
         // A plain file without source map or debug id: nothing to resolve.
         return Ok(raw_frame.clone());
     };
-    let cache = usable_cache(smcache, raw_frame, &sourcemap_label)?;
+    let map = usable_mapping(mapping, raw_frame, &sourcemap_label)?;
     frame.data.sourcemap = Some(sourcemap_label.clone());
-    frame.data.sourcemap_origin = smcache.uri.clone();
-    frame.data.resolved_with = Some(smcache.resolved_with);
+    frame.data.sourcemap_origin = mapping.uri.clone();
+    frame.data.resolved_with = Some(mapping.resolved_with);
 
     let position = SourcePosition::new(line - 1, col.saturating_sub(1));
     // The cache was built from a downloaded map: a lookup that panics in it makes the
     // map unusable for this frame, as a malformed map is.
-    let token = isolate("sourcemap cache", || Ok(cache.get().lookup(position)))
+    let token = isolate("sourcemap cache", || Ok(map.lookup(position)))
         .map_err(|_| JsModuleErrorKind::MalformedSourcemap {
             url: sourcemap_label.clone(),
         })?
@@ -155,7 +154,7 @@ pub async fn symbolicate_frame<L: JsLookup + Send>(
     move_to_token(&mut frame, raw_frame, &token, callsite_name, base);
 
     if apply_source_context
-        && let Some(file) = token.file()
+        && let Some(file) = token.file
         && let Err(source) = apply_original_context(lookup, &mut frame, &file, base).await
     {
         errors.insert(JsModuleError {
@@ -175,11 +174,11 @@ pub async fn symbolicate_frame<L: JsLookup + Send>(
 async fn apply_original_context<L: JsLookup + Send>(
     lookup: &mut L,
     frame: &mut JsFrame,
-    file: &File<'_>,
+    file: &MappedFile<'_>,
     base: &str,
 ) -> Result<(), String> {
-    if let Some(source) = file.source() {
-        apply_context(frame, |index| indexed_line(file, source, index));
+    if file.source().is_some() {
+        apply_context(frame, |index| file.line(index));
         return Ok(());
     }
     let Some(url) = file.name().map(|name| join_paths(base, name)) else {
@@ -194,18 +193,18 @@ async fn apply_original_context<L: JsLookup + Send>(
     }
 }
 
-/// The SourceMapCache to resolve a frame with, or the error the frame gets instead.
-fn usable_cache<'m>(
-    smcache: &'m Found<OwnedSourceMapCache>,
+/// The mapping to resolve a frame with, or the error the frame gets instead.
+fn usable_mapping<'m>(
+    mapping: &'m Found<JsMapping>,
     raw_frame: &mut JsFrame,
     sourcemap_label: &str,
-) -> Result<&'m OwnedSourceMapCache, JsModuleErrorKind> {
-    match &smcache.entry {
+) -> Result<&'m JsMapping, JsModuleErrorKind> {
+    match &mapping.entry {
         Ok(cache) => Ok(cache),
         Err(FileError::Cache(CacheError::Malformed(_))) => {
             // The map was found, only unusable: say where it came from.
-            raw_frame.data.resolved_with = Some(smcache.resolved_with);
-            raw_frame.data.sourcemap_origin = smcache.uri.clone();
+            raw_frame.data.resolved_with = Some(mapping.resolved_with);
+            raw_frame.data.sourcemap_origin = mapping.uri.clone();
             Err(JsModuleErrorKind::MalformedSourcemap {
                 url: sourcemap_label.to_owned(),
             })
@@ -220,14 +219,14 @@ fn usable_cache<'m>(
 fn move_to_token(
     frame: &mut JsFrame,
     raw_frame: &JsFrame,
-    token: &SourceLocation<'_>,
+    token: &MappedLocation<'_>,
     callsite_name: Option<String>,
     base: &str,
 ) {
     frame.data.symbolicated = true;
-    frame.token_name = token.name().map(str::to_owned);
+    frame.token_name = token.name.map(str::to_owned);
 
-    let scope = scope_name(token.scope(), token.name(), raw_frame.function.as_deref());
+    let scope = scope_name(token.scope, token.name, raw_frame.function.as_deref());
     frame.function = Some(fold_function_name(function_for_token(
         raw_frame.function.as_deref(),
         &scope,
@@ -242,20 +241,8 @@ fn move_to_token(
             frame.module = module_name;
         }
     }
-    frame.lineno = token.line().saturating_add(1);
-    frame.colno = Some(token.column().saturating_add(1));
-}
-
-/// Line `index` of a map's source as `str::lines` gives it, from the cache's line index
-/// (no scan of the source from its start for every frame).
-fn indexed_line<'a>(file: &File<'a>, source: &'a str, index: usize) -> Option<&'a str> {
-    let line = file.line(index)?;
-    // The index has one more, empty line starting at the very end of a source that
-    // ends with a line break (or is empty); `lines` has none.
-    if line.is_empty() && line.as_ptr() == source.as_ptr().wrapping_add(source.len()) {
-        return None;
-    }
-    Some(without_line_ending(line))
+    frame.lineno = token.line.saturating_add(1);
+    frame.colno = Some(token.column.saturating_add(1));
 }
 
 /// Context around the frame's line from a source's lines (`line` gives them by 0-based
@@ -318,10 +305,10 @@ mod tests {
         serde_json::from_str(&fixture("manifest.json")).unwrap()
     }
 
-    fn smcache(minified: &str, map: &str) -> Result<OwnedSourceMapCache, FileError> {
+    fn smcache(minified: &str, map: &str) -> Result<JsMapping, FileError> {
         let mut out = Vec::new();
         write_sourcemap_cache(minified.as_bytes(), map.as_bytes(), &mut out)?;
-        Ok(load(ByteView::from_vec(out))?)
+        Ok(JsMapping::Cache(load(ByteView::from_vec(out))?))
     }
 
     /// The fetching side over files in memory: minified files and maps by URL, as an
@@ -358,12 +345,12 @@ mod tests {
                         entry: Err(FileError::ScrapingDisabled),
                         resolved_with: ResolvedWith::Unknown,
                     },
-                    smcache: None,
+                    mapping: None,
                 });
             };
             let sourcemap_url = resolve_sourcemap_url(abs_path, [], &contents);
             let debug_id = discover_debug_id(&contents);
-            let smcache = match &sourcemap_url {
+            let mapping = match &sourcemap_url {
                 None => None,
                 Some(SourceMapUrl::Data(map)) => Some(Found {
                     uri: Some(CachedFileUri::Embedded),
@@ -389,7 +376,7 @@ mod tests {
                     }),
                     resolved_with: ResolvedWith::Release,
                 },
-                smcache,
+                mapping,
             })
         }
 
@@ -578,7 +565,7 @@ mod tests {
             };
             let map = self.0.find(&map_key).expect("the map is bundled");
             Arc::new(JsModuleFiles {
-                smcache: Some(Found {
+                mapping: Some(Found {
                     uri: Some(map.uri),
                     entry: smcache(found.file.text(), map.file.text()),
                     resolved_with: map.resolved_with,
@@ -597,47 +584,6 @@ mod tests {
 
         async fn source_file(&mut self, _: &str) -> Result<SourceText, FileError> {
             Err(CacheError::NotFound.into())
-        }
-    }
-
-    #[test]
-    fn indexed_lines_give_the_context_a_scan_gives() {
-        use crate::lookup::context_lines;
-        let sources = [
-            "",
-            "a",
-            "a\n",
-            "a\n\n",
-            "\n",
-            "\n\n",
-            "a\r\nb",
-            "a\r\nb\r\n",
-            "a\rb\n",
-            "a\r",
-            "1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n11\n12\n13",
-            "é\nü\r\n",
-        ];
-        let long = format!("{}\nshort\n{}", "x".repeat(400), "y".repeat(200));
-        for source in sources.iter().copied().chain([long.as_str()]) {
-            let map = serde_json::json!({
-                "version": 3, "sources": ["a.js"], "sourcesContent": [source],
-                "names": [], "mappings": "AAAA",
-            });
-            let cache = smcache("x", &map.to_string()).unwrap();
-            let file = cache.get().files().next().expect("one file");
-            let text = file.source().expect("sourcesContent is kept");
-            assert_eq!(text, source);
-            for lineno in 0..=16 {
-                for column in [0, 3, 170, 390] {
-                    let by_index =
-                        context_lines_by(|i| indexed_line(&file, text, i), lineno, column);
-                    assert_eq!(
-                        by_index,
-                        context_lines(source, lineno, column),
-                        "{source:?} line {lineno} column {column}"
-                    );
-                }
-            }
         }
     }
 
@@ -815,7 +761,7 @@ mod tests {
                         entry: Err(self.0.clone()),
                         resolved_with: ResolvedWith::Scraping,
                     },
-                    smcache: None,
+                    mapping: None,
                 })
             }
             async fn source_file(&mut self, _: &str) -> Result<SourceText, FileError> {

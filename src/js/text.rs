@@ -72,6 +72,12 @@ pub fn without_line_ending(line: &str) -> &str {
     }
 }
 
+impl AsRef<str> for SourceText {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
 impl From<String> for SourceText {
     fn from(text: String) -> Self {
         SourceText::checked(ByteView::from_vec(text.into_bytes()))

@@ -3,8 +3,8 @@
 //! SourcemapCaches built from them, and Sentry's artifact-lookup answers (and their
 //! shape).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, Weak};
 
 use symbolic::common::{ByteView, DebugId};
 use url::Url;
@@ -12,14 +12,18 @@ use url::Url;
 use serde::Deserialize;
 
 use crate::cache::kinds;
-use crate::cache::{CacheKey, CacheKind, Caches, ConversionBudget, DerivedCache, Scope};
+use crate::cache::{
+    CacheKey, CacheKind, Caches, ConversionBudget, DerivedCache, DerivedFormat, Scope,
+};
 use crate::error::{CacheError, CacheResult, isolate_blocking};
 use crate::fetch::{Downloader, RemoteFile};
 use crate::js::bundle::{
     ArtifactBundle, ArtifactBundles, BundleFileMemo, BundleLimits, FoundInBundle,
 };
 use crate::js::interface::{FileKey, ResolvedWith, ScrapingConfig};
-use crate::js::sourcemap_cache::{OwnedSourceMapCache, SourceMapCacheFormat, SourceMapCacheInput};
+use crate::js::mapping::{DirectMap, JsMapping};
+use crate::js::sourcemap_cache::{SourceMapCacheFormat, SourceMapCacheInput};
+use crate::js::text::SourceText;
 use crate::lookup::{Downloads, Plain, PlainFormat};
 use crate::sources::{CommonSourceConfig, HttpSourceConfig, Secret, SentrySourceConfig, SourceId};
 
@@ -55,6 +59,7 @@ pub struct JsFiles {
     bundle_limits: BundleLimits,
     files: Downloads<Plain<JsFile>>,
     smcaches: DerivedCache<SourceMapCacheFormat>,
+    cold: ColdMaps,
     /// Per lookup URL and token, so two projects never see each other's answers.
     lookups: LookupAnswers,
     opened: OpenedBundles,
@@ -74,6 +79,7 @@ impl JsFiles {
             bundle_files: BundleFileMemo::new(bundle_bytes),
             files: Downloads::new(caches, downloader.clone()),
             smcaches: DerivedCache::new(caches),
+            cold: ColdMaps::default(),
             lookups,
             downloader,
             budget: caches.conversions(),
@@ -149,15 +155,38 @@ impl JsFiles {
         self.downloader.config().connect_to_reserved_ips
     }
 
-    pub(super) async fn sourcemap_cache(
+    /// What resolves frames of `minified` with `sourcemap`: their SourceMapCache, or
+    /// while it does not exist yet, the map itself (see [`ColdMaps`]).
+    pub(super) async fn sourcemap_mapping(
         &self,
         minified: &CacheKey,
         sourcemap: &CacheKey,
         input: SourceMapCacheInput,
-    ) -> CacheResult<OwnedSourceMapCache> {
-        self.smcaches
-            .get(&[minified, sourcemap], Box::pin(async move { Ok(input) }))
+        minified_text: &SourceText,
+    ) -> CacheResult<JsMapping> {
+        let parents = [minified, sourcemap];
+        if let Some(cached) = self.smcaches.cached(&parents).await {
+            return cached.map(JsMapping::Cache);
+        }
+        let key = DerivedCache::<SourceMapCacheFormat>::key(&parents);
+        if let Some(direct) = self
+            .cold
+            .answer(
+                &key,
+                &parents,
+                &self.smcaches,
+                &self.budget,
+                &input,
+                minified_text,
+            )
             .await
+        {
+            return Ok(JsMapping::Direct(direct));
+        }
+        self.smcaches
+            .get(&parents, Box::pin(async move { Ok(input) }))
+            .await
+            .map(JsMapping::Cache)
     }
 
     /// Sentry's artifact lookup for one file: bundles and release files that hold
@@ -205,6 +234,155 @@ impl JsFiles {
             .await
             .map_err(|err: Arc<CacheError>| (*err).clone())
     }
+}
+
+/// Source maps asked for before their SourceMapCache exists, by the cache's key. The
+/// first request decodes the map and the minified file's scopes (on two threads) and
+/// answers from them, which takes about half of what writing the cache does; requests
+/// meanwhile share that answer. When the last of them lets go of it, the cache is built
+/// (not beside it: both at once would double the peak memory), and requests from then
+/// on wait for the build as they always did. An entry lives only while its map is cold.
+#[derive(Clone, Default)]
+struct ColdMaps(Arc<Mutex<HashMap<CacheKey, ColdMap>>>);
+
+/// The map answered directly, while anyone uses it; empty before the first answer.
+type DirectSlot = Arc<tokio::sync::Mutex<Option<Weak<DirectMap>>>>;
+
+enum ColdMap {
+    Direct(DirectSlot),
+    Building,
+}
+
+impl ColdMaps {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<CacheKey, ColdMap>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The map answered directly, or `None` when the cache answers instead: it is being
+    /// built already, or the map is one only the cache answers exactly (which starts
+    /// its build).
+    async fn answer(
+        &self,
+        key: &CacheKey,
+        parents: &[&CacheKey; 2],
+        smcaches: &DerivedCache<SourceMapCacheFormat>,
+        budget: &Arc<ConversionBudget>,
+        input: &SourceMapCacheInput,
+        minified: &SourceText,
+    ) -> Option<Arc<DirectMap>> {
+        let slot = match self
+            .lock()
+            .entry(key.clone())
+            .or_insert_with(|| ColdMap::Direct(DirectSlot::default()))
+        {
+            ColdMap::Direct(slot) => slot.clone(),
+            ColdMap::Building => return None,
+        };
+        let mut answered = slot.lock().await;
+        if let Some(answer) = answered.as_ref() {
+            // Let go of already (and the build started), or left to the cache, when it
+            // does not upgrade.
+            return answer.upgrade();
+        }
+        // Dropped unanswered (the request went away), the entry must not stay.
+        let unanswered = ForgetUnanswered {
+            maps: self,
+            key,
+            slot: &slot,
+        };
+        let direct = decode_directly(budget, input, minified).await;
+        std::mem::forget(unanswered);
+        let build = self.build_later(key, parents, smcaches, input);
+        let Some(direct) = direct else {
+            *answered = Some(Weak::new());
+            build();
+            return None;
+        };
+        let direct = Arc::new(direct.then(build));
+        *answered = Some(Arc::downgrade(&direct));
+        Some(direct)
+    }
+
+    /// What starts the build of `key`'s cache, once called: the entry says so from then
+    /// on, and goes when the build is done.
+    fn build_later(
+        &self,
+        key: &CacheKey,
+        parents: &[&CacheKey; 2],
+        smcaches: &DerivedCache<SourceMapCacheFormat>,
+        input: &SourceMapCacheInput,
+    ) -> impl FnOnce() + Send + Sync + 'static {
+        let (maps, key, smcaches) = (self.clone(), key.clone(), smcaches.clone());
+        let parents = parents.map(CacheKey::clone);
+        let input = SourceMapCacheInput {
+            minified: input.minified.clone(),
+            sourcemap: input.sourcemap.clone(),
+        };
+        let runtime = tokio::runtime::Handle::current();
+        move || {
+            maps.lock().insert(key.clone(), ColdMap::Building);
+            runtime.spawn(async move {
+                let [minified, sourcemap] = &parents;
+                let built = smcaches
+                    .get(&[minified, sourcemap], Box::pin(async move { Ok(input) }))
+                    .await;
+                if let Err(err) = built {
+                    tracing::debug!(error = %err, "sourcemap cache build after a direct answer");
+                }
+                maps.lock().remove(&key);
+            });
+        }
+    }
+}
+
+/// Removes an entry whose first request went away before answering, unless another
+/// request waits to answer it.
+struct ForgetUnanswered<'a> {
+    maps: &'a ColdMaps,
+    key: &'a CacheKey,
+    slot: &'a DirectSlot,
+}
+
+impl Drop for ForgetUnanswered<'_> {
+    fn drop(&mut self) {
+        let mut maps = self.maps.lock();
+        // Two holders: the entry and this request. More means someone waits.
+        if Arc::strong_count(self.slot) <= 2 {
+            maps.remove(self.key);
+        }
+    }
+}
+
+/// Decodes the map and the minified file's scopes at once, within the conversion
+/// budget, isolated as conversions are; `None` when only the cache answers exactly
+/// (or the inputs are unusable: the build says how).
+async fn decode_directly(
+    budget: &ConversionBudget,
+    input: &SourceMapCacheInput,
+    minified: &SourceText,
+) -> Option<DirectMap> {
+    let _permit = budget
+        .acquire(SourceMapCacheFormat::input_size(input))
+        .await;
+    let sourcemap = input.sourcemap.clone();
+    let map = isolate_blocking(SourceMapCacheFormat::KIND.name, move || {
+        DirectMap::decode(&sourcemap)
+    });
+    let text = minified.clone();
+    let scopes = isolate_blocking(SourceMapCacheFormat::KIND.name, move || {
+        Ok(DirectMap::scopes(text.as_str()))
+    });
+    let (map, scopes) = tokio::join!(map, scopes);
+    let (map, scopes) = (map.ok()?, scopes.ok()?);
+    let minified = minified.clone();
+    isolate_blocking(SourceMapCacheFormat::KIND.name, move || {
+        Ok(DirectMap::new(map, minified, scopes))
+    })
+    .await
+    .ok()
+    .flatten()
 }
 
 /// One answer of Sentry's artifact lookup.

@@ -17,7 +17,7 @@ use symbolic::common::DebugId;
 
 use super::discovery::SourceMapUrl;
 use super::interface::{CachedFileUri, ResolvedWith};
-use super::sourcemap_cache::OwnedSourceMapCache;
+use super::mapping::JsMapping;
 pub use super::text::SourceText;
 use crate::error::CacheError;
 
@@ -65,9 +65,10 @@ pub struct MinifiedSource {
 pub struct JsModuleFiles {
     pub minified_source: Found<MinifiedSource>,
     /// `None` when the minified file names no source map and has no debug id: the
-    /// frame is then left as it is. Otherwise the SourceMapCache built from the
-    /// minified file and its map, or why there is none.
-    pub smcache: Option<Found<OwnedSourceMapCache>>,
+    /// frame is then left as it is. Otherwise what resolves positions with the
+    /// minified file and its map (their SourceMapCache, or the map itself while that
+    /// does not exist yet), or why there is none.
+    pub mapping: Option<Found<JsMapping>>,
 }
 
 impl JsModuleFiles {

@@ -28,9 +28,10 @@ use crate::js::interface::{
     CachedFileUri, FileKey, JsScrapingAttempt, JsScrapingFailureReason, ResolvedWith,
     ScrapingConfig,
 };
+use crate::js::mapping::JsMapping;
 use crate::js::origins::is_allowed_origin;
 use crate::js::paths::{extract_file_stem, release_file_candidate_urls};
-use crate::js::sourcemap_cache::{OwnedSourceMapCache, SourceMapCacheInput};
+use crate::js::sourcemap_cache::SourceMapCacheInput;
 use crate::sources::{SentrySourceConfig, SourceConfig, js_artifact_path};
 
 /// A release file the lookup API named; downloaded only when a frame needs it.
@@ -451,7 +452,7 @@ impl<'a> RequestLookup<'a> {
         if sourcemap_url.is_none() && debug_id.is_none() {
             return JsModuleFiles {
                 minified_source,
-                smcache: None,
+                mapping: None,
             };
         }
         let sourcemap = match sourcemap_url {
@@ -479,22 +480,22 @@ impl<'a> RequestLookup<'a> {
                 .await
             }
         };
-        let smcache = self.sourcemap_cache(&minified, &sourcemap).await;
+        let mapping = self.mapping(&minified, &sourcemap).await;
         JsModuleFiles {
             minified_source,
-            smcache: Some(Found {
+            mapping: Some(Found {
                 uri: sourcemap.uri,
-                entry: smcache,
+                entry: mapping,
                 resolved_with: sourcemap.resolved_with,
             }),
         }
     }
 
-    async fn sourcemap_cache(
+    async fn mapping(
         &self,
         minified: &FileEntry,
         sourcemap: &FileEntry,
-    ) -> Result<OwnedSourceMapCache, FileError> {
+    ) -> Result<JsMapping, FileError> {
         let source = minified.entry.as_ref().map_err(Clone::clone)?;
         let map = sourcemap.entry.as_ref().map_err(Clone::clone)?;
         let source_key = self.content_key(minified.uri.as_ref(), &source.contents);
@@ -503,8 +504,10 @@ impl<'a> RequestLookup<'a> {
             minified: source.contents.bytes().clone(),
             sourcemap: map.contents.bytes().clone(),
         };
-        let smcache = self.shared.sourcemap_cache(&source_key, &map_key, input);
-        Ok(smcache.await?)
+        let mapping = self
+            .shared
+            .sourcemap_mapping(&source_key, &map_key, input, &source.contents);
+        Ok(mapping.await?)
     }
 
     /// What identifies a file's contents: its URI, or for a scraped file (whose URL
