@@ -56,6 +56,9 @@ pub const PARSER_PANICS: &str = "parser.panics";
 /// Native modules answered from their debug file by a lazy reader while the SymCache
 /// was still being built (cold requests).
 pub const LAZY_ANSWERS: &str = "symbolication.lazy_answers";
+/// Source maps decoded to answer cold `/symbolicate-js` requests directly while their
+/// SourceMapCache did not exist yet.
+pub const SOURCEMAP_DIRECT_ANSWERS: &str = "sourcemap.direct_answers";
 /// Minidump frames unwound from their module's own DWARF CFI while its CFI cache was
 /// still being built (cold walks).
 pub const LAZY_UNWINDS: &str = "stackwalk.lazy_unwinds";
@@ -289,6 +292,10 @@ fn describe() {
         (
             LAZY_ANSWERS,
             "native modules answered by a lazy reader while their SymCache was built",
+        ),
+        (
+            SOURCEMAP_DIRECT_ANSWERS,
+            "source maps decoded to answer cold requests before their SourceMapCache existed",
         ),
         (
             LAZY_UNWINDS,

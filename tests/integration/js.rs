@@ -189,6 +189,37 @@ async fn an_artifact_bundle_from_sentry_maps_every_frame_to_its_source() {
     assert!(hits.iter().any(|h| h.contains("debug_id=")), "{hits:?}");
 }
 
+#[tokio::test]
+async fn cold_requests_answered_from_the_map_itself_answer_as_its_cache_does_later() {
+    let (base, _sentry) = start_sentry().await;
+    let server = Server::start("");
+    let body = request(
+        raw_frames(BASE, "debugid.min.js"),
+        json!({"source": {"type": "sentry", "id": "sentry:project", "url": format!("{base}/lookup"), "token": "t"}}),
+    );
+    // Cold and at once: answered from the decoded map, then its cache is built.
+    let cold =
+        futures::future::join_all((0..4).map(|_| server.post("/symbolicate-js", &body))).await;
+    let built = server.cache_dir.join("sourcemap_caches");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while common::files_under(&built).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no cache was built");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (status, warm) = server.post("/symbolicate-js", &body).await;
+    assert_eq!(status, StatusCode::OK, "{warm}");
+    assert_original(&warm, "https://app.example");
+    for (status, answer) in cold {
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        assert_eq!(answer, warm);
+    }
+    assert_eq!(
+        common::files_under(&built).len(),
+        1,
+        "one cache for one map"
+    );
+}
+
 /// [`artifact_bundle`] with its source map replaced by `inflated` zero bytes, deflated
 /// (about 1000 to 1), as Sentry's tooling lays a bundle out: the `SYSB` header, then a
 /// zip of the files and the manifest.

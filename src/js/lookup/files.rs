@@ -300,6 +300,7 @@ impl ColdMaps {
             build();
             return None;
         };
+        metrics::counter!(crate::telemetry::SOURCEMAP_DIRECT_ANSWERS).increment(1);
         let direct = Arc::new(direct.then(build));
         *answered = Some(Arc::downgrade(&direct));
         Some(direct)
