@@ -9,8 +9,15 @@
 //! committed fixture (`fixtures/js/dist/app.min.js`) instead.
 //!
 //! - `build_30mb`: minified file + map → SourceMapCache bytes (10 samples);
+//! - `direct_30mb`: what a cold request waits for instead (see `js::mapping`): the map
+//!   decoded and the minified file's scopes parsed on two threads, then 30 positions
+//!   resolved (10 samples);
 //! - `lookup_frame`: one `lookup` of a (seeded) random position of the minified file,
-//!   reading what a frame needs: file name, line, column, scope and token name.
+//!   reading what a frame needs: file name, line, column, scope and token name;
+//! - `lookup_frame_direct`: the same on the decoded map, scopes resolved already.
+//!
+//! Before measuring, the 4096 positions the lookups use are resolved both ways and
+//! must agree.
 //!
 //! Run with `cargo bench --bench sourcemap` (add `-- lookup_frame` for only the lookup).
 
@@ -20,7 +27,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use omnisym::js::sourcemap_cache::{OwnedSourceMapCache, load, write_sourcemap_cache};
+use omnisym::js::mapping::{DirectMap, JsMapping};
+use omnisym::js::sourcemap_cache::{load, write_sourcemap_cache};
+use omnisym::js::text::SourceText;
 use symbolic::common::ByteView;
 use symbolic::sourcemapcache::{ScopeLookupResult, SourcePosition};
 
@@ -98,27 +107,36 @@ fn positions(minified: &str, count: usize) -> Vec<SourcePosition> {
         .collect()
 }
 
-fn lookup_bench(c: &mut Criterion, cache: &OwnedSourceMapCache, minified: &str) {
-    let positions = positions(minified, 4096);
+/// The map decoded and the file's scopes parsed at once, as a cold request does.
+fn direct(minified: &str, map: &[u8]) -> JsMapping {
+    let (decoded, scopes) = std::thread::scope(|threads| {
+        let decoded = threads.spawn(|| DirectMap::decode(map).expect("the map decodes"));
+        let scopes = DirectMap::scopes(minified);
+        (decoded.join().expect("decoding does not panic"), scopes)
+    });
+    let direct = DirectMap::new(decoded, SourceText::from(minified.to_owned()), scopes)
+        .expect("a map the direct answer covers");
+    JsMapping::Direct(std::sync::Arc::new(direct))
+}
+
+fn resolve(mapping: &JsMapping, position: SourcePosition) -> usize {
+    let Some(token) = mapping.lookup(black_box(position)) else {
+        return 0;
+    };
+    let scope_len = match token.scope {
+        ScopeLookupResult::NamedScope(name) => name.len(),
+        _ => 0,
+    };
+    black_box((token.file_name(), token.line, token.column, token.name));
+    scope_len
+}
+
+fn lookup_bench(c: &mut Criterion, name: &str, mapping: &JsMapping, positions: &[SourcePosition]) {
     let mut i = 0;
-    c.bench_function("lookup_frame", |b| {
+    c.bench_function(name, |b| {
         b.iter(|| {
             i = (i + 1) % positions.len();
-            let cache = cache.get();
-            let Some(token) = cache.lookup(black_box(positions[i])) else {
-                return 0;
-            };
-            let scope_len = match token.scope() {
-                ScopeLookupResult::NamedScope(name) => name.len(),
-                _ => 0,
-            };
-            black_box((
-                token.file_name(),
-                token.line(),
-                token.column(),
-                token.name(),
-            ));
-            scope_len
+            resolve(mapping, positions[i])
         })
     });
 }
@@ -138,6 +156,14 @@ fn benches(c: &mut Criterion) {
                 .sample_size(10)
                 .measurement_time(Duration::from_secs(30));
             group.bench_function("build_30mb", |b| b.iter(|| build(&minified, &map)));
+            let text = std::str::from_utf8(&minified).expect("UTF-8");
+            let asked = positions(text, 30);
+            group.bench_function("direct_30mb", |b| {
+                b.iter(|| {
+                    let mapping = direct(text, &map);
+                    asked.iter().map(|&p| resolve(&mapping, p)).sum::<usize>()
+                })
+            });
             group.finish();
             (minified, map)
         }
@@ -149,9 +175,21 @@ fn benches(c: &mut Criterion) {
             )
         }
     };
-    let cache = load(ByteView::from_vec(build(&minified, &map))).expect("the cache loads");
+    let cache = JsMapping::Cache(
+        load(ByteView::from_vec(build(&minified, &map))).expect("the cache loads"),
+    );
     let minified = String::from_utf8(minified).expect("UTF-8");
-    lookup_bench(c, &cache, &minified);
+    let direct = direct(&minified, &map);
+    let positions = positions(&minified, 4096);
+    for &position in &positions {
+        assert_eq!(
+            direct.lookup(position),
+            cache.lookup(position),
+            "{position:?} resolves alike both ways"
+        );
+    }
+    lookup_bench(c, "lookup_frame", &cache, &positions);
+    lookup_bench(c, "lookup_frame_direct", &direct, &positions);
 }
 
 criterion_group!(sourcemap, benches);
