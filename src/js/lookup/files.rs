@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
 
 use symbolic::common::{ByteView, DebugId};
 use url::Url;
@@ -367,23 +368,35 @@ async fn decode_directly(
     let _permit = budget
         .acquire(SourceMapCacheFormat::input_size(input))
         .await;
+    let started = Instant::now();
     let sourcemap = input.sourcemap.clone();
     let map = isolate_blocking(SourceMapCacheFormat::KIND.name, move || {
-        DirectMap::decode(&sourcemap)
+        let map = DirectMap::decode(&sourcemap)?;
+        Ok((map, started.elapsed()))
     });
     let text = minified.clone();
     let scopes = isolate_blocking(SourceMapCacheFormat::KIND.name, move || {
-        Ok(DirectMap::scopes(text.as_str()))
+        let scopes = DirectMap::scopes(text.as_str());
+        Ok((scopes, started.elapsed()))
     });
     let (map, scopes) = tokio::join!(map, scopes);
-    let (map, scopes) = (map.ok()?, scopes.ok()?);
+    let ((map, decode_took), (scopes, parse_took)) = (map.ok()?, scopes.ok()?);
     let minified = minified.clone();
-    isolate_blocking(SourceMapCacheFormat::KIND.name, move || {
+    let direct = isolate_blocking(SourceMapCacheFormat::KIND.name, move || {
         Ok(DirectMap::new(map, minified, scopes))
     })
     .await
     .ok()
-    .flatten()
+    .flatten();
+    tracing::debug!(
+        input_bytes = SourceMapCacheFormat::input_size(input),
+        decode_ms = decode_took.as_millis() as u64,
+        scopes_ms = parse_took.as_millis() as u64,
+        took_ms = started.elapsed().as_millis() as u64,
+        direct = direct.is_some(),
+        "source map decoded to answer directly"
+    );
+    direct
 }
 
 /// One answer of Sentry's artifact lookup.
