@@ -286,6 +286,10 @@ async fn malformed_bodies_get_400_naming_the_field() {
         .post_raw("/symbolicate/v5", b"{\"jobs\": [".to_vec())
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{r}");
+    // Debian-style versions carry a `~`, which Mozilla's service takes.
+    let tilde = json!({"memoryMap": [["libfoo-1.2~rc1.so", "AB"]], "stacks": [[[0, 16]]]});
+    let (status, r) = server.post("/symbolicate/v5", &tilde).await;
+    assert_eq!(status, StatusCode::OK, "{r}");
 }
 
 /// A body within `max_request_body_size` whose frames pass `request_limits` is refused

@@ -189,7 +189,7 @@ fn validate(jobs: &[Job], shape: Shape) -> Result<(), ApiError> {
             let field = shape.field(j, &format!("memoryMap[{i}]"));
             if !debug_file.bytes().all(is_debug_file_byte) {
                 return Err(ApiError::bad_request(format!(
-                    "invalid JSON body: field `{field}`: invalid debug_file (letters, digits, spaces and `_.+{{}}@<>-` only)"
+                    "invalid JSON body: field `{field}`: invalid debug_file (letters, digits, spaces and `_.+{{}}@<>~-` only)"
                 )));
             }
             if !debug_id.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -222,7 +222,7 @@ fn validate(jobs: &[Job], shape: Shape) -> Result<(), ApiError> {
 
 /// The characters Mozilla's service allows in a debug file name.
 fn is_debug_file_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"_.+{}@<> -".contains(&b)
+    b.is_ascii_alphanumeric() || b"_.+{}@<> ~-".contains(&b)
 }
 
 /// The kind of module a debug file name stands for. It decides which files the native
