@@ -59,7 +59,9 @@ pub const OBJECTS: CacheKind = kind("objects", Family::Downloaded, (1, &[]), 110
 /// What a debug file holds (features, ids), for candidates and lookups.
 /// 2: `has_sources` also counts sources embedded in DWARF line tables; v1 is served
 /// while v2 is built.
-pub const OBJECT_META: CacheKind = kind("object_meta", Family::Derived, (2, &[1]), 15);
+/// 3: the file's own debug id and Breakpad module name; older versions (without them)
+/// are served while v3 is built.
+pub const OBJECT_META: CacheKind = kind("object_meta", Family::Derived, (3, &[2, 1]), 15);
 pub const SYMCACHES: CacheKind = kind("symcaches", Family::Derived, (1, &[]), 410);
 /// SymCaches built from the symbfiles uploaded for one executable (`native/symbfile`);
 /// their own kind, so that a change of what `native/symbfile/convert.rs` writes bumps

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio::task::JoinHandle;
 
-use super::object_file::ObjectHandle;
+use super::object_file::{ObjectHandle, ObjectMeta};
 use super::objects::{FoundObject, ObjectLookup, ObjectPurpose};
 use crate::cache::{Caches, ConversionBudget, DerivedCache, DerivedFormat, InputFuture, Scope};
 use crate::error::{CacheError, CacheResult};
@@ -24,6 +24,8 @@ pub struct Derived<T> {
     /// (embedded in DWARF, a portable PDB, a PDB's SRCSRV stream), so source context
     /// needs no second lookup.
     pub with_sources: Option<FoundObject>,
+    /// What the file the cache was built from says about itself.
+    pub meta: Option<Arc<ObjectMeta>>,
 }
 
 /// Where a derived cache stands when a request asks for it.
@@ -53,6 +55,7 @@ impl<T> Derived<T> {
             candidates: self.candidates,
             features: self.features,
             with_sources: self.with_sources,
+            meta: self.meta,
         }
     }
 }
@@ -155,6 +158,7 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
                 candidates,
                 features: ObjectFeatures::default(),
                 with_sources: None,
+                meta: None,
             });
         };
         let features = match &found.meta {
@@ -165,6 +169,7 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
                     candidates,
                     features: ObjectFeatures::default(),
                     with_sources: None,
+                    meta: None,
                 });
             }
         };
@@ -194,6 +199,7 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
             with_sources,
         } = chosen;
         let (source, location) = (found.file.source_id(), found.file.uri());
+        let meta = found.meta.as_ref().ok().cloned();
         let use_info = ObjectUseInfo::from_result(&cache);
         match F::PURPOSE {
             ObjectPurpose::Unwind => candidates.set_unwind(source, location, use_info),
@@ -204,6 +210,7 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
             candidates,
             features,
             with_sources,
+            meta,
         }
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use serde::{Deserialize, Serialize};
 use symbolic::cfi::FromObjectOptions;
-use symbolic::common::{Arch, ByteView, SelfCell};
+use symbolic::common::{Arch, ByteView, DebugId, SelfCell};
 use symbolic::debuginfo::{Archive, Object, ParseObjectOptions};
 
 use super::compressed_sections::{CompressedSection, check_sections, compressed_sections};
@@ -245,6 +245,14 @@ fn read_srcsrv(object: &Object<'_>) -> Option<Vec<u8>> {
 pub struct ObjectMeta {
     pub features: ObjectFeatures,
     pub arch: Arch,
+    /// The id the file records for itself. The lookup uses a file served for a module
+    /// whatever id it records (as upstream does); a stricter front can refuse it.
+    #[serde(default)]
+    pub debug_id: Option<DebugId>,
+    /// A Breakpad file's module name as Mozilla's service reports it (see
+    /// [`breakpad_module_name`]).
+    #[serde(default)]
+    pub breakpad_name: Option<String>,
 }
 
 impl ObjectMeta {
@@ -258,8 +266,34 @@ impl ObjectMeta {
                 srcsrv_vcs: srcsrv_vcs(object),
             },
             arch: object.arch(),
+            debug_id: Some(object.debug_id()),
+            breakpad_name: match object {
+                Object::Breakpad(_) => breakpad_module_name(object.data()),
+                _ => None,
+            },
         }
     }
+}
+
+/// The module name Mozilla's service gives frames of a Breakpad file: the last of the
+/// four fields of its first `INFO` line (`INFO CODE_ID <id> <pe file>`, which Windows
+/// symbol dumps write), if that line has four; otherwise (and when the records start
+/// first) none, and the module keeps its debug file name.
+pub fn breakpad_module_name(data: &[u8]) -> Option<String> {
+    for line in data.split(|&b| b == b'\n') {
+        if line.starts_with(b"INFO") {
+            let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+            let [_, _, _, name] = fields[..] else {
+                return None;
+            };
+            let name = std::str::from_utf8(name).ok()?.trim();
+            return Some(name.to_owned());
+        }
+        if line.starts_with(b"FILE") || line.starts_with(b"PUBLIC") || line.starts_with(b"FUNC") {
+            return None;
+        }
+    }
+    None
 }
 
 /// Which VCS a PDB's SRCSRV stream names, if it has one.
@@ -342,6 +376,34 @@ impl FileFormat for ObjectFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_breakpad_module_is_named_by_a_four_field_first_info_line() {
+        let module = "MODULE windows x86_64 44E4EC8C2F41492B9369D6B9A059577C2 xul.pdb\n";
+        let cases: [(&str, Option<&str>); 6] = [
+            (
+                "INFO CODE_ID 5F3A1B2C4000 xul.dll\nFILE 0 a.c\n",
+                Some("xul.dll"),
+            ),
+            ("INFO CODE_ID 5F3A1B2C4000 xul.dll\r\n", Some("xul.dll")),
+            // Linux dumps record no file: the first INFO line has three fields.
+            (
+                "INFO CODE_ID D9085A2CF80AB09A\nINFO CODE_ID X y.dll\n",
+                None,
+            ),
+            ("FILE 0 a.c\nINFO CODE_ID 5F3A1B2C4000 xul.dll\n", None),
+            ("PUBLIC 10 0 f\n", None),
+            ("", None),
+        ];
+        for (rest, name) in cases {
+            let text = format!("{module}{rest}");
+            assert_eq!(
+                breakpad_module_name(text.as_bytes()).as_deref(),
+                name,
+                "{text:?}"
+            );
+        }
+    }
 
     /// The fixture's debug file with zlib-compressed DWARF sections (binutils' objcopy,
     /// which gcc brings).

@@ -9,7 +9,7 @@ use std::str::FromStr;
 
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize, Serializer};
-use symbolic::common::{Arch, Language};
+use symbolic::common::{Arch, DebugId, Language};
 
 use crate::error::{CacheError, CacheResult};
 use crate::sources::ObjectType;
@@ -330,6 +330,18 @@ pub struct CompleteObjectInfo {
     pub raw: RawObjectInfo,
     #[serde(default, skip_serializing_if = "AllObjectCandidates::is_empty")]
     pub candidates: AllObjectCandidates,
+    /// The debug file the module was symbolicated with, as it names itself. Not in the
+    /// wire answer, as upstream has none; the Mozilla front reports it.
+    #[serde(skip)]
+    pub debug_file_says: Option<FileSays>,
+}
+
+/// What a debug file records about itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FileSays {
+    pub debug_id: Option<DebugId>,
+    /// A Breakpad file's module name as Mozilla's service reports it.
+    pub breakpad_name: Option<String>,
 }
 
 impl From<RawObjectInfo> for CompleteObjectInfo {
@@ -341,6 +353,7 @@ impl From<RawObjectInfo> for CompleteObjectInfo {
             arch: Default::default(),
             raw,
             candidates: Default::default(),
+            debug_file_says: None,
         }
     }
 }

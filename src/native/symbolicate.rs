@@ -13,7 +13,7 @@ use symbolic::symcache::SymCache;
 use super::cold::{self, AnswerFrom, LazySymbolizer, OwnedLazySymbolizer, Prefer};
 use super::demangle::DemangleCache;
 use super::interface::{
-    AddrMode, CompleteObjectInfo, CompleteStacktrace, FrameStatus, FrameTrust, HexValue,
+    AddrMode, CompleteObjectInfo, CompleteStacktrace, FileSays, FrameStatus, FrameTrust, HexValue,
     ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, Registers, RewriteRules, Signal,
     SymbolicatedFrame,
 };
@@ -255,6 +255,10 @@ impl ModuleLookup {
                             None => symcaches.fetch_or_start_building(sources, id, scope).await,
                         };
                         m.debug_file_with_sources = result.with_sources;
+                        m.info.debug_file_says = result.meta.map(|meta| FileSays {
+                            debug_id: meta.debug_id,
+                            breakpad_name: meta.breakpad_name.clone(),
+                        });
                         m.info.features.merge(&result.features);
                         m.info.candidates.merge(result.candidates);
                         let open = |object| cold::open_within(symcaches.budget(), object);

@@ -603,3 +603,85 @@ async fn cors_allows_only_the_configured_origins() {
     let resp = preflight(&server, "/symbolicate", ORIGIN).await.unwrap();
     assert!(!resp.headers().contains_key("access-control-allow-origin"));
 }
+
+/// The library's `.sym` with its first line replaced, served at `debug_file/debug_id`,
+/// and a server using it.
+async fn serving_sym_as(
+    module_line: &str,
+    info: &str,
+    file: &str,
+    id: &str,
+) -> (SymbolServer, Server) {
+    let text = std::fs::read_to_string(fixture("libinline.so.sym")).unwrap();
+    let (_, rest) = text.split_once('\n').unwrap();
+    let rest = rest.replacen(
+        "INFO CODE_ID D9085A2CF80AB09A2F12AF972EA732495D736325\n",
+        info,
+        1,
+    );
+    let symsrv = SymbolServer::start().await;
+    let stem = file.strip_suffix(".pdb").unwrap_or(file);
+    symsrv.put_bytes(
+        &format!("{file}/{id}/{stem}.sym"),
+        format!("{module_line}\n{rest}").as_bytes(),
+    );
+    let server = Server::start(&config_with_source(&symsrv.url));
+    (symsrv, server)
+}
+
+/// A `.sym` served for an id other than the one its `MODULE` line records is not used,
+/// as Mozilla's service refuses it; a newer age of the same GUID is.
+#[tokio::test]
+async fn a_symbol_file_for_another_id_is_a_module_not_found() {
+    let (file, id) = library();
+    let offset = deepest_instruction()["offset"].as_u64().unwrap();
+    let (other, older) = (format!("1{}", &id[1..]), format!("{}{}", &id[..32], "0"));
+    let newer = format!("{}{}", &id[..32], "7");
+    for (asked, file_says, found) in [(&other, &id, false), (&older, &newer, true)] {
+        let line = format!("MODULE Linux x86_64 {file_says} {file}");
+        let info = "INFO CODE_ID D9085A2CF80AB09A2F12AF972EA732495D736325\n";
+        let (_symsrv, server) = serving_sym_as(&line, info, &file, asked).await;
+        let body = json!({"memoryMap": [[file, asked]], "stacks": [[[0, offset]]]});
+        let (status, r) = post_v5(&server, &body).await;
+        assert_eq!(status, StatusCode::OK, "{r}");
+        let result = &r["results"][0];
+        assert_eq!(
+            result["found_modules"][format!("{file}/{asked}")],
+            found,
+            "{r}"
+        );
+        assert_eq!(
+            result["stacks"][0][0].get("function").is_some(),
+            found,
+            "{r}"
+        );
+    }
+}
+
+/// A Windows symbol dump names the PE file in its first `INFO` line; Mozilla's service
+/// names the module's frames by it (the `found_modules` key keeps the debug file).
+#[tokio::test]
+async fn frames_of_a_windows_symbol_file_are_named_by_its_pe_file() {
+    let (_, id) = library();
+    let offset = deepest_instruction()["offset"].as_u64().unwrap();
+    let line = format!("MODULE windows x86_64 {id} inline.pdb");
+    let info = "INFO CODE_ID 5F3A1B2C4000 inline.dll\n";
+    let (_symsrv, server) = serving_sym_as(&line, info, "inline.pdb", &id).await;
+    let body = json!({"memoryMap": [["inline.pdb", id]], "stacks": [[[0, offset], [0, -1]]]});
+    let (status, r) = post_v5(&server, &body).await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    let result = &r["results"][0];
+    assert_eq!(
+        result["found_modules"][format!("inline.pdb/{id}")],
+        true,
+        "{r}"
+    );
+    for frame in result["stacks"][0].as_array().unwrap() {
+        assert_eq!(frame["module"], "inline.dll", "{r}");
+    }
+    assert!(result["stacks"][0][0]["function"].is_string(), "{r}");
+    let (status, r) = server.post("/symbolicate/v4", &body).await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    let first = r["symbolicatedStacks"][0][0].as_str().unwrap();
+    assert!(first.ends_with(" (in inline.dll)"), "{r}");
+}

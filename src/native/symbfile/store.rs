@@ -369,6 +369,7 @@ impl SymbfileStore {
             candidates: vec![candidate].into(),
             features,
             with_sources: None,
+            meta: None,
         })
     }
 

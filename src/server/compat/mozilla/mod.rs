@@ -25,13 +25,14 @@ use axum::{Extension, Json, Router};
 use serde::de::{self, Deserializer};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
+use symbolic::common::DebugId;
 
 use crate::cache::Scope;
 use crate::cache::kinds::SYMCACHES;
 use crate::config::MozillaConfig;
 use crate::native::SymbolicateRequest;
 use crate::native::interface::{
-    AddrMode, CompleteObjectInfo, CompletedSymbolicationResponse, FrameStatus, HexValue,
+    AddrMode, CompleteObjectInfo, CompletedSymbolicationResponse, FileSays, FrameStatus, HexValue,
     ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, RequestOptions, SymbolicatedFrame,
 };
 use crate::server::error::RequestBody;
@@ -581,14 +582,23 @@ fn render(
                         .iter()
                         .enumerate()
                         .map(|(i, frame)| {
-                            let module = job
+                            let native = job
+                                .lookup_of(frame)
+                                .and_then(|(index, _)| response.modules.get(base + index));
+                            let usable = job
                                 .module_of(frame)
-                                .map(|m| m.0.as_str())
+                                .zip(native)
+                                .and_then(|(module, native)| usable_file(module, native));
+                            let module = usable
+                                .and_then(|says| says.breakpad_name.as_deref())
+                                .or_else(|| job.module_of(frame).map(|m| m.0.as_str()))
                                 .filter(|name| !name.is_empty())
                                 .unwrap_or(UNKNOWN_MODULE);
                             let mut out = V5Frame::new(i, module, frame.1);
                             if let Some((_, Some(offset))) = job.lookup_of(frame) {
-                                if let Some(frames) = expanded.get(next_input) {
+                                if let Some(frames) = expanded.get(next_input)
+                                    && !refused(job.module_of(frame), native)
+                                {
                                     out.fill(frames, offset);
                                 }
                                 next_input += 1;
@@ -606,11 +616,43 @@ fn render(
         .collect()
 }
 
+/// What the debug file a found module was symbolicated with says about itself, unless
+/// it was found for another id.
+fn usable_file<'a>(module: &Module, native: &'a CompleteObjectInfo) -> Option<&'a FileSays> {
+    if found(native.debug_status) != Some(true) || refused(Some(module), Some(native)) {
+        return None;
+    }
+    native.debug_file_says.as_ref()
+}
+
+/// Whether the debug file found for `module` records another id than the one asked for.
+/// Mozilla's service takes a `.sym` only for the id its `MODULE` line names (the lookup,
+/// like upstream's, takes what a source serves at the id's path). A newer age of the
+/// same GUID counts as the same file, as symbol servers serve one for an older request.
+fn refused(module: Option<&Module>, native: Option<&CompleteObjectInfo>) -> bool {
+    let Some(says) = native.and_then(|n| n.debug_file_says.as_ref()) else {
+        return false;
+    };
+    let (Some(found), Some(module)) = (says.debug_id, module) else {
+        return false;
+    };
+    match DebugId::from_breakpad(&module.1) {
+        Ok(asked) => found.uuid() != asked.uuid() || found.appendix() < asked.appendix(),
+        Err(_) => false,
+    }
+}
+
 fn found_modules(job: &Job, base: usize, modules: &[CompleteObjectInfo]) -> FoundModules {
     let mut out = FoundModules::default();
     let mut seen = HashMap::new();
     for (i, module) in job.memory_map.iter().enumerate() {
-        let value = modules.get(base + i).and_then(|m| found(m.debug_status));
+        let value = modules.get(base + i).and_then(|m| {
+            if refused(Some(module), Some(m)) {
+                Some(false)
+            } else {
+                found(m.debug_status)
+            }
+        });
         let key = module.key();
         match seen.get(&key) {
             Some(&at) => {
@@ -835,6 +877,37 @@ mod tests {
         for bad in ["-2", "1.5", "\"0x10\"", "null"] {
             assert!(parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_file_is_refused_for_another_guid_or_an_older_age() {
+        let module = |id: &str| Module("a.pdb".into(), id.into());
+        let says = |id: &str| {
+            let mut info = CompleteObjectInfo::from(native_module(&module(id)));
+            info.debug_file_says = Some(FileSays {
+                debug_id: Some(DebugId::from_breakpad(id).unwrap()),
+                breakpad_name: None,
+            });
+            info
+        };
+        let id = "44E4EC8C2F41492B9369D6B9A059577C2";
+        let cases = [
+            (id, id, false),
+            ("44E4EC8C2F41492B9369D6B9A059577C3", id, true),
+            (id, "44E4EC8C2F41492B9369D6B9A059577C3", false),
+            ("000000000000000000000000000000000", id, true),
+            ("not-an-id", id, false),
+        ];
+        for (asked, file, is_refused) in cases {
+            let native = says(file);
+            assert_eq!(
+                refused(Some(&module(asked)), Some(&native)),
+                is_refused,
+                "{asked} answered by {file}"
+            );
+        }
+        let unknown = CompleteObjectInfo::from(native_module(&module(id)));
+        assert!(!refused(Some(&module(id)), Some(&unknown)));
     }
 
     #[test]
