@@ -426,6 +426,54 @@ async fn debug_header_reports_cache_lookups_downloads_and_modules() {
 
     let (_, plain) = post_v5(&server, &body).await;
     assert!(plain.get("debug").is_none(), "{plain}");
+
+    // v4 takes the header too.
+    let v4 = json!({"memoryMap": [[file, id]], "stacks": [[[0, 4096]]]});
+    let resp = client()
+        .post(format!("{}/symbolicate/v4", server.url))
+        .header("Debug", "true")
+        .json(&v4)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(
+        answer["debug"]["stacks"],
+        json!({"count": 1, "frames": 1}),
+        "{answer}"
+    );
+    assert_eq!(answer["knownModules"], json!([true]), "{answer}");
+    let (_, plain) = server.post("/symbolicate/v4", &v4).await;
+    assert!(plain.get("debug").is_none(), "{plain}");
+}
+
+/// Another method than POST is a 405 with a JSON body naming the one to use.
+#[tokio::test]
+async fn other_methods_are_405_with_a_json_body() {
+    let server = Server::start("");
+    for path in ["/symbolicate/v5", "/symbolicate/v4"] {
+        for method in [
+            reqwest::Method::GET,
+            reqwest::Method::PUT,
+            reqwest::Method::OPTIONS,
+        ] {
+            let resp = client()
+                .request(method.clone(), format!("{}{path}", server.url))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 405, "{method} {path}");
+            assert_eq!(resp.headers()["allow"], "POST", "{method} {path}");
+            assert_eq!(
+                resp.headers()["content-type"],
+                "application/json",
+                "{method} {path}"
+            );
+            let body: Value = resp.json().await.unwrap();
+            assert!(body["error"].as_str().unwrap().contains("POST"), "{body}");
+        }
+    }
 }
 
 /// A Breakpad file that is cut off is a module without symbols, not a failed request.

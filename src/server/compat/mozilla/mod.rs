@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Json, Router};
@@ -50,9 +50,29 @@ const UNKNOWN_MODULE: &str = "<unknown>";
 /// `access`'s).
 pub fn routes(config: MozillaConfig) -> Router<AppState> {
     Router::new()
-        .route("/symbolicate/v5", post(symbolicate_v5))
-        .route("/symbolicate/v4", post(symbolicate_v4))
+        .route(
+            "/symbolicate/v5",
+            post(symbolicate_v5).fallback(wrong_method),
+        )
+        .route(
+            "/symbolicate/v4",
+            post(symbolicate_v4).fallback(wrong_method),
+        )
         .layer(Extension(config))
+}
+
+/// Any method but `POST`: 405, with a JSON body as every other answer of these routes
+/// (Mozilla's clients read its errors as JSON), and the method to use.
+async fn wrong_method(method: Method) -> Response {
+    let mut response = ApiError {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        message: format!("method {method} is not allowed: use POST"),
+    }
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("POST"));
+    response
 }
 
 /// `[debug_file, debug_id]`.
@@ -825,19 +845,25 @@ struct V4Response {
     symbolicated_stacks: Vec<Vec<String>>,
     #[serde(rename = "knownModules")]
     known_modules: Vec<Option<bool>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    debug: Option<DebugInfo>,
 }
 
 /// `POST /symbolicate/v4`: one job; frames as `function (in module)` strings.
 async fn symbolicate_v4(
     State(state): State<AppState>,
+    headers: HeaderMap,
     slot: RequestSlot,
     RequestBody(body): RequestBody,
 ) -> Result<Response, ApiError> {
+    let started = Instant::now();
     count_first(&body, Version::V4, &state.request_limits, 1)?;
     let job: Job = parse_json(&body)?;
     drop(body);
     let jobs = [job];
-    let (mut results, _) = symbolicate_jobs(&state, slot, &jobs, Shape::Single).await?;
+    let (mut results, stats) = symbolicate_jobs(&state, slot, &jobs, Shape::Single).await?;
+    let debug =
+        wants_debug(&headers).then(|| debug_info(&jobs, &results, &stats, started.elapsed()));
     let result = results.pop().expect("one result per job");
     let symbolicated_stacks = result
         .stacks
@@ -860,6 +886,7 @@ async fn symbolicate_v4(
     Ok(Json(V4Response {
         symbolicated_stacks,
         known_modules,
+        debug,
     })
     .into_response())
 }
