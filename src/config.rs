@@ -128,6 +128,11 @@ pub struct Config {
     pub max_unwind_chain_len: usize,
     /// Maximums on the lists of one request: modules, stack traces, frames, sources.
     pub request_limits: RequestLimits,
+    /// Where the server reports its own errors, panics and (sampled) request traces,
+    /// as upstream does; unset: nothing is sent anywhere.
+    pub sentry_dsn: Option<Secret>,
+    /// The share of requests whose traces go to `sentry_dsn` (0 to 1).
+    pub traces_sample_rate: f32,
     /// How long a connection may take to send a request's headers, and may sit idle
     /// between requests, before it is closed.
     #[serde(deserialize_with = "deserialize_duration")]
@@ -408,6 +413,9 @@ impl Default for Config {
             // upload a few thousand.
             max_artifact_bundle_entries: 100_000,
             request_limits: RequestLimits::default(),
+            sentry_dsn: None,
+            // Upstream's.
+            traces_sample_rate: 0.05,
             // A client's headers arrive in one packet; keep-alive clients (Sentry's
             // requests sessions) reconnect when an idle connection was closed.
             header_read_timeout: Duration::from_secs(10),
@@ -570,6 +578,19 @@ impl Config {
 
     fn validate(&self) -> Result<(), ConfigError> {
         validate_log_level(&self.logging.level)?;
+        if let Some(dsn) = &self.sentry_dsn
+            && dsn.expose().parse::<sentry::types::Dsn>().is_err()
+        {
+            // The DSN carries a key: the message does not repeat it.
+            return Err(ConfigError::Semantic(
+                "sentry_dsn is not a Sentry DSN (scheme://key@host/project)".into(),
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.traces_sample_rate) {
+            return Err(ConfigError::Semantic(
+                "traces_sample_rate must be between 0 and 1".into(),
+            ));
+        }
         if self.max_concurrent_requests == 0 {
             return Err(ConfigError::Semantic(
                 "max_concurrent_requests must be at least 1".into(),
@@ -850,7 +871,12 @@ mod tests {
     fn upstream_keys_and_durations() {
         let yaml = "bind: 0.0.0.0:3021\ncache_dir: /data\nsentry_dsn: https://x@y/1\ncaches:\n  downloaded:\n    max_unused_for: 1w\n    retry_misses_after: 5m\n  derived:\n    retry_malformed_after: 3600\n";
         let (config, ignored) = Config::from_yaml(yaml).unwrap();
-        assert_eq!(ignored, vec!["sentry_dsn".to_string()]);
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert_eq!(config.sentry_dsn.unwrap().expose(), "https://x@y/1");
+        for bad in ["sentry_dsn: not-a-dsn\n", "traces_sample_rate: 2\n"] {
+            let err = Config::from_yaml(bad).unwrap_err().to_string();
+            assert!(!err.contains("not-a-dsn"), "{err}");
+        }
         assert_eq!(
             config.caches.downloaded.max_unused_for,
             Duration::from_secs(7 * 86400)
@@ -969,8 +995,7 @@ mod tests {
         assert_eq!(config.bind, "0.0.0.0:3021".parse().unwrap());
         assert_eq!(config.cache_dir, PathBuf::from("/data"));
         assert_eq!(config.logging.level, "warn");
-        // `sentry_dsn` is upstream's crash reporting to Sentry, which omnisym does not do.
-        assert!(ignored.iter().all(|k| k == "sentry_dsn"), "{ignored:?}");
+        assert!(ignored.is_empty(), "{ignored:?}");
         assert_eq!(config.metrics.statsd.as_deref(), Some("127.0.0.1:8125"));
         assert_eq!(config.metrics.prefix, "sentry.symbolicator");
     }
@@ -1072,7 +1097,7 @@ max_download_size: 16106127360
         // What docs/configuration.md lists as ignored really is: a key honoured later must
         // leave it.
         assert!(config.symstore_proxy);
-        for listed in ["sentry_dsn", "caches.index"] {
+        for listed in ["propagate_traces", "caches.index"] {
             assert!(
                 ignored.iter().any(|k| k.starts_with(listed)),
                 "{listed} is honoured now; remove it from docs/configuration.md's ignored list"

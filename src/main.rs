@@ -102,7 +102,7 @@ fn log_filter(level: &str) -> String {
     }
 }
 
-fn init_logging(config: &Config) {
+fn init_logging(config: &Config, reporting: bool) {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(log_filter(&config.logging.level)));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
@@ -115,6 +115,7 @@ fn init_logging(config: &Config) {
             .with_writer(std::io::stdout)
             .finish()
             .with(statsd_errors_once())
+            .with(sentry_layer(reporting))
             .init(),
         LogFormat::Simplified => builder
             .compact()
@@ -123,6 +124,7 @@ fn init_logging(config: &Config) {
             .with_writer(std::io::stderr)
             .finish()
             .with(statsd_errors_once())
+            .with(sentry_layer(reporting))
             .init(),
         LogFormat::Pretty => builder
             .pretty()
@@ -130,12 +132,14 @@ fn init_logging(config: &Config) {
             .with_writer(std::io::stderr)
             .finish()
             .with(statsd_errors_once())
+            .with(sentry_layer(reporting))
             .init(),
         LogFormat::Auto if ansi => builder
             .pretty()
             .with_writer(std::io::stderr)
             .finish()
             .with(statsd_errors_once())
+            .with(sentry_layer(reporting))
             .init(),
         LogFormat::Auto => builder
             .compact()
@@ -143,8 +147,59 @@ fn init_logging(config: &Config) {
             .with_writer(std::io::stderr)
             .finish()
             .with(statsd_errors_once())
+            .with(sentry_layer(reporting))
             .init(),
     }
+}
+
+/// With `sentry_dsn` set, what is logged at `error` becomes a Sentry event (the rest
+/// breadcrumbs to it), and spans feed request traces. The panic hook logs every panic
+/// with the stack where it happened; `omnisym::error` logs an isolated parser's panic a
+/// second time, when it is caught, and that one is only a breadcrumb.
+fn sentry_layer(reporting: bool) -> Option<SentryEvents> {
+    reporting.then(|| SentryEvents {
+        breadcrumbs: sentry::integrations::tracing::BreadcrumbLayer::new(),
+        errors: sentry::integrations::tracing::ErrorLayer::new(),
+    })
+}
+
+/// Routes each log event to Sentry's breadcrumb or error layer (per-layer filters need a
+/// registry-based subscriber; the formats here are built by `fmt`).
+struct SentryEvents {
+    breadcrumbs: sentry::integrations::tracing::BreadcrumbLayer,
+    errors: sentry::integrations::tracing::ErrorLayer,
+}
+
+impl<S> tracing_subscriber::Layer<S> for SentryEvents
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        use tracing::Level;
+        let meta = event.metadata();
+        let caught_again =
+            meta.target() == "omnisym::error" && meta.fields().field("panic").is_some();
+        match *meta.level() {
+            Level::ERROR if !caught_again => self.errors.on_event(event, ctx),
+            Level::ERROR | Level::WARN | Level::INFO => self.breadcrumbs.on_event(event, ctx),
+            _ => {}
+        }
+    }
+}
+
+/// Starts reporting to `sentry_dsn`, if set; the guard sends what is pending when it
+/// is dropped at exit.
+fn init_sentry(config: &Config) -> Option<sentry::ClientInitGuard> {
+    let dsn = config.sentry_dsn.as_ref()?;
+    let options = sentry::ClientOptions::new()
+        // Checked when the config was read.
+        .dsn(dsn.expose())
+        .maybe_release(sentry::release_name!())
+        .traces_sample_rate(config.traces_sample_rate)
+        // The panic hook's event carries the stack of the panic.
+        .attach_stacktrace(true)
+        .send_default_pii(false);
+    Some(sentry::init(options))
 }
 
 /// Asks [`first_of_each_statsd_error`] about the StatsD exporter's events each time
@@ -197,7 +252,11 @@ fn log_panics() {
 
 /// Loads the config and sets up logging. Only the server warns about ignored keys: the
 /// healthcheck runs every few seconds and would repeat them into the container's log.
-fn load_config(path: Option<&PathBuf>, warn_ignored: bool) -> anyhow::Result<Config> {
+fn load_config(
+    path: Option<&PathBuf>,
+    warn_ignored: bool,
+    reporting: bool,
+) -> anyhow::Result<Config> {
     let (config, ignored) = match path {
         Some(path) => Config::from_file(path)?,
         None => (Config::default(), Vec::new()),
@@ -211,7 +270,7 @@ fn load_config(path: Option<&PathBuf>, warn_ignored: bool) -> anyhow::Result<Con
             unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
         }
     }
-    init_logging(&config);
+    init_logging(&config, reporting && config.sentry_dsn.is_some());
     log_panics();
     for key in ignored.into_iter().filter(|_| warn_ignored) {
         tracing::warn!(key = %key, "config key is not used by omnisym; ignoring it");
@@ -383,7 +442,8 @@ fn main() -> anyhow::Result<()> {
     let config = cli.config.as_ref();
     match cli.command {
         Command::Run => {
-            let config = load_config(config, true)?;
+            let config = load_config(config, true, true)?;
+            let _reporting = init_sentry(&config);
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
@@ -395,14 +455,14 @@ fn main() -> anyhow::Result<()> {
             result
         }
         Command::Cleanup { dry_run, repeat } => {
-            let config = load_config(config, false)?;
+            let config = load_config(config, false, false)?;
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?
                 .block_on(cleanup(config, dry_run, repeat))
         }
         Command::Healthcheck { addr, timeout } => {
-            let config = load_config(config, false)?;
+            let config = load_config(config, false, false)?;
             let healthy = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?

@@ -232,11 +232,21 @@ pub fn router(state: AppState, config: &Config) -> Router {
         .route(
             "/api/symbols-returnpads",
             post(compat::symbfile::upload_return_pads).layer(DefaultBodyLimit::disable()),
-        )
-        // Outermost: every request, rejected ones and 404s included, gets its id, log
-        // line and metrics.
-        .layer(observe::ObserveLayer);
-    router.with_state(state)
+        );
+    // Only with `sentry_dsn`: a request's errors carry its scope, and a sampled share
+    // of requests become traces named by route. Without it, nothing on the path.
+    let router = if config.sentry_dsn.is_some() {
+        router
+            .layer(sentry::integrations::tower::SentryHttpLayer::new().enable_transaction())
+            .layer(sentry::integrations::tower::NewSentryLayer::<
+                axum::extract::Request,
+            >::new_from_top())
+    } else {
+        router
+    };
+    // Outermost: every request, rejected ones and 404s included, gets its id, log line
+    // and metrics.
+    router.layer(observe::ObserveLayer).with_state(state)
 }
 
 /// Query parameters every symbolication endpoint takes.
