@@ -69,6 +69,9 @@ enum Command {
     Symbolicate(omnisym::cli::SymbolicateArgs),
     /// Send stored Sentry events to a running server and report what got symbolicated.
     Replay(omnisym::cli::ReplayArgs),
+    /// Give a WebAssembly module a build id, and split its debug information off
+    /// (upstream's `wasm-split`).
+    WasmSplit(omnisym::cli::WasmSplitArgs),
 }
 
 fn parse_interval(text: &str) -> Result<Duration, String> {
@@ -472,6 +475,7 @@ fn main() -> anyhow::Result<()> {
         // The offline tools set up their own logging: stdout is their result.
         Command::Symbolicate(args) => omnisym::cli::symbolicate(cli.config, args),
         Command::Replay(args) => omnisym::cli::replay(args),
+        Command::WasmSplit(args) => omnisym::cli::wasm_split(args),
     }
 }
 

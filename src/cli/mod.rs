@@ -5,7 +5,9 @@
 //! (`replay`). Both turn events into endpoint requests and answers back into events the
 //! way Sentry does (`event`); the offline run reads its input (`input`), prints text
 //! (`text`) and shows slow downloads (`progress`). Where files come from on the command
-//! line is `options`. This is the top layer beside `server`: nothing imports it.
+//! line is `options`. `omnisym wasm-split` prepares WebAssembly modules for the
+//! lookup, as upstream's tool of that name (`wasm_split`). This is the top layer
+//! beside `server`: nothing imports it.
 
 mod event;
 mod input;
@@ -14,6 +16,7 @@ mod progress;
 mod replay;
 mod symbolicate;
 mod text;
+mod wasm_split;
 
 use std::path::PathBuf;
 
@@ -58,6 +61,41 @@ pub struct ReplayArgs {
     /// request is then polled until it is done.
     #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
     pub timeout: f64,
+}
+
+/// `omnisym wasm-split`, with upstream's `wasm-split` flags.
+#[derive(Args, Debug)]
+pub struct WasmSplitArgs {
+    /// The WebAssembly module.
+    pub input: PathBuf,
+    /// Where to write the module; by default it is changed in place.
+    #[arg(short, long)]
+    pub out: Option<PathBuf>,
+    /// Also write the whole module, with its build id and debug sections, here: the
+    /// debug companion to upload.
+    #[arg(short, long)]
+    pub debug_out: Option<PathBuf>,
+    /// Remove the DWARF sections (`.debug_*`) from the module.
+    #[arg(long)]
+    pub strip: bool,
+    /// With `--strip`, remove the `name` section (function names) too.
+    #[arg(long)]
+    pub strip_names: bool,
+    /// Do not print the build id.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// The build id to give a module without one; by default a random UUID.
+    #[arg(long)]
+    pub build_id: Option<uuid::Uuid>,
+    /// Where browsers fetch the separate DWARF; by default the debug companion's file
+    /// name.
+    #[arg(long)]
+    pub external_dwarf_url: Option<String>,
+}
+
+/// Runs `omnisym wasm-split`: prints the module's build id (hex) unless `--quiet`.
+pub fn wasm_split(args: WasmSplitArgs) -> anyhow::Result<()> {
+    wasm_split::run(args)
 }
 
 /// Runs `omnisym symbolicate`; `config` is the YAML config file, if any.

@@ -920,3 +920,119 @@ fn event_stacks_raw(event: &Value) -> u64 {
         .map(|frames| frames.len() as u64)
         .sum()
 }
+
+// ------------------------------------------------------------------ wasm-split
+
+fn wasm_split(args: &[&std::ffi::OsStr]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_omnisym"))
+        .arg("wasm-split")
+        .args(args)
+        .output()
+        .expect("the binary runs");
+    Run {
+        success: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `omnisym wasm-split` gives the fixture module (wasm-ld's, DWARF in custom sections,
+/// no build id) a build id, writes its debug companion and strips the module; the
+/// server then finds the companion by that id and symbolicates the module's frames with
+/// it, as with the unsplit module.
+#[tokio::test]
+async fn wasm_split_makes_a_companion_the_server_symbolicates_with() {
+    use symbolic::debuginfo::Object;
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("prog.wasm");
+    std::fs::copy(fixtures().join("lazy/wasm/prog.wasm"), &input).unwrap();
+    let (main, companion) = (
+        dir.path().join("main.wasm"),
+        dir.path().join("prog.debug.wasm"),
+    );
+    let id = "5f0e3a1c-9b2d-4c7e-8a61-2d4f9e0b7c35";
+    let run = wasm_split(&[
+        input.as_os_str(),
+        "-o".as_ref(),
+        main.as_os_str(),
+        "-d".as_ref(),
+        companion.as_os_str(),
+        "--strip".as_ref(),
+        "--build-id".as_ref(),
+        id.as_ref(),
+    ]);
+    assert!(run.success, "{}", run.stderr);
+    let code_id = id.replace('-', "");
+    assert_eq!(run.stdout.trim(), code_id);
+    assert_eq!(
+        std::fs::read(&input).unwrap(),
+        std::fs::read(fixtures().join("lazy/wasm/prog.wasm")).unwrap(),
+        "-o leaves the input alone"
+    );
+
+    let main_bytes = std::fs::read(&main).unwrap();
+    let stripped = Object::parse(&main_bytes).unwrap();
+    assert_eq!(stripped.code_id().unwrap().as_str(), code_id);
+    assert!(!stripped.has_debug_info(), "--strip removes the DWARF");
+    assert!(
+        stripped.has_symbols(),
+        "the name section stays without --strip-names"
+    );
+    let url = b"\x0fprog.debug.wasm";
+    assert!(
+        main_bytes.windows(url.len()).any(|w| w == url),
+        "external_debug_info names the companion"
+    );
+    let companion_bytes = std::fs::read(&companion).unwrap();
+    let debug = Object::parse(&companion_bytes).unwrap();
+    assert_eq!(debug.debug_id().to_string(), id);
+    assert!(debug.has_debug_info());
+
+    // A module with a build id keeps it, and is not rewritten.
+    let again = wasm_split(&[
+        main.as_os_str(),
+        "--build-id".as_ref(),
+        "00000000-0000-0000-0000-000000000001".as_ref(),
+    ]);
+    assert!(again.success, "{}", again.stderr);
+    assert_eq!(again.stdout.trim(), code_id);
+    assert_eq!(std::fs::read(&main).unwrap(), main_bytes);
+
+    // The native layout keeps a Wasm debug file by its code id.
+    let symbols = dir.path().join("symbols");
+    let at = symbols
+        .join(&code_id[..2])
+        .join(format!("{}.debug", &code_id[2..]));
+    std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+    std::fs::copy(&companion, &at).unwrap();
+    let server = Server::start(&format!(
+        "sources:\n  - {{id: local, type: filesystem, path: \"{}\", layout: {{type: native}}}}\n",
+        symbols.display()
+    ));
+    let addresses = fixture_json("lazy/manifest.json")["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "wasm/prog.wasm")
+        .unwrap()["return_addresses"]
+        .clone();
+    let frames: Vec<Value> = addresses
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| serde_json::json!({"instruction_addr": a, "addr_mode": "rel:0"}))
+        .collect();
+    let body = serde_json::json!({
+        "modules": [{"type": "wasm", "code_id": code_id, "debug_id": id,
+                     "debug_file": "prog.wasm", "image_addr": "0x0"}],
+        "stacktraces": [{"frames": frames}],
+    });
+    let (status, answer) = server.post("/symbolicate", &body).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["modules"][0]["debug_status"], "found", "{answer:#}");
+    for frame in answer["stacktraces"][0]["frames"].as_array().unwrap() {
+        assert_eq!(frame["status"], "symbolicated", "{answer:#}");
+        // A source path comes only from the DWARF, not from the name section.
+        assert!(frame["abs_path"].is_string(), "from the DWARF: {frame}");
+    }
+}
