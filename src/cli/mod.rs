@@ -1,19 +1,20 @@
 //! The command-line tools beside the server. `omnisym symbolicate FILE` symbolicates a
 //! minidump, an Apple crash report or a stored Sentry event in-process, with the same
-//! services the server builds (`symbolicate`); `omnisym replay DIR --server URL` sends
-//! stored events to a running server and reports how many frames each got symbolicated
-//! (`replay`). Both turn events into endpoint requests and answers back into events the
-//! way Sentry does (`event`); the offline run reads its input (`input`), prints text
-//! (`text`) and shows slow downloads (`progress`). Where files come from on the command
-//! line is `options`. `omnisym wasm-split` prepares WebAssembly modules for the
-//! lookup, as upstream's tool of that name (`wasm_split`). This is the top layer
-//! beside `server`: nothing imports it.
-
+//! services the server builds (`symbolicate`); with `--event-id` the event comes from a
+//! Sentry project, whose files are then sources too (`sentry_api`). `omnisym replay DIR
+//! --server URL` sends stored events to a running server and reports how many frames
+//! each got symbolicated (`replay`). Both turn events into endpoint requests and answers
+//! back into events the way Sentry does (`event`); the offline run reads its input
+//! (`input`), prints text (`text`) and shows slow downloads (`progress`). Where files
+//! come from on the command line is `options`. `omnisym wasm-split` prepares WebAssembly
+//! modules for the lookup, as upstream's tool of that name (`wasm_split`). This is the
+//! top layer beside `server`: nothing imports it.
 mod event;
 mod input;
 mod options;
 mod progress;
 mod replay;
+mod sentry_api;
 mod symbolicate;
 mod text;
 mod wasm_split;
@@ -31,7 +32,30 @@ pub use options::SourceArgs;
 pub struct SymbolicateArgs {
     /// A minidump, an Apple crash report or a stored Sentry event (JSON), compressed or
     /// not.
-    pub file: PathBuf,
+    #[arg(required_unless_present = "event_id", conflicts_with = "event_id")]
+    pub file: Option<PathBuf>,
+    /// Symbolicate this event of a Sentry project instead (its attached minidump or
+    /// Apple crash report if it has one), with the project's debug files and artifacts
+    /// as sources before the others, as upstream's symbolicli does.
+    #[arg(long, value_name = "ID")]
+    pub event_id: Option<String>,
+    /// The Sentry server (default `https://sentry.io/`).
+    #[arg(long, value_name = "URL", requires = "event_id")]
+    pub url: Option<String>,
+    /// The organization slug.
+    #[arg(long, requires = "event_id")]
+    pub org: Option<String>,
+    /// The project slug.
+    #[arg(long, requires = "event_id")]
+    pub project: Option<String>,
+    /// A Sentry auth token that may read the project (else `SENTRY_AUTH_TOKEN`, else
+    /// the settings file).
+    #[arg(long, value_name = "TOKEN", requires = "event_id")]
+    pub auth_token: Option<String>,
+    /// symbolicli's settings file (`org`, `project`, `url`, `auth = { token }`); by
+    /// default `.symboliclirc` here, then in the home directory.
+    #[arg(long, value_name = "FILE", requires = "event_id")]
+    pub settings: Option<PathBuf>,
     #[command(flatten)]
     pub sources: SourceArgs,
     /// `json`: the symbolicated event, or for a crash file the answer its endpoint gives.

@@ -18,6 +18,7 @@ use serde_json::Value;
 use super::event::{self, Pipeline, Plan};
 use super::input::Input;
 use super::progress::ProgressReporter;
+use super::sentry_api::SentryProject;
 use super::text;
 use super::{Format, SymbolicateArgs};
 use crate::cache::Scope;
@@ -81,7 +82,19 @@ async fn symbolicate(config: &Config, args: &SymbolicateArgs) -> anyhow::Result<
     let progress = ProgressReporter::to_stderr();
     let downloader = Downloader::with_observer(config.fetch_config(), progress.downloads())?;
     let state = AppState::offline(config, downloader, progress.conversions())?;
-    let input = Input::read(&args.file, &config.cache_dir.join("tmp"))?;
+    let downloads = tempfile::Builder::new()
+        .prefix("omnisym-event")
+        .tempdir_in(config.cache_dir.join("tmp"))
+        .or_else(|_| tempfile::tempdir())?;
+    let (project, file) = match &args.event_id {
+        Some(event_id) => {
+            let project = SentryProject::from_args(args)?;
+            let file = project.download(event_id, downloads.path()).await?;
+            (Some(project), file)
+        }
+        None => (None, args.file.clone().context("no file to symbolicate")?),
+    };
+    let input = Input::read(&file, &config.cache_dir.join("tmp"))?;
     let output = match input {
         // The unpacked copy of a compressed file has to outlive the processing.
         Input::Crash {
@@ -90,7 +103,7 @@ async fn symbolicate(config: &Config, args: &SymbolicateArgs) -> anyhow::Result<
             _unpacked,
         } => {
             let request = CrashReportRequest {
-                sources: sources(config, args, Pipeline::Native)?.into(),
+                sources: sources(config, args, project.as_ref(), Pipeline::Native)?.into(),
                 options: RequestOptions::default(),
                 rewrite_first_module: RewriteRules::default(),
             };
@@ -98,7 +111,7 @@ async fn symbolicate(config: &Config, args: &SymbolicateArgs) -> anyhow::Result<
                 .native
                 .process_crash_file(kind, Scope::new("global"), &path, request)
                 .await
-                .with_context(|| format!("cannot symbolicate {}", args.file.display()))?;
+                .with_context(|| format!("cannot symbolicate {}", file.display()))?;
             let body = completed_body(&response);
             match args.format {
                 Format::Json => String::from_utf8(body.to_vec())?,
@@ -107,12 +120,12 @@ async fn symbolicate(config: &Config, args: &SymbolicateArgs) -> anyhow::Result<
         }
         Input::Event(mut event) => {
             let plans = event::plans(&event)
-                .with_context(|| format!("cannot read the event in {}", args.file.display()))?;
+                .with_context(|| format!("cannot read the event in {}", file.display()))?;
             if plans.is_empty() {
                 tracing::warn!("the event has no frames any pipeline symbolicates");
             }
             for plan in &plans {
-                let answer = run_plan(&state, config, args, plan).await?;
+                let answer = run_plan(&state, config, args, project.as_ref(), plan).await?;
                 event::apply(&mut event, plan, &answer)
                     .with_context(|| format!("{} of the event", plan.pipeline.endpoint()))?;
             }
@@ -133,13 +146,22 @@ async fn symbolicate(config: &Config, args: &SymbolicateArgs) -> anyhow::Result<
     Ok(())
 }
 
-/// The config's sources, then the command line's.
+/// The Sentry project's (with `--event-id`), then the config's, then the command
+/// line's.
 fn sources(
     config: &Config,
     args: &SymbolicateArgs,
+    project: Option<&SentryProject>,
     pipeline: Pipeline,
 ) -> anyhow::Result<Vec<SourceConfig>> {
-    let mut sources = config.sources.clone();
+    let mut sources = Vec::new();
+    if let Some(project) = project {
+        sources.push(SourceConfig::Sentry(Arc::new(match pipeline {
+            Pipeline::Js => project.artifacts(),
+            Pipeline::Native | Pipeline::Jvm => project.debug_files(),
+        })));
+    }
+    sources.extend(config.sources.iter().cloned());
     sources.extend(args.sources.sources(pipeline)?);
     Ok(sources)
 }
@@ -150,10 +172,11 @@ async fn run_plan(
     state: &AppState,
     config: &Config,
     args: &SymbolicateArgs,
+    project: Option<&SentryProject>,
     plan: &Plan,
 ) -> anyhow::Result<Value> {
     let scope = Scope::new("global");
-    let mut sources = sources(config, args, plan.pipeline)?;
+    let mut sources = sources(config, args, project, plan.pipeline)?;
     let body = plan.body.clone();
     let answer = match plan.pipeline {
         Pipeline::Native => {

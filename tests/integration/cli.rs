@@ -7,14 +7,20 @@
 
 use crate::common;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 
 use common::{
     Server, SymbolServer, crashing_thread, elf_debug_file, fixture_json, fixtures, hex,
     minidump_file, minidump_variant, unified_path,
 };
-use serde_json::Value;
+use serde_json::{Value, json};
 
 // ------------------------------------------------------------------ running the CLI
 
@@ -1035,4 +1041,158 @@ async fn wasm_split_makes_a_companion_the_server_symbolicates_with() {
         // A source path comes only from the DWARF, not from the name section.
         assert!(frame["abs_path"].is_string(), "from the DWARF: {frame}");
     }
+}
+
+// ------------------------------------------------------- symbolicate --event-id
+
+/// What the Sentry stand-in serves: events by id (JSON, and attached crash files), and
+/// the project's debug files, each behind the token.
+#[derive(Clone)]
+struct SentryProjectStandIn {
+    events: Arc<HashMap<String, Value>>,
+    crash_files: Arc<HashMap<String, Vec<u8>>>,
+    debug_file: Arc<(String, Vec<u8>)>,
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+const SENTRY_TOKEN: &str = "sntrys_cli_test";
+
+async fn sentry_api(
+    State(s): State<SentryProjectStandIn>,
+    headers: HeaderMap,
+    uri: axum::http::Uri,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    s.asked.lock().unwrap().push(uri.to_string());
+    if headers.get("authorization").and_then(|v| v.to_str().ok())
+        != Some(&format!("Bearer {SENTRY_TOKEN}"))
+    {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    let path = uri.path();
+    let Some(rest) = path.strip_prefix("/api/0/projects/acme/app/") else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let parts: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
+    match parts[..] {
+        ["events", id, "json"] => match s.events.get(id) {
+            Some(event) => axum::Json(event.clone()).into_response(),
+            None => StatusCode::NOT_FOUND.into_response(),
+        },
+        ["events", id, "attachments"] => {
+            let listed: Vec<Value> = s
+                .crash_files
+                .contains_key(id)
+                .then(|| json!({"id": "77", "type": "event.minidump", "name": "upload.dmp"}))
+                .into_iter()
+                .chain([json!({"id": "78", "type": "event.attachment", "name": "log.txt"})])
+                .collect();
+            axum::Json(listed).into_response()
+        }
+        ["events", id, "attachments", "77"] if query.contains_key("download") => {
+            match s.crash_files.get(id) {
+                Some(data) => data.clone().into_response(),
+                None => StatusCode::NOT_FOUND.into_response(),
+            }
+        }
+        ["files", "dsyms"] => {
+            let (debug_id, data) = &*s.debug_file;
+            if query.get("id").map(String::as_str) == Some("1") {
+                return data.clone().into_response();
+            }
+            let hits: Vec<Value> = (query.get("debug_id") == Some(debug_id))
+                .then(|| {
+                    json!({
+                        "id": "1", "uuid": debug_id, "debugId": debug_id,
+                        "objectName": "crash", "symbolType": "elf", "cpuName": "x86_64",
+                        "headers": {"Content-Type": "application/octet-stream"},
+                        "size": data.len(), "sha1": "0",
+                        "dateCreated": "2024-01-01T00:00:00Z", "data": {"features": ["debug"]},
+                    })
+                })
+                .into_iter()
+                .collect();
+            axum::Json(hits).into_response()
+        }
+        _ => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+/// `--event-id` fetches the event from the project (or the minidump attached to it),
+/// with the project's debug files as a source: the answers are the ones the same files
+/// give offline with the symbols on disk.
+#[tokio::test]
+async fn an_event_id_is_fetched_from_sentry_and_symbolicated_with_the_project_files() {
+    let home = tempfile::tempdir().unwrap();
+    let stored = read_json(&event_file("native-elf.json"));
+    let (event_id, crash_id) = (
+        "0a1b2c3d4e5f40718293a4b5c6d7e8f9",
+        "1f2e3d4c5b6a47988796a5b4c3d2e1f0",
+    );
+    let dump = minidump_file(&minidump_variant("fp"), "minidump");
+    let stand_in = SentryProjectStandIn {
+        events: Arc::new(HashMap::from([(event_id.to_owned(), stored.clone())])),
+        crash_files: Arc::new(HashMap::from([(
+            crash_id.to_owned(),
+            std::fs::read(&dump).unwrap(),
+        )])),
+        debug_file: Arc::new((
+            elf()["debug_id"].as_str().unwrap().to_owned(),
+            std::fs::read(elf_debug_file()).unwrap(),
+        )),
+        asked: Arc::default(),
+    };
+    let app = axum::Router::new()
+        .fallback(sentry_api)
+        .with_state(stand_in.clone());
+    let url = format!("http://{}/", common::serve(app).await);
+    // Organisation, project and token from a settings file, as symbolicli reads them.
+    let settings = home.path().join("symboliclirc");
+    std::fs::write(
+        &settings,
+        format!("org = \"acme\"\nproject = \"app\"\nauth = {{ token = \"{SENTRY_TOKEN}\" }}\n"),
+    )
+    .unwrap();
+    let settings = path_str(&settings);
+    let fetch = async |id: &str, extra: &[&str]| {
+        let mut args = vec![
+            "symbolicate",
+            "--event-id",
+            id,
+            "--url",
+            &url,
+            "--settings",
+            settings,
+        ];
+        args.extend(extra);
+        omnisym_async(home.path(), &args).await
+    };
+    let fetched = fetch(event_id, &[]).await.json();
+    let dir = symbols(&[elf_native_symbols()]);
+    let offline = symbolicate(home.path(), &event_file("native-elf.json"), dir.path(), &[]).json();
+    assert_eq!(fetched["exception"], offline["exception"]);
+    assert_eq!(fetched["threads"], offline["threads"]);
+    let candidates = fetched["debug_meta"]["images"][0]["candidates"].to_string();
+    assert!(candidates.contains("sentry:project"), "{candidates}");
+    let asked = stand_in.asked.lock().unwrap().clone();
+    assert!(
+        asked.iter().any(|u| u.contains("/files/dsyms/?id=1")),
+        "{asked:?}"
+    );
+
+    // An event with a minidump attached is symbolicated from the minidump.
+    let from_dump = fetch(crash_id, &[]).await.json();
+    let local = omnisym(home.path(), &["symbolicate", path_str(&dump)]).json();
+    assert_eq!(from_dump["stacktraces"], local["stacktraces"]);
+    assert_eq!(from_dump["crashed"], true);
+
+    // A wrong token is refused by the server, and said so.
+    let refused = fetch(event_id, &["--auth-token", "wrong"]).await;
+    assert!(!refused.success);
+    assert!(refused.stderr.contains("401"), "{}", refused.stderr);
+    assert!(
+        !refused.stderr.contains("wrong"),
+        "the token is not repeated: {}",
+        refused.stderr
+    );
 }
