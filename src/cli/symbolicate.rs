@@ -27,7 +27,7 @@ use crate::fetch::Downloader;
 use crate::js::JsSymbolicationRequest;
 use crate::jvm::SymbolicateJvmRequest;
 use crate::native::interface::{RequestOptions, RewriteRules};
-use crate::native::{CrashReportRequest, SymbolicateRequest};
+use crate::native::{CrashData, CrashReportRequest, SymbolicateRequest};
 use crate::server::AppState;
 use crate::service::completed_body;
 use crate::sources::SourceConfig;
@@ -109,7 +109,7 @@ async fn symbolicate(config: &Config, args: &SymbolicateArgs) -> anyhow::Result<
             };
             let response = state
                 .native
-                .process_crash_file(kind, Scope::new("global"), &path, request)
+                .process_crash_file(kind, Scope::new("global"), CrashData::File(&path), request)
                 .await
                 .with_context(|| format!("cannot symbolicate {}", file.display()))?;
             let body = completed_body(&response);

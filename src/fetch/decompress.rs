@@ -58,6 +58,12 @@ fn detect(magic: [u8; 4]) -> Option<Format> {
     }
 }
 
+/// Whether `data` starts as one of the formats [`decompress_file`] unpacks.
+pub fn is_compressed(data: &[u8]) -> bool {
+    data.first_chunk::<4>()
+        .is_some_and(|magic| detect(*magic).is_some())
+}
+
 fn malformed(format: Format, err: impl std::fmt::Display) -> CacheError {
     CacheError::Malformed(format!("invalid {} data: {err}", format.name()))
 }

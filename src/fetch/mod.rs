@@ -42,7 +42,7 @@ mod tests;
 mod transfer;
 
 pub use config::FetchConfig;
-pub use decompress::{DecompressLimits, decompress_bounded, decompress_file};
+pub use decompress::{DecompressLimits, decompress_bounded, decompress_file, is_compressed};
 pub use deny_list::DenyListConfig;
 pub(crate) use gcs::{
     GcsAccess, build_gcs_client, gcs_bucket, gcs_credentials, gcs_key_file_credentials,

@@ -24,7 +24,9 @@ use std::sync::Arc;
 pub use derived::{Derived, ObjectDerived, ObjectDerivedFormat, Progress, join_build};
 pub use downloads::{Downloads, FileFormat, Plain, PlainFormat, file_key};
 pub use locate::Locator;
-pub use object_file::{ObjectFile, ObjectHandle, ObjectHint, ObjectLimits, ObjectMeta};
+pub use object_file::{
+    BundledSource, ObjectFile, ObjectHandle, ObjectHint, ObjectLimits, ObjectMeta,
+};
 pub use objects::{FindResult, FoundObject, ObjectLookup, ObjectPurpose};
 pub use source_files::{
     SourceFiles, context_lines, context_lines_by, fetchable_link, sourcelink_candidate,

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use serde::{Deserialize, Serialize};
@@ -112,6 +113,37 @@ pub struct ObjectHandle {
     srcsrv: OnceLock<Option<Vec<u8>>>,
     /// Where SRCSRV says each asked-for path can be downloaded (`None`: nowhere).
     srcsrv_urls: Mutex<HashMap<String, Option<String>>>,
+    /// Files of a source bundle or portable PDB, as read for earlier requests.
+    bundled: Mutex<BundledFiles>,
+}
+
+/// A file as a source bundle or portable PDB has it: its text, or where it links to,
+/// or both.
+#[derive(Debug)]
+pub struct BundledSource {
+    pub text: Option<String>,
+    pub url: Option<String>,
+}
+
+/// How many bytes of source text all handles together remember; past it, files are
+/// read anew for each request, as if never read.
+const MAX_BUNDLED_BYTES: usize = 64 * 1024 * 1024;
+
+/// Bytes of source text held by every handle's [`BundledFiles`].
+static BUNDLED_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// The files one handle remembers (`None`: not in the archive), and their bytes of
+/// [`BUNDLED_BYTES`], given back when the handle leaves the cache.
+#[derive(Default)]
+struct BundledFiles {
+    files: HashMap<String, Option<Arc<BundledSource>>>,
+    bytes: usize,
+}
+
+impl Drop for BundledFiles {
+    fn drop(&mut self) {
+        BUNDLED_BYTES.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
 }
 
 impl ObjectHandle {
@@ -135,6 +167,7 @@ impl ObjectHandle {
             embedded_sources: OnceLock::new(),
             srcsrv: OnceLock::new(),
             srcsrv_urls: Mutex::new(HashMap::new()),
+            bundled: Mutex::default(),
         })
     }
 
@@ -224,9 +257,54 @@ impl ObjectHandle {
         }
         url
     }
+
+    /// The file `path` of a source bundle or portable PDB. Each is read once while
+    /// the handle is cached (within [`MAX_BUNDLED_BYTES`] for all handles): reading one
+    /// opens a debug session of the archive and inflates the file, which was most of
+    /// the work of a small warm minidump.
+    pub fn bundled_source(&self, path: &str) -> Option<Arc<BundledSource>> {
+        let files = || self.bundled.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(found) = files().files.get(path) {
+            return found.clone();
+        }
+        // Read without the lock held: a reader that panics (it reads a downloaded
+        // archive) costs the frame its context, and cannot poison the lock.
+        let source = isolate("source bundle", || {
+            Ok(self.object().debug_session().ok().and_then(|session| {
+                let descriptor = session.source_by_path(path).ok().flatten()?;
+                Some(BundledSource {
+                    url: descriptor.url().map(str::to_owned),
+                    text: descriptor.into_contents().map(|text| text.into_owned()),
+                })
+            }))
+        })
+        .ok()
+        .flatten()
+        .map(Arc::new);
+        let bytes = source
+            .as_ref()
+            .map_or(0, |s| s.text.as_ref().map_or(0, String::len))
+            + path.len();
+        let mut files = files();
+        let fits = BUNDLED_BYTES
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                held.checked_add(bytes)
+                    .filter(|&sum| sum <= MAX_BUNDLED_BYTES)
+            })
+            .is_ok();
+        if fits {
+            if files.files.len() < MAX_SRCSRV_PATHS && !files.files.contains_key(path) {
+                files.files.insert(path.to_owned(), source.clone());
+                files.bytes += bytes;
+            } else {
+                BUNDLED_BYTES.fetch_sub(bytes, Ordering::Relaxed);
+            }
+        }
+        source
+    }
 }
 
-/// How many SRCSRV answers one handle remembers.
+/// How many SRCSRV answers (and bundled files) one handle remembers.
 const MAX_SRCSRV_PATHS: usize = 4096;
 
 /// The raw SRCSRV stream of a PDB; symbolic reads it but only exposes the VCS name.

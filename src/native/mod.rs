@@ -82,6 +82,13 @@ pub enum CrashKind {
     AppleCrashReport,
 }
 
+/// A crash file, already unpacked: on disk, or held in memory (a small upload, which is
+/// never written out).
+pub enum CrashData<'a> {
+    File(&'a std::path::Path),
+    Memory(Vec<u8>),
+}
+
 /// A crash report (minidump or Apple crash report) to symbolicate, and how.
 pub struct CrashReportRequest {
     pub sources: Arc<[SourceConfig]>,
@@ -127,31 +134,34 @@ impl NativeService {
         .await
     }
 
-    /// Processes the crash file of `kind` at `path` (already unpacked): what every front
-    /// end that has a crash file on disk (uploads, `storage_url`, the offline CLI) calls.
+    /// Processes the crash file of `kind` in `data` (already unpacked): what every front
+    /// end that has a crash file (uploads, `storage_url`, the offline CLI) calls.
     pub async fn process_crash_file(
         &self,
         kind: CrashKind,
         scope: Scope,
-        path: &std::path::Path,
+        data: CrashData<'_>,
         request: CrashReportRequest,
     ) -> anyhow::Result<CompletedSymbolicationResponse> {
         match kind {
-            CrashKind::Minidump => self.process_minidump(scope, path, request).await,
+            CrashKind::Minidump => self.process_minidump(scope, data, request).await,
             CrashKind::AppleCrashReport => {
-                self.process_apple_crash_report(scope, path, request).await
+                self.process_apple_crash_report(scope, data, request).await
             }
         }
     }
 
-    /// Walks the stacks of a minidump (the file at `path`), then symbolicates them.
+    /// Walks the stacks of a minidump, then symbolicates them.
     async fn process_minidump(
         &self,
         scope: Scope,
-        path: &std::path::Path,
+        data: CrashData<'_>,
         request: CrashReportRequest,
     ) -> anyhow::Result<CompletedSymbolicationResponse> {
-        let view = symbolic::common::ByteView::open(path)?;
+        let view = match data {
+            CrashData::File(path) => symbolic::common::ByteView::open(path)?,
+            CrashData::Memory(bytes) => symbolic::common::ByteView::from_vec(bytes),
+        };
         // The walk parses the upload (and the CFI of downloaded files) in minidump's
         // readers; a panic in one of them makes this dump unreadable, answered `failed`
         // like any other, and leaves the server and its caches as they were.
@@ -183,22 +193,24 @@ impl NativeService {
         Ok(response)
     }
 
-    /// Parses an Apple crash report (the file at `path`), then symbolicates its threads.
+    /// Parses an Apple crash report, then symbolicates its threads.
     async fn process_apple_crash_report(
         &self,
         scope: Scope,
-        path: &std::path::Path,
+        data: CrashData<'_>,
         request: CrashReportRequest,
     ) -> anyhow::Result<CompletedSymbolicationResponse> {
-        let file = std::fs::File::open(path)?;
+        let reader: Box<dyn std::io::Read + Send> = match data {
+            CrashData::File(path) => Box::new(std::io::BufReader::new(std::fs::File::open(path)?)),
+            CrashData::Memory(bytes) => Box::new(std::io::Cursor::new(bytes)),
+        };
         let report = tokio::task::spawn_blocking(move || {
-            std::panic::catch_unwind(AssertUnwindSafe(|| {
-                apple::parse(std::io::BufReader::new(file))
-            }))
-            .unwrap_or_else(|payload| {
-                Err(anyhow::Error::new(panicked("apple crash report", payload))
-                    .context("failed to parse apple crash report"))
-            })
+            std::panic::catch_unwind(AssertUnwindSafe(|| apple::parse(reader))).unwrap_or_else(
+                |payload| {
+                    Err(anyhow::Error::new(panicked("apple crash report", payload))
+                        .context("failed to parse apple crash report"))
+                },
+            )
         })
         .await??;
         let mut response = self

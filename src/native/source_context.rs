@@ -5,6 +5,7 @@
 //! file consulted as a candidate.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use futures::future;
 use symbolic::debuginfo::Object;
@@ -13,9 +14,9 @@ use url::Url;
 use super::interface::{CompleteStacktrace, RawFrame};
 use super::symbolicate::ModuleLookup;
 use crate::cache::Scope;
-use crate::error::isolate;
 use crate::lookup::{
-    ObjectLookup, ObjectPurpose, SourceFiles, context_lines, fetchable_link, sourcelink_candidate,
+    BundledSource, ObjectLookup, ObjectPurpose, SourceFiles, context_lines, fetchable_link,
+    sourcelink_candidate,
 };
 use crate::sources::{FileType, SourceConfig};
 use crate::types::ObjectCandidate;
@@ -107,10 +108,8 @@ impl ModuleLookup {
         &self,
         stacktraces: &mut [CompleteStacktrace],
     ) -> Vec<RemoteSource> {
-        let mut sessions = HashMap::new();
-        // Per module and path: several frames usually share a file, and each lookup
-        // inflates it from the archive anew (most of a small warm minidump's work).
-        let mut bundled: HashMap<(usize, String), Option<BundledSource>> = HashMap::new();
+        // Per module and path: several frames usually share a file.
+        let mut bundled: HashMap<(usize, String), Option<Arc<BundledSource>>> = HashMap::new();
         let mut remote: HashMap<Url, RemoteSource> = HashMap::new();
         for (t, trace) in stacktraces.iter_mut().enumerate() {
             for (f, frame) in trace.frames.iter_mut().enumerate() {
@@ -131,27 +130,9 @@ impl ModuleLookup {
                     handle.object(),
                     Object::SourceBundle(_) | Object::PortablePdb(_)
                 ) {
-                    // Both read a downloaded archive; a reader that panics costs the
-                    // frame its context, nothing more.
                     let source = bundled
                         .entry((entry.index, abs_path.to_owned()))
-                        .or_insert_with(|| {
-                            let session = sessions.entry(entry.index).or_insert_with(|| {
-                                isolate("source bundle", || {
-                                    Ok(handle.object().debug_session().ok())
-                                })
-                                .unwrap_or(None)
-                            });
-                            let descriptor = isolate("source bundle", || {
-                                Ok(session.as_ref().and_then(|session| {
-                                    session.source_by_path(abs_path).ok().flatten()
-                                }))
-                            });
-                            descriptor.ok().flatten().map(|descriptor| BundledSource {
-                                url: descriptor.url().map(str::to_owned),
-                                text: descriptor.into_contents().map(|text| text.into_owned()),
-                            })
-                        });
+                        .or_insert_with(|| handle.bundled_source(abs_path));
                     let Some(source) = source else { continue };
                     if let Some(text) = &source.text {
                         set_context(raw, text);
@@ -188,13 +169,6 @@ impl ModuleLookup {
             entry.info.candidates.merge_one(candidate);
         }
     }
-}
-
-/// A file as a source bundle or portable PDB has it: its text, or where it links to,
-/// or both.
-struct BundledSource {
-    text: Option<String>,
-    url: Option<String>,
 }
 
 /// A source file that frames' debug info links to instead of embedding.

@@ -1,20 +1,21 @@
 //! Crash-file endpoints: `POST /minidump` and `POST /applecrashreport` (multipart
 //! uploads), and `POST /symbolicate-any` (the same files fetched from a `storage_url`).
-//! Files are streamed to disk under the size limit, unpacked if compressed, and handed
-//! to the native pipeline as a path.
+//! Files are read under the size limit (a small upload into memory, a larger one
+//! streamed to disk), unpacked if compressed, and handed to the native pipeline.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::extract::multipart::{Field, MultipartError};
-use axum::extract::{FromRequest, FromRequestParts, Multipart, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Multipart, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
 use serde::Deserialize;
 use tempfile::NamedTempFile;
 use tokio::io::AsyncWriteExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use url::Url;
 
 use super::error::{RequestBody, parse_json};
@@ -22,13 +23,21 @@ use super::limits::{Counted, RequestRefused};
 use super::{ApiError, AppState, Params, RequestParams, RequestSlot};
 use crate::config::RequestLimits;
 use crate::error::CacheError;
-use crate::fetch::{HttpOptions, decompress_file, record_download};
+use crate::fetch::{HttpOptions, decompress_file, is_compressed, record_download};
 use crate::native::interface::{RequestOptions, RewriteRules};
-use crate::native::{CrashKind, CrashReportRequest};
+use crate::native::{CrashData, CrashKind, CrashReportRequest};
 use crate::sources::SourceConfig;
 
 /// JSON form fields (sources, options, ...) are small; upstream caps them at 1 MiB.
 const MAX_FORM_FIELD: usize = 1024 * 1024;
+
+/// Uploads up to this size stay in memory: for a small dump, writing it to a file and
+/// mapping it back cost more than the rest of its HTTP handling.
+const MAX_IN_MEMORY_UPLOAD: usize = 1024 * 1024;
+
+/// What all uploads held in memory at once may take; past it, uploads are spooled to
+/// disk as large ones are, so memory does not grow with `max_concurrent_requests`.
+const IN_MEMORY_UPLOADS: usize = 64 * 1024 * 1024;
 
 /// The multipart field that carries the file of `kind`.
 fn upload_field(kind: CrashKind) -> &'static str {
@@ -43,9 +52,19 @@ fn upload_field(kind: CrashKind) -> &'static str {
 pub struct CrashFiles {
     pub dir: PathBuf,
     pub max_size: u64,
+    /// The bytes of [`IN_MEMORY_UPLOADS`] not taken by an upload held in memory.
+    in_memory: Arc<Semaphore>,
 }
 
 impl CrashFiles {
+    pub fn new(dir: PathBuf, max_size: u64) -> Self {
+        CrashFiles {
+            dir,
+            max_size,
+            in_memory: Arc::new(Semaphore::new(IN_MEMORY_UPLOADS)),
+        }
+    }
+
     fn too_large(&self) -> ApiError {
         ApiError {
             status: StatusCode::PAYLOAD_TOO_LARGE,
@@ -63,6 +82,31 @@ impl CrashFiles {
                 tracing::error!(error = %err, dir = %self.dir.display(), "cannot create upload file");
                 ApiError::internal()
             })
+    }
+
+    /// Unpacks an upload if it is compressed. One held in memory is written out first
+    /// and unpacked on disk, under the same bounds as a large one.
+    async fn unpack_upload(&self, upload: Upload) -> Result<Upload, ApiError> {
+        let file = match upload {
+            Upload::File(file) => file,
+            Upload::Memory { data, .. } if is_compressed(&data) => {
+                let mut file = self.temp_file()?;
+                let written = tokio::task::spawn_blocking(move || {
+                    std::io::Write::write_all(&mut file, &data).map(|()| file)
+                })
+                .await;
+                match written {
+                    Ok(Ok(file)) => file,
+                    Ok(Err(err)) => return Err(write_failed(err)),
+                    Err(err) => return Err(write_failed(err)),
+                }
+            }
+            in_memory => return Ok(in_memory),
+        };
+        self.unpack(file)
+            .await
+            .map(Upload::File)
+            .map_err(|err| unpack_error(err, self))
     }
 
     /// Unpacks `file` in place if it is compressed (gzip, zstd, xz, bzip2, ...).
@@ -105,8 +149,73 @@ async fn json_field<T: serde::de::DeserializeOwned>(
         .map_err(|e| ApiError::bad_request(format!("form field `{name}`: {}", e.message)))
 }
 
-/// Streams an uploaded file to disk, refusing it as soon as it passes the limit.
-async fn save_field(mut field: Field<'_>, files: &CrashFiles) -> Result<NamedTempFile, ApiError> {
+fn write_failed(err: impl std::fmt::Display) -> ApiError {
+    tracing::error!(error = %err, "cannot write upload file");
+    ApiError::internal()
+}
+
+/// An uploaded crash file.
+pub enum Upload {
+    /// Up to [`MAX_IN_MEMORY_UPLOAD`] bytes, counted against [`IN_MEMORY_UPLOADS`]
+    /// until the upload is dropped.
+    Memory {
+        data: Vec<u8>,
+        budget: OwnedSemaphorePermit,
+    },
+    File(NamedTempFile),
+}
+
+impl Upload {
+    fn starts_with(&self, prefix: &[u8]) -> bool {
+        match self {
+            Upload::Memory { data, .. } => data.starts_with(prefix),
+            Upload::File(file) => starts_with(file.path(), prefix),
+        }
+    }
+
+    fn check_minidump(&self, limits: &RequestLimits) -> Result<(), RequestRefused> {
+        match self {
+            Upload::Memory { data, .. } => check_minidump(data, limits),
+            Upload::File(file) => check_minidump_file(file.path(), limits),
+        }
+    }
+}
+
+/// Reads an uploaded file, refusing it as soon as it passes the limit: into memory
+/// while it is small and memory for uploads is left, else streamed to disk.
+async fn save_field(mut field: Field<'_>, files: &CrashFiles) -> Result<Upload, ApiError> {
+    let mut data = Vec::new();
+    let mut budget = Arc::clone(&files.in_memory)
+        .try_acquire_many_owned(0)
+        .map_err(|_| ApiError::internal())?;
+    while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
+        let total = data.len() + chunk.len();
+        if total as u64 > files.max_size {
+            return Err(files.too_large());
+        }
+        let more = u32::try_from(chunk.len())
+            .ok()
+            .filter(|_| total <= MAX_IN_MEMORY_UPLOAD)
+            .and_then(|n| Arc::clone(&files.in_memory).try_acquire_many_owned(n).ok());
+        let Some(more) = more else {
+            drop(budget);
+            return spool(field, files, &[&data, &chunk])
+                .await
+                .map(Upload::File);
+        };
+        budget.merge(more);
+        data.extend_from_slice(&chunk);
+    }
+    Ok(Upload::Memory { data, budget })
+}
+
+/// Streams the rest of an uploaded file to disk after what was `read` of it, refusing
+/// it as soon as it passes the limit.
+async fn spool(
+    mut field: Field<'_>,
+    files: &CrashFiles,
+    read: &[&[u8]],
+) -> Result<NamedTempFile, ApiError> {
     let temp = files.temp_file()?;
     let std_file = temp.as_file().try_clone().map_err(|err| {
         tracing::error!(error = %err, "cannot reopen upload file");
@@ -114,32 +223,30 @@ async fn save_field(mut field: Field<'_>, files: &CrashFiles) -> Result<NamedTem
     })?;
     let mut out = tokio::io::BufWriter::new(tokio::fs::File::from_std(std_file));
     let mut written: u64 = 0;
+    for part in read {
+        written += part.len() as u64;
+        out.write_all(part).await.map_err(write_failed)?;
+    }
     while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
         written += chunk.len() as u64;
         if written > files.max_size {
             return Err(files.too_large());
         }
-        out.write_all(&chunk).await.map_err(|err| {
-            tracing::error!(error = %err, "cannot write upload file");
-            ApiError::internal()
-        })?;
+        out.write_all(&chunk).await.map_err(write_failed)?;
     }
-    out.flush().await.map_err(|err| {
-        tracing::error!(error = %err, "cannot write upload file");
-        ApiError::internal()
-    })?;
+    out.flush().await.map_err(write_failed)?;
     Ok(temp)
 }
 
 /// The fields of an upload form; unknown fields are skipped, as upstream does.
 pub struct CrashForm {
-    pub file: Option<NamedTempFile>,
+    pub file: Option<Upload>,
     pub sources: Option<Vec<SourceConfig>>,
     pub options: RequestOptions,
     pub rewrite_first_module: RewriteRules,
 }
 
-/// Reads the multipart form of an upload of `kind`, spooling its file under `files`.
+/// Reads the multipart form of an upload of `kind`, spooling a large file under `files`.
 pub async fn read_form(
     mut multipart: Multipart,
     kind: CrashKind,
@@ -215,26 +322,38 @@ async fn run_crash(
     let scope = params.scope();
     state
         .run(params, slot, async move {
-            let file = match file {
-                CrashFile::Local(file) => file,
+            let upload = match file {
+                CrashFile::Local(upload) => upload,
                 CrashFile::Remote { url, token } => {
                     let file =
                         fetch_attachment(&downloader, &files, &url, token.as_deref()).await?;
                     if kind == CrashKind::Minidump {
-                        check_minidump(file.path(), &limits)?;
+                        check_minidump_file(file.path(), &limits)?;
                     }
-                    file
+                    Upload::File(file)
                 }
             };
-            native
-                .process_crash_file(kind, scope, file.path(), request)
-                .await
+            match upload {
+                Upload::Memory { data, budget } => {
+                    let processed = native
+                        .process_crash_file(kind, scope, CrashData::Memory(data), request)
+                        .await;
+                    // Its bytes are let go of only now: the walk holds them to the end.
+                    drop(budget);
+                    processed
+                }
+                Upload::File(file) => {
+                    native
+                        .process_crash_file(kind, scope, CrashData::File(file.path()), request)
+                        .await
+                }
+            }
         })
         .await
 }
 
 enum CrashFile {
-    Local(NamedTempFile),
+    Local(Upload),
     Remote { url: Url, token: Option<String> },
 }
 
@@ -290,7 +409,10 @@ impl FromRequest<AppState> for CrashUpload {
         params.timeout()?;
         check_content_length(&parts.headers, &state.crash_files)?;
         let slot = RequestSlot::from_request_parts(&mut parts, state).await?;
-        let multipart = Multipart::from_request(Request::from_parts(parts, body), state)
+        let mut request = Request::from_parts(parts, body);
+        // The upload counts its own bytes as it streams (`save_field`, `read_field`).
+        DefaultBodyLimit::disable().apply(&mut request);
+        let multipart = Multipart::from_request(request, state)
             .await
             .map_err(|rejection| ApiError {
                 status: rejection.status(),
@@ -317,18 +439,16 @@ async fn upload(upload: CrashUpload, kind: CrashKind) -> Result<Response, ApiErr
     let file = form.file.ok_or_else(|| {
         ApiError::bad_request(format!("missing form field `{}`", upload_field(kind)))
     })?;
-    let file = files
-        .unpack(file)
-        .await
-        .map_err(|err| unpack_error(err, files))?;
+    let file = files.unpack_upload(file).await?;
     if kind == CrashKind::Minidump {
-        if starts_with(file.path(), b"--") {
+        if file.starts_with(b"--") {
             // A client that nested a whole form inside the file field.
             return Err(ApiError::bad_request(
                 "minidump contains multipart form data",
             ));
         }
-        check_minidump(file.path(), &state.request_limits).map_err(ApiError::refused)?;
+        file.check_minidump(&state.request_limits)
+            .map_err(ApiError::refused)?;
     }
     let request = CrashReportRequest {
         sources: state.sources_or_default(form.sources),
@@ -339,18 +459,24 @@ async fn upload(upload: CrashUpload, kind: CrashKind) -> Result<Response, ApiErr
     run_crash(&state, &params, slot, kind, file, request).await
 }
 
+/// [`check_minidump`] of the file at `path`.
+fn check_minidump_file(path: &Path, limits: &RequestLimits) -> Result<(), RequestRefused> {
+    match symbolic::common::ByteView::open(path) {
+        Ok(view) => check_minidump(&view, limits),
+        // Not a file the walker can read either; it says why.
+        Err(_) => Ok(()),
+    }
+}
+
 /// Refuses a minidump that lists more threads or modules than a request may: they
 /// become its stack traces and modules. Read from the stream headers (a count, and the
 /// stream's length), so a dump that claims millions costs no allocation.
-fn check_minidump(path: &Path, limits: &RequestLimits) -> Result<(), RequestRefused> {
+fn check_minidump(data: &[u8], limits: &RequestLimits) -> Result<(), RequestRefused> {
     use minidump::format::MINIDUMP_STREAM_TYPE;
     // On-disk sizes of MINIDUMP_THREAD and MINIDUMP_MODULE (packed; Rust's layout pads).
     const THREAD_SIZE: usize = 48;
     const MODULE_SIZE: usize = 108;
-    let Ok(dump) = symbolic::common::ByteView::open(path)
-        .map_err(drop)
-        .and_then(|view| minidump::Minidump::read(view).map_err(drop))
-    else {
+    let Ok(dump) = minidump::Minidump::read(data) else {
         // Not a minidump the walker can read either; it says why.
         return Ok(());
     };

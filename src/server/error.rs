@@ -2,7 +2,7 @@
 //! JSON bodies parsed so that a failure names the field, and the bounded body reader.
 
 use axum::Json;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{DefaultBodyLimit, FromRef, FromRequest, Request};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -124,13 +124,24 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiE
     Ok(value)
 }
 
+/// The most bytes a body read whole may have (`max_request_body_size`).
+#[derive(Clone, Copy, Debug)]
+pub struct BodyLimit(pub usize);
+
 /// The whole body of a request, read under the body size limit and `body_read_timeout`.
 pub struct RequestBody(pub Bytes);
 
-impl<S: Send + Sync> FromRequest<S> for RequestBody {
+impl<S: Send + Sync> FromRequest<S> for RequestBody
+where
+    BodyLimit: FromRef<S>,
+{
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+    async fn from_request(mut req: Request, state: &S) -> Result<Self, ApiError> {
+        // Set here, by the one extractor that reads a body whole, rather than by a
+        // `DefaultBodyLimit` layer: a layer costs every request of every route, GETs
+        // included, an extension and a boxed service more.
+        DefaultBodyLimit::max(BodyLimit::from_ref(state).0).apply(&mut req);
         Bytes::from_request(req, state)
             .await
             .map(RequestBody)

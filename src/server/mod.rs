@@ -24,7 +24,6 @@ use std::time::Duration;
 use anyhow::Context;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -48,8 +47,8 @@ use crate::telemetry;
 use compat::access::guard;
 use limits::Counted;
 
-pub use crash::{CrashFiles, CrashForm, read_form};
-pub use error::{ApiError, parse_json};
+pub use crash::{CrashFiles, CrashForm, Upload, read_form};
+pub use error::{ApiError, BodyLimit, parse_json};
 pub use listen::{ConnectionLimits, serve};
 
 /// What every handler can reach. Each request's handler gets its own clone, so the
@@ -82,6 +81,8 @@ pub struct AppParts {
     pub metrics: PrometheusHandle,
     /// Maximums on the lists of one request.
     pub request_limits: RequestLimits,
+    /// `max_request_body_size`, for the bodies read whole.
+    pub body_limit: BodyLimit,
     /// The longest a poll waits for its answer.
     pub max_poll_timeout: Duration,
     /// Uploaded symbfiles (the native pipeline reads them too).
@@ -170,13 +171,16 @@ impl AppState {
             js: Arc::new(js),
             default_sources,
             downloader,
-            crash_files: crash::CrashFiles {
-                dir: config.cache_dir.join("tmp"),
-                max_size: config.max_crash_file_size,
-            },
+            crash_files: crash::CrashFiles::new(
+                config.cache_dir.join("tmp"),
+                config.max_crash_file_size,
+            ),
             caches,
             metrics,
             request_limits: config.request_limits,
+            body_limit: BodyLimit(
+                usize::try_from(config.max_request_body_size).unwrap_or(usize::MAX),
+            ),
             max_poll_timeout: config.max_poll_timeout,
             symbfiles,
             symstore_proxy,
@@ -212,26 +216,14 @@ pub fn router(state: AppState, config: &Config) -> Router {
             Front::Mozilla,
             &config.fronts,
         ))
-        .layer(DefaultBodyLimit::max(
-            usize::try_from(config.max_request_body_size).unwrap_or(usize::MAX),
-        ))
         // Uploads count their own bytes against `max_crash_file_size` as they stream.
-        .route(
-            "/minidump",
-            post(crash::minidump).layer(DefaultBodyLimit::disable()),
-        )
-        .route(
-            "/applecrashreport",
-            post(crash::apple_crash_report).layer(DefaultBodyLimit::disable()),
-        )
+        .route("/minidump", post(crash::minidump))
+        .route("/applecrashreport", post(crash::apple_crash_report))
         // Parts count their own bytes against `symbfile.max_file_size`.
-        .route(
-            "/api/symbols-ranges",
-            post(compat::symbfile::upload_ranges).layer(DefaultBodyLimit::disable()),
-        )
+        .route("/api/symbols-ranges", post(compat::symbfile::upload_ranges))
         .route(
             "/api/symbols-returnpads",
-            post(compat::symbfile::upload_return_pads).layer(DefaultBodyLimit::disable()),
+            post(compat::symbfile::upload_return_pads),
         );
     // Only with `sentry_dsn`: a request's errors carry its scope, and a sampled share
     // of requests become traces named by route. Without it, nothing on the path.
@@ -245,7 +237,10 @@ pub fn router(state: AppState, config: &Config) -> Router {
         router
     };
     // Outermost: every request, rejected ones and 404s included, gets its id, log line
-    // and metrics.
+    // and metrics. Without `sentry_dsn` the only layer on every route: each one
+    // `Router::layer` adds boxes every route once more, and a boxed route is cloned and
+    // its future allocated on every request. (Body limits are set by the extractors that
+    // read bodies: `RequestBody`, `CrashUpload`.)
     router.layer(observe::ObserveLayer).with_state(state)
 }
 
@@ -310,6 +305,12 @@ impl axum::extract::FromRequestParts<AppState> for RequestSlot {
             .reserve()
             .map(RequestSlot)
             .map_err(|_| ApiError::overloaded())
+    }
+}
+
+impl axum::extract::FromRef<AppState> for BodyLimit {
+    fn from_ref(state: &AppState) -> BodyLimit {
+        state.body_limit
     }
 }
 

@@ -16,7 +16,7 @@
 //! the rate of `GET /healthcheck`, the floor of every request.
 
 use std::cell::RefCell;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Mutex, PoisonError};
@@ -27,6 +27,7 @@ use axum::extract::{MatchedPath, Request};
 use axum::http::{HeaderName, HeaderValue, Method};
 use axum::response::Response;
 use metrics::{Counter, Gauge, Histogram};
+use rustc_hash::FxHashMap;
 use tower::{Layer, Service};
 
 use crate::telemetry::{HTTP_REQUEST_DURATION, HTTP_REQUESTS, HTTP_REQUESTS_IN_FLIGHT};
@@ -73,12 +74,13 @@ where
     fn call(&mut self, mut request: Request) -> Self::Future {
         let started = Instant::now();
         let id = request_id(&mut request);
-        let endpoint = request
-            .extensions()
-            .get::<MatchedPath>()
-            .map_or(UNMATCHED, MatchedPath::as_str);
-        let handles = EndpointHandles::of(endpoint);
-        handles.in_flight.increment(1);
+        let endpoint = Endpoint::of(
+            request
+                .extensions()
+                .get::<MatchedPath>()
+                .map_or(UNMATCHED, MatchedPath::as_str),
+        );
+        endpoint.in_flight.increment(1);
         // The line's parts are copied out of the request before it is handed on; when
         // no one reads the line, that copying is all it would cost.
         let line = tracing::enabled!(target: "omnisym::access", tracing::Level::INFO)
@@ -88,7 +90,7 @@ where
             record: Some(Record {
                 started,
                 id,
-                handles,
+                endpoint,
                 line,
             }),
         }
@@ -97,7 +99,8 @@ where
 
 /// The client's id when [usable](is_usable_id), else a new one.
 fn request_id(request: &mut Request) -> HeaderValue {
-    if let Some(id) = request.headers().get(&REQUEST_ID)
+    let sent = request.headers().get(&REQUEST_ID);
+    if let Some(id) = sent
         && id.to_str().is_ok_and(is_usable_id)
     {
         return id.clone();
@@ -105,8 +108,12 @@ fn request_id(request: &mut Request) -> HeaderValue {
     let mut buffer = uuid::Uuid::encode_buffer();
     let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buffer);
     let id = HeaderValue::from_str(id).expect("a UUID is a valid header value");
-    // Handlers see the id the answer carries, never the unusable one.
-    request.headers_mut().insert(&REQUEST_ID, id.clone());
+    // Handlers never see an id unfit for a log line. A new id is not added to the
+    // request: no handler reads it, and the insert (and the copy it needs) was a
+    // measurable share of the cheapest requests.
+    if sent.is_some() {
+        request.headers_mut().insert(&REQUEST_ID, id.clone());
+    }
     id
 }
 
@@ -123,17 +130,17 @@ fn is_usable_id(id: &str) -> bool {
 struct Record {
     started: Instant,
     id: HeaderValue,
-    handles: EndpointHandles,
+    endpoint: &'static Endpoint,
     /// Method and path, when the access log is read.
     line: Option<(Method, String)>,
 }
 
 impl Record {
-    fn finish(self, response: &mut Response) {
+    fn finish(mut self, response: &mut Response) {
         let status = response.status().as_u16();
         let elapsed = self.started.elapsed();
-        self.handles.duration.record(elapsed);
-        self.handles.count(status).increment(1);
+        self.endpoint.duration.record(elapsed);
+        self.endpoint.count(status);
         if let Some((method, path)) = &self.line {
             tracing::info!(
                 target: "omnisym::access",
@@ -145,18 +152,17 @@ impl Record {
                 "request"
             );
         }
+        // Moved, not cloned: a clone of a header value made at run time allocates.
+        let id = std::mem::replace(&mut self.id, HeaderValue::from_static(""));
         // A handler that set its own id keeps it.
-        response
-            .headers_mut()
-            .entry(&REQUEST_ID)
-            .or_insert(self.id.clone());
+        response.headers_mut().entry(&REQUEST_ID).or_insert(id);
     }
 }
 
 impl Drop for Record {
     /// Leaves the in-flight gauge when the request is answered or its client goes away.
     fn drop(&mut self) {
-        self.handles.in_flight.decrement(1);
+        self.endpoint.in_flight.decrement(1);
     }
 }
 
@@ -184,66 +190,68 @@ where
     }
 }
 
-/// One endpoint's metric handles. Looking a metric up by name and labels hashes and
-/// allocates its key; the handles are looked up once per endpoint and status on each
-/// worker thread instead. Both are bounded: endpoints are route patterns, statuses are
-/// what handlers answer.
-#[derive(Clone)]
-struct EndpointHandles {
-    endpoint: &'static str,
+/// One endpoint's metric handles, made once per route pattern and kept for the life of
+/// the process (the patterns are the router's, so they are bounded). A request borrows
+/// them: looking a metric up by name and labels hashes and allocates its key, and
+/// cloning a handle is an atomic count shared by every worker.
+struct Endpoint {
+    label: &'static str,
     in_flight: Gauge,
     duration: Histogram,
 }
 
 thread_local! {
-    static HANDLES: RefCell<HashMap<&'static str, EndpointHandles>> = RefCell::default();
-    static COUNTS: RefCell<HashMap<(&'static str, u16), Counter>> = RefCell::default();
+    /// Each worker's own way to the endpoints, without a lock. Keys are short route
+    /// patterns, hashed with a fast non-cryptographic hash: they come from the router,
+    /// never from clients.
+    static ENDPOINTS: RefCell<FxHashMap<&'static str, &'static Endpoint>> =
+        RefCell::default();
+    /// Request counters by endpoint (its address) and status; statuses are what
+    /// handlers answer, so these are bounded too.
+    static COUNTS: RefCell<FxHashMap<(usize, u16), Counter>> = RefCell::default();
 }
 
-impl EndpointHandles {
-    fn of(endpoint: &str) -> EndpointHandles {
-        HANDLES.with_borrow_mut(|handles| {
-            if let Some(found) = handles.get(endpoint) {
-                return found.clone();
-            }
-            let name = intern(endpoint);
-            let made = EndpointHandles {
-                endpoint: name,
-                in_flight: metrics::gauge!(HTTP_REQUESTS_IN_FLIGHT),
-                duration: metrics::histogram!(HTTP_REQUEST_DURATION, "endpoint" => name),
-            };
-            handles.insert(name, made.clone());
-            made
-        })
+impl Endpoint {
+    fn of(pattern: &str) -> &'static Endpoint {
+        if let Some(found) = ENDPOINTS.with_borrow(|endpoints| endpoints.get(pattern).copied()) {
+            return found;
+        }
+        let made = Endpoint::intern(pattern);
+        ENDPOINTS.with_borrow_mut(|endpoints| endpoints.insert(made.label, made));
+        made
     }
 
-    fn count(&self, status: u16) -> Counter {
+    /// The one endpoint of `pattern`, shared by every thread.
+    fn intern(pattern: &str) -> &'static Endpoint {
+        static ALL: Mutex<BTreeMap<&'static str, &'static Endpoint>> = Mutex::new(BTreeMap::new());
+        let mut all = ALL.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(found) = all.get(pattern) {
+            return found;
+        }
+        let label: &'static str = Box::leak(pattern.into());
+        let made: &'static Endpoint = Box::leak(Box::new(Endpoint {
+            label,
+            in_flight: metrics::gauge!(HTTP_REQUESTS_IN_FLIGHT),
+            duration: metrics::histogram!(HTTP_REQUEST_DURATION, "endpoint" => label),
+        }));
+        all.insert(label, made);
+        made
+    }
+
+    fn count(&'static self, status: u16) {
         COUNTS.with_borrow_mut(|counts| {
             counts
-                .entry((self.endpoint, status))
+                .entry((std::ptr::from_ref(self) as usize, status))
                 .or_insert_with(|| {
                     metrics::counter!(
                         HTTP_REQUESTS,
-                        "endpoint" => self.endpoint,
+                        "endpoint" => self.label,
                         "status" => status.to_string()
                     )
                 })
-                .clone()
-        })
+                .increment(1);
+        });
     }
-}
-
-/// The one `'static` copy of an endpoint label, shared by every thread's handles:
-/// route patterns live as long as the router, which is the life of the process.
-fn intern(endpoint: &str) -> &'static str {
-    static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
-    let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(name) = names.get(endpoint) {
-        return name;
-    }
-    let name: &'static str = Box::leak(endpoint.into());
-    names.insert(name);
-    name
 }
 
 #[cfg(test)]
