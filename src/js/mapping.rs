@@ -18,7 +18,7 @@ use sourcemap::DecodedMap;
 use symbolic::sourcemapcache::{File, ScopeLookupResult, SourcePosition};
 
 use super::sourcemap_cache::OwnedSourceMapCache;
-use super::text::{SourceText, without_line_ending};
+use super::text::{SourceText, indexed_line, line_starts, without_line_ending};
 use crate::error::{CacheError, CacheResult};
 
 /// A source map ready to resolve positions.
@@ -110,7 +110,7 @@ impl<'a> MappedFile<'a> {
     /// it; read through a line index rather than a scan from the start.
     pub fn line(&self, index: usize) -> Option<&'a str> {
         let source = self.source()?;
-        let line = match self {
+        match self {
             MappedFile::Cache(file) => {
                 let line = file.line(index)?;
                 // The cache's index has one more, empty line starting at the very end
@@ -119,21 +119,12 @@ impl<'a> MappedFile<'a> {
                 if line.is_empty() && line.as_ptr() == source.as_ptr().wrapping_add(source.len()) {
                     return None;
                 }
-                line
+                Some(without_line_ending(line))
             }
             MappedFile::Direct { lines, .. } => {
-                let starts = lines.get_or_init(|| {
-                    source
-                        .lines()
-                        .map(|line| line.as_ptr() as usize - source.as_ptr() as usize)
-                        .collect()
-                });
-                let start = *starts.get(index)?;
-                let end = starts.get(index + 1).copied().unwrap_or(source.len());
-                &source[start..end]
+                indexed_line(source, lines.get_or_init(|| line_starts(source)), index)
             }
-        };
-        Some(without_line_ending(line))
+        }
     }
 }
 

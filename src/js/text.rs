@@ -52,15 +52,23 @@ impl SourceText {
     /// Line `index` (0-based) without its line ending, exactly as `str::lines` gives it.
     pub fn line(&self, index: usize) -> Option<&str> {
         let text = self.as_str();
-        let starts = self.lines.get_or_init(|| {
-            text.lines()
-                .map(|line| line.as_ptr() as usize - text.as_ptr() as usize)
-                .collect()
-        });
-        let start = *starts.get(index)?;
-        let end = starts.get(index + 1).copied().unwrap_or(text.len());
-        Some(without_line_ending(&text[start..end]))
+        indexed_line(text, self.lines.get_or_init(|| line_starts(text)), index)
     }
+}
+
+/// Where each line of `text` starts, as `str::lines` splits them.
+pub fn line_starts(text: &str) -> Box<[usize]> {
+    text.lines()
+        .map(|line| line.as_ptr() as usize - text.as_ptr() as usize)
+        .collect()
+}
+
+/// Line `index` of `text` by its [`line_starts`], without its line ending, as
+/// `str::lines` gives it.
+pub fn indexed_line<'a>(text: &'a str, starts: &[usize], index: usize) -> Option<&'a str> {
+    let start = *starts.get(index)?;
+    let end = starts.get(index + 1).copied().unwrap_or(text.len());
+    Some(without_line_ending(&text[start..end]))
 }
 
 /// A line without the `\n` or `\r\n` that ends it, as `str::lines` gives it (a bare `\r`
