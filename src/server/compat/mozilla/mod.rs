@@ -32,7 +32,7 @@ use crate::cache::kinds::SYMCACHES;
 use crate::config::MozillaConfig;
 use crate::native::SymbolicateRequest;
 use crate::native::interface::{
-    AddrMode, CompleteObjectInfo, CompletedSymbolicationResponse, FileSays, FrameStatus, HexValue,
+    AddrMode, CompleteObjectInfo, CompletedSymbolicationResponse, FrameStatus, HexValue,
     ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, RequestOptions, SymbolicatedFrame,
 };
 use crate::server::error::RequestBody;
@@ -587,6 +587,7 @@ fn render(
     jobs.iter()
         .zip(module_base)
         .map(|(job, &base)| {
+            let outcomes = module_outcomes(job, base, &response.modules);
             let stacks = job
                 .stacks
                 .iter()
@@ -602,22 +603,17 @@ fn render(
                         .iter()
                         .enumerate()
                         .map(|(i, frame)| {
-                            let native = job
-                                .lookup_of(frame)
-                                .and_then(|(index, _)| response.modules.get(base + index));
-                            let usable = job
-                                .module_of(frame)
-                                .zip(native)
-                                .and_then(|(module, native)| usable_file(module, native));
-                            let module = usable
-                                .and_then(|says| says.breakpad_name.as_deref())
-                                .or_else(|| job.module_of(frame).map(|m| m.0.as_str()))
+                            // As `module_of`: the module a frame names, looked up or not.
+                            let outcome =
+                                usize::try_from(frame.0).ok().and_then(|i| outcomes.get(i));
+                            let module = outcome
+                                .map(|o| o.name)
                                 .filter(|name| !name.is_empty())
                                 .unwrap_or(UNKNOWN_MODULE);
                             let mut out = V5Frame::new(i, module, frame.1);
                             if let Some((_, Some(offset))) = job.lookup_of(frame) {
                                 if let Some(frames) = expanded.get(next_input)
-                                    && !refused(job.module_of(frame), native)
+                                    && !outcome.is_some_and(|o| o.refused)
                                 {
                                     out.fill(frames, offset);
                                 }
@@ -630,19 +626,53 @@ fn render(
                 .collect();
             JobResult {
                 stacks,
-                found_modules: found_modules(job, base, &response.modules),
+                found_modules: found_modules(job, &outcomes),
             }
         })
         .collect()
 }
 
-/// What the debug file a found module was symbolicated with says about itself, unless
-/// it was found for another id.
-fn usable_file<'a>(module: &Module, native: &'a CompleteObjectInfo) -> Option<&'a FileSays> {
-    if found(native.debug_status) != Some(true) || refused(Some(module), Some(native)) {
-        return None;
-    }
-    native.debug_file_says.as_ref()
+/// What the service says of one module of a job, worked out once for all its frames.
+struct ModuleOutcome<'a> {
+    /// Its `found_modules` value.
+    found: Option<bool>,
+    /// Its debug file records another id than the one asked for: its frames stay
+    /// unsymbolicated.
+    refused: bool,
+    /// What its frames are named: a found `.sym`'s PE file, else the debug file sent.
+    name: &'a str,
+}
+
+fn module_outcomes<'a>(
+    job: &'a Job,
+    base: usize,
+    modules: &'a [CompleteObjectInfo],
+) -> Vec<ModuleOutcome<'a>> {
+    job.memory_map
+        .iter()
+        .enumerate()
+        .map(|(i, module)| {
+            let native = modules.get(base + i);
+            let refused = refused(Some(module), native);
+            let found = native.and_then(|m| {
+                if refused {
+                    Some(false)
+                } else {
+                    found(m.debug_status)
+                }
+            });
+            let name = native
+                .filter(|_| found == Some(true))
+                .and_then(|n| n.debug_file_says.as_ref())
+                .and_then(|says| says.breakpad_name.as_deref())
+                .unwrap_or(&module.0);
+            ModuleOutcome {
+                found,
+                refused,
+                name,
+            }
+        })
+        .collect()
 }
 
 /// Whether the debug file found for `module` records another id than the one asked for.
@@ -662,17 +692,11 @@ fn refused(module: Option<&Module>, native: Option<&CompleteObjectInfo>) -> bool
     }
 }
 
-fn found_modules(job: &Job, base: usize, modules: &[CompleteObjectInfo]) -> FoundModules {
+fn found_modules(job: &Job, outcomes: &[ModuleOutcome<'_>]) -> FoundModules {
     let mut out = FoundModules::default();
     let mut seen = HashMap::new();
-    for (i, module) in job.memory_map.iter().enumerate() {
-        let value = modules.get(base + i).and_then(|m| {
-            if refused(Some(module), Some(m)) {
-                Some(false)
-            } else {
-                found(m.debug_status)
-            }
-        });
+    for (module, outcome) in job.memory_map.iter().zip(outcomes) {
+        let value = outcome.found;
         let key = module.key();
         match seen.get(&key) {
             Some(&at) => {
@@ -894,6 +918,7 @@ async fn symbolicate_v4(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::native::interface::FileSays;
 
     #[test]
     fn offsets_read_and_print_as_the_service_does() {
@@ -976,7 +1001,7 @@ mod tests {
             module(ObjectFileStatus::Found),
             module(ObjectFileStatus::Missing),
         ];
-        let found = found_modules(&job, 0, &modules);
+        let found = found_modules(&job, &module_outcomes(&job, 0, &modules));
         assert_eq!(
             serde_json::to_value(&found).unwrap(),
             serde_json::json!({"a.so/AB": true, "b.so/CD": false})
