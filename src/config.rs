@@ -224,7 +224,7 @@ impl Default for RequestLimits {
 }
 
 /// The `fronts` section: access to the compatibility fronts (omnisym only).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(default)]
 pub struct FrontsConfig {
     /// When set, requests to every front not in `open` must carry
@@ -233,8 +233,22 @@ pub struct FrontsConfig {
     /// Fronts that answer without the token.
     pub open: Vec<Front>,
     /// Origins (`https://host[:port]`, or `*`) whose pages may call the Mozilla API;
-    /// none by default.
+    /// any by default, as Mozilla's service answers (`[]` sends no CORS headers).
     pub cors_allowed_origins: Vec<String>,
+}
+
+impl Default for FrontsConfig {
+    fn default() -> Self {
+        Self {
+            token: None,
+            open: Vec::new(),
+            // Mozilla's API is made to be called from pages (the Firefox profiler
+            // symbolicates in the browser), and Mozilla's service allows every origin.
+            // A page still cannot present the token, so with `fronts.token` set the
+            // answers stay closed to it; CORS never allows credentials (cookies).
+            cors_allowed_origins: vec!["*".to_owned()],
+        }
+    }
 }
 
 /// A compatibility front, as `fronts.open` names it.

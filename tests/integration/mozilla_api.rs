@@ -452,11 +452,13 @@ async fn debug_header_reports_cache_lookups_downloads_and_modules() {
 #[tokio::test]
 async fn other_methods_are_405_with_a_json_body() {
     let server = Server::start("");
+    // With CORS on (the default), `OPTIONS` is a preflight, answered by the CORS policy.
+    let no_cors = Server::start("fronts: {cors_allowed_origins: []}\n");
     for path in ["/symbolicate/v5", "/symbolicate/v4"] {
-        for method in [
-            reqwest::Method::GET,
-            reqwest::Method::PUT,
-            reqwest::Method::OPTIONS,
+        for (server, method) in [
+            (&server, reqwest::Method::GET),
+            (&server, reqwest::Method::PUT),
+            (&no_cors, reqwest::Method::OPTIONS),
         ] {
             let resp = client()
                 .request(method.clone(), format!("{}{path}", server.url))
@@ -585,9 +587,10 @@ async fn a_pdb_in_the_native_layout_serves_a_windows_module() {
     );
 }
 
-/// Browsers may call the API only from the configured origins (none by default): the
-/// preflight of an allowed origin is answered without the token, which browsers never
-/// send on one, and its answers carry `Access-Control-Allow-Origin`.
+/// Browsers may call the API from any origin by default, as Mozilla's service allows,
+/// from none with `cors_allowed_origins: []`, and else only from the configured ones:
+/// the preflight of an allowed origin is answered without the token, which browsers
+/// never send on one, and its answers carry `Access-Control-Allow-Origin`.
 #[tokio::test]
 async fn cors_allows_only_the_configured_origins() {
     const ORIGIN: &str = "https://profiler.firefox.com";
@@ -602,8 +605,14 @@ async fn cors_allows_only_the_configured_origins() {
             )
             .send()
     };
-    let closed = Server::start("");
+    let default = Server::start("");
+    let closed = Server::start("fronts: {cors_allowed_origins: []}\n");
     for path in ["/symbolicate/v5", "/symbolicate/v4"] {
+        let resp = preflight(&default, path, "https://evil.example")
+            .await
+            .unwrap();
+        assert!(resp.status().is_success(), "{path}: {resp:?}");
+        assert_eq!(resp.headers()["access-control-allow-origin"], "*");
         let resp = preflight(&closed, path, ORIGIN).await.unwrap();
         let headers = resp.headers();
         assert!(
@@ -611,6 +620,9 @@ async fn cors_allows_only_the_configured_origins() {
             "{headers:?}"
         );
     }
+    // Not the Sentry endpoints, whatever the default.
+    let resp = preflight(&default, "/symbolicate", ORIGIN).await.unwrap();
+    assert!(!resp.headers().contains_key("access-control-allow-origin"));
 
     let server = Server::start(&format!(
         "fronts: {{token: s3cret, cors_allowed_origins: [\"{ORIGIN}\"]}}\n"

@@ -3,7 +3,7 @@
 //! files of possibly private sources, so one bearer token (`fronts.token`) guards
 //! `/proxy`, `/symcache` and the Mozilla API alike, each front able to opt out
 //! (`fronts.open`). Browsers may call the Mozilla API only from the origins in
-//! `fronts.cors_allowed_origins`; none by default.
+//! `fronts.cors_allowed_origins`; any by default, as Mozilla's service allows.
 
 use axum::Router;
 use axum::extract::Request;
