@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use crate::cache::{CachesConfig, SharedCacheConfig};
 use crate::fetch::{DenyListConfig, FetchConfig};
+use crate::fleet::FleetConfig;
 use crate::lookup::ObjectLimits;
 use crate::sources::{Secret, SourceConfig};
 use crate::telemetry::MetricsConfig;
@@ -184,6 +185,8 @@ pub struct Config {
     pub mozilla: MozillaConfig,
     /// Who may use the compatibility fronts (`/proxy`, `/symcache`, the Mozilla API).
     pub fronts: FrontsConfig,
+    /// Replicas behind one load balancer answering as one service (omnisym only).
+    pub fleet: FleetConfig,
 }
 
 /// Maximums on what one request may list, checked before its body is parsed into
@@ -457,6 +460,7 @@ impl Default for Config {
             symcache_http: SymCacheHttpConfig::default(),
             fronts: FrontsConfig::default(),
             mozilla: MozillaConfig::default(),
+            fleet: FleetConfig::default(),
         }
     }
 }
@@ -636,6 +640,7 @@ impl Config {
                 "max_concurrent_downloads_per_source must be at least 1".into(),
             ));
         }
+        self.fleet.check().map_err(ConfigError::Semantic)?;
         if self.fronts.token.as_ref().is_some_and(Secret::is_empty) {
             return Err(ConfigError::Semantic(
                 "fronts.token is empty; remove it to leave the fronts open".into(),

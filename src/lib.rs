@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod fetch;
+pub mod fleet;
 pub mod js;
 pub mod jvm;
 pub mod lookup;

@@ -45,6 +45,36 @@ pub enum SymbolicationResponse {
 #[serde(transparent)]
 pub struct RequestId(pub uuid::Uuid);
 
+/// Which replica of a fleet minted a request id: it leads the id, so that a poll that
+/// reaches another replica can be sent on to the one that holds the answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OwnerTag(pub [u8; 6]);
+
+impl RequestId {
+    /// A random id (version 4), or with an owner, that owner's tag and 74 random bits
+    /// in a version 8 UUID: still a UUID to every client, and still unguessable.
+    fn mint(owner: Option<OwnerTag>) -> Self {
+        let random = uuid::Uuid::new_v4();
+        match owner {
+            None => RequestId(random),
+            Some(OwnerTag(tag)) => {
+                let mut bytes = *random.as_bytes();
+                bytes[..6].copy_from_slice(&tag);
+                RequestId(uuid::Builder::from_custom_bytes(bytes).into_uuid())
+            }
+        }
+    }
+
+    /// The replica that minted this id, if a replica of a fleet did.
+    pub fn owner(&self) -> Option<OwnerTag> {
+        (self.0.get_version_num() == 8).then(|| {
+            let mut tag = [0; 6];
+            tag.copy_from_slice(&self.0.as_bytes()[..6]);
+            OwnerTag(tag)
+        })
+    }
+}
+
 impl fmt::Display for RequestId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
@@ -128,6 +158,8 @@ struct Inner {
     /// Requests still running; at most `max_concurrent` of them.
     running: Mutex<HashMap<RequestId, Arc<ResultSlot>>>,
     finished: Finished,
+    /// What leads the ids minted here, in a fleet.
+    owner: Option<OwnerTag>,
 }
 
 /// Cheap to clone; shared by all handlers.
@@ -168,8 +200,18 @@ impl RequestService {
                 metrics: ServiceMetrics::new(),
                 running: Mutex::new(HashMap::new()),
                 finished: finished_results(max_kept_bytes),
+                owner: None,
             }),
         }
+    }
+
+    /// The same service, minting ids that name `owner` (a replica of a fleet). Only
+    /// before the service is shared.
+    pub fn with_owner(mut self, owner: OwnerTag) -> Self {
+        Arc::get_mut(&mut self.inner)
+            .expect("the owner is set before the service is shared")
+            .owner = Some(owner);
+        self
     }
 
     pub fn in_flight(&self) -> usize {
@@ -270,7 +312,7 @@ impl Reservation {
         let work = Box::pin(work);
         let guard = self.guard;
         let inner = guard.inner.clone();
-        let id = RequestId(uuid::Uuid::new_v4());
+        let id = RequestId::mint(inner.owner);
         let slot = Arc::new(ResultSlot::default());
         inner.running.lock().unwrap().insert(id, slot.clone());
         let handle = RequestHandle {
@@ -415,6 +457,20 @@ pub fn completed_body<T: Serialize>(value: &T) -> Bytes {
 mod tests {
     use super::*;
     use crate::telemetry::recorded;
+
+    #[test]
+    fn an_owned_id_names_its_owner_and_stays_random() {
+        let tag = OwnerTag(*b"\x01\x02\x03\x04\x05\x06");
+        let (a, b) = (RequestId::mint(Some(tag)), RequestId::mint(Some(tag)));
+        assert_eq!(a.owner(), Some(tag));
+        assert_ne!(a, b);
+        assert_eq!(a.0.get_version_num(), 8);
+        assert_eq!(a.0.get_variant(), uuid::Variant::RFC4122);
+        // It goes through a client and back as any UUID does.
+        let parsed: uuid::Uuid = a.to_string().parse().unwrap();
+        assert_eq!(RequestId(parsed).owner(), Some(tag));
+        assert_eq!(RequestId::mint(None).owner(), None);
+    }
 
     #[test]
     fn completed_body_splices_the_status_in() {

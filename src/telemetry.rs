@@ -26,6 +26,10 @@ pub const HTTP_REQUEST_DURATION: &str = "http.request.duration_seconds";
 pub const REQUESTS_IN_FLIGHT: &str = "requests.in_flight";
 /// Symbolication requests refused because `max_concurrent_requests` were running.
 pub const REQUESTS_REJECTED: &str = "requests.rejected";
+/// Polls (`GET /requests/{id}`), by `outcome`: `here` (this replica's id), `forwarded`
+/// (sent on to the peer that minted it), `owner_unreachable` (that peer did not
+/// answer), `unknown` (no such request, or its result expired).
+pub const REQUEST_POLLS: &str = "requests.polls";
 /// Symbolication requests that ended, by `status` (completed, failed, timeout,
 /// internal_error).
 pub const REQUESTS_FINISHED: &str = "requests.finished";
@@ -262,6 +266,10 @@ fn describe() {
         (
             REQUESTS_FINISHED,
             "symbolication requests that ended, by status",
+        ),
+        (
+            REQUEST_POLLS,
+            "polls for pending requests, by outcome (here, forwarded, owner_unreachable, unknown)",
         ),
         (
             CACHE_LOOKUPS,

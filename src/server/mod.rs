@@ -35,6 +35,7 @@ use crate::cache::{Caches, ConversionObserver, Scope};
 use crate::config::RequestLimits;
 use crate::config::{Config, Front};
 use crate::fetch::Downloader;
+use crate::fleet::Fleet;
 use crate::js::JsService;
 use crate::js::bundle::BundleLimits;
 use crate::jvm::JvmService;
@@ -91,6 +92,8 @@ pub struct AppParts {
     pub symstore_proxy: Option<Arc<compat::SymstoreProxy>>,
     /// `None` when `symcache_http.enabled` is off.
     pub symcache_http: Option<Arc<compat::SymCacheHttp>>,
+    /// `None` outside a fleet (no `fleet.advertise_url`), and in the offline CLI.
+    pub fleet: Option<Arc<Fleet>>,
 }
 
 impl AppState {
@@ -148,6 +151,16 @@ impl AppState {
         let js = JsService::new(&caches, downloader.clone(), bundle_limits);
         // Results waiting to be polled may hold at most 64 MiB.
         let service = RequestService::new(config.max_concurrent_requests, 64 * 1024 * 1024);
+        // Only a server hands out ids to poll.
+        let fleet = if receives {
+            Fleet::new(&config.fleet)?
+        } else {
+            None
+        };
+        let service = match &fleet {
+            Some(fleet) => service.with_owner(fleet.own_tag()),
+            None => service,
+        };
         let native = Arc::new(native);
         let default_sources: Arc<[SourceConfig]> = config.sources.clone().into();
         let symstore_proxy = config.symstore_proxy.then(|| {
@@ -185,6 +198,7 @@ impl AppState {
             symbfiles,
             symstore_proxy,
             symcache_http,
+            fleet,
         })))
     }
 }

@@ -226,10 +226,16 @@ impl Server {
         } else {
             "connect_to_reserved_ips: true\n"
         };
+        // A test that needs a known address (a fleet's peers) binds it itself.
+        let bind = if extra_yaml.starts_with("bind:") || extra_yaml.contains("\nbind:") {
+            ""
+        } else {
+            "bind: 127.0.0.1:0\n"
+        };
         std::fs::write(
             &config,
             format!(
-                "bind: 127.0.0.1:0\ncache_dir: {}\n{reserved}{extra_yaml}",
+                "{bind}cache_dir: {}\n{reserved}{extra_yaml}",
                 cache_dir.display()
             ),
         )

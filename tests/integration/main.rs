@@ -16,6 +16,7 @@ mod cli;
 mod conformance;
 mod docker;
 mod faults;
+mod fleet;
 mod hostile_clients;
 mod js;
 mod jvm;
