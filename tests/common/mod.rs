@@ -501,6 +501,15 @@ fn rand_suffix() -> String {
 
 /// One client for all requests: building one (TLS roots included) is slow enough to
 /// serialise a burst of concurrent requests.
+/// A free loopback port: bound, read and let go, for a server to bind next.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 pub fn client() -> reqwest::Client {
     static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
     CLIENT

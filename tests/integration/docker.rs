@@ -169,7 +169,7 @@ impl Image {
         let image = Image {
             stage,
             root,
-            port: free_port(),
+            port: common::free_port(),
             env: Vec::new(),
         };
         // The binary the suite built, where the build stage's COPY puts it.
@@ -282,14 +282,6 @@ fn chown_tree(path: &Path, uid: u32, gid: u32) {
             chown_tree(&entry.unwrap().path(), uid, gid);
         }
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn words(command: &str) -> Vec<String> {

@@ -5,18 +5,8 @@
 use crate::common;
 
 use axum::http::StatusCode;
-use common::prometheus::Exposition;
-use common::{Server, SymbolServer, assert_elf_symbolicated, elf_request};
+use common::{Server, SymbolServer, assert_elf_symbolicated, elf_request, free_port};
 use serde_json::{Value, json};
-
-/// A free loopback port: bound, read, and let go, for a replica to bind next.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// `n` replicas, each listing every replica as a peer.
 fn fleet(n: usize) -> Vec<Server> {
@@ -37,16 +27,9 @@ fn fleet(n: usize) -> Vec<Server> {
 }
 
 async fn polls(server: &Server, outcome: &str) -> f64 {
-    let text = common::client()
-        .get(format!("{}/metrics", server.url))
-        .send()
+    server
+        .scrape()
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    Exposition::parse(&text)
-        .unwrap()
         .value("requests_polls_total", &[("outcome", outcome)])
 }
 
