@@ -150,6 +150,10 @@ pub struct Config {
     /// connections are dropped and the process exits.
     #[serde(deserialize_with = "deserialize_duration")]
     pub shutdown_timeout: Duration,
+    /// How long, after SIGTERM, `GET /ready` answers 503 while everything is still
+    /// served, so that a balancer stops sending before the listener closes (omnisym only).
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub drain_delay: Duration,
     /// Connections open at once; past them, `health_connections` more may ask for
     /// `/healthcheck` only, and further ones wait in the listen backlog. `null`: no
     /// limit.
@@ -446,6 +450,9 @@ impl Default for Config {
             write_timeout: Duration::from_secs(30),
             // Kubernetes' default grace period before SIGKILL.
             shutdown_timeout: Duration::from_secs(30),
+            // Alone, nothing needs telling; behind a balancer, set it to a few of its
+            // health-check intervals.
+            drain_delay: Duration::ZERO,
             // Enough for an orchestrator's probes and an operator's curl.
             health_connections: 16,
             // Sentry polls with `?timeout=5`.

@@ -294,6 +294,8 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .with_symbfiles(config.symbfile_dir())
         .spawn_periodic(interval);
     }
+    let readiness = state.readiness.clone();
+    let drain_delay = config.drain_delay;
     let app = router(state, &config);
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
@@ -306,10 +308,29 @@ async fn run(config: Config) -> anyhow::Result<()> {
         listener,
         app,
         ConnectionLimits::of(&config),
-        shutdown_signal(),
+        drain(readiness, drain_delay),
     )
     .await;
     Ok(())
+}
+
+/// Ends at the first SIGTERM or Ctrl-C, once the replica has said for `delay` that it
+/// is not ready while it still served everything (a second signal cuts that short);
+/// then the listener closes and the requests in progress finish.
+async fn drain(readiness: omnisym::server::Readiness, delay: Duration) {
+    shutdown_signal().await;
+    readiness.drain();
+    if delay.is_zero() {
+        return;
+    }
+    tracing::info!(
+        ?delay,
+        "draining: /ready answers 503, requests are still served"
+    );
+    tokio::select! {
+        () = tokio::time::sleep(delay) => {},
+        () = shutdown_signal() => tracing::info!("a second signal: closing now"),
+    }
 }
 
 /// Fails at start, with a message naming the directory and the user, when the cache

@@ -19,12 +19,14 @@ mod requests;
 mod symbolicate;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
 
 use axum::Router;
-use axum::http::header;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
@@ -94,6 +96,33 @@ pub struct AppParts {
     pub symcache_http: Option<Arc<compat::SymCacheHttp>>,
     /// `None` outside a fleet (no `fleet.advertise_url`), and in the offline CLI.
     pub fleet: Option<Arc<Fleet>>,
+    /// What `GET /ready` answers.
+    pub readiness: Readiness,
+}
+
+/// Whether this replica should be sent new work: not once it drains (after SIGTERM),
+/// while it still serves what it is sent, so that a balancer stops first.
+#[derive(Clone, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    pub fn drain(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    fn draining(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// `GET /ready`: readiness, as a balancer or Kubernetes' readiness probe asks for it;
+/// `/healthcheck` stays the liveness check, `ok` until the process ends.
+async fn ready(State(state): State<AppState>) -> Response {
+    if state.readiness.draining() {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response()
+    } else {
+        "ok".into_response()
+    }
 }
 
 impl AppState {
@@ -199,6 +228,7 @@ impl AppState {
             symstore_proxy,
             symcache_http,
             fleet,
+            readiness: Readiness::default(),
         })))
     }
 }
@@ -206,6 +236,7 @@ impl AppState {
 pub fn router(state: AppState, config: &Config) -> Router {
     let router = Router::new()
         .route("/healthcheck", get(|| async { "ok" }))
+        .route("/ready", get(ready))
         .route("/metrics", get(prometheus::render))
         .route("/symbolicate", post(symbolicate::symbolicate))
         .route("/symbolicate-any", post(crash::symbolicate_any))

@@ -4,6 +4,8 @@
 
 use crate::common;
 
+use std::time::{Duration, Instant};
+
 use axum::http::StatusCode;
 use common::{Server, SymbolServer, assert_elf_symbolicated, elf_request, free_port};
 use serde_json::{Value, json};
@@ -94,4 +96,63 @@ async fn outside_a_fleet_ids_are_random() {
     let id = pending_on(&server, &symsrv, 500).await;
     let id: uuid::Uuid = id.parse().unwrap();
     assert_eq!(id.get_version_num(), 4);
+}
+
+/// SIGTERM, in order: readiness fails while everything is still served (for
+/// `drain_delay`), then the listener closes, then what is in flight finishes and the
+/// process exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_fails_readiness_then_closes_then_finishes_in_flight() {
+    let symsrv = SymbolServer::with_elf_debug().await;
+    let mut server = Server::start("drain_delay: 2s\nshutdown_timeout: 20s\n");
+    let status = |path: &'static str| {
+        let url = format!("{}{path}", server.url);
+        async move { common::client().get(url).send().await.map(|r| r.status()) }
+    };
+    assert_eq!(status("/ready").await.unwrap(), 200);
+    let sources = json!([{
+        "type": "http", "id": "slow",
+        "url": format!("{}slow/4000/", symsrv.url),
+    }]);
+    let in_flight = {
+        let url = format!("{}/symbolicate", server.url);
+        let body = elf_request(sources);
+        tokio::spawn(async move {
+            let resp = common::client().post(url).json(&body).send().await.unwrap();
+            (resp.status(), resp.json::<Value>().await.unwrap())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pid = i32::try_from(server.pid()).unwrap();
+    // SAFETY: a plain kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let signalled = Instant::now();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Draining: not ready, still alive, and still serving what a balancer sends late.
+    assert_eq!(status("/ready").await.unwrap(), 503);
+    assert_eq!(status("/healthcheck").await.unwrap(), 200);
+    let empty = json!({"sources": [], "modules": [], "stacktraces": []});
+    let (code, answer) = server.post("/symbolicate", &empty).await;
+    assert_eq!(
+        (code.as_u16(), &answer["status"]),
+        (200, &json!("completed"))
+    );
+    assert!(
+        signalled.elapsed() < Duration::from_secs(2),
+        "the test ran late"
+    );
+
+    // Past the delay the listener is closed...
+    tokio::time::sleep(Duration::from_millis(2500).saturating_sub(signalled.elapsed())).await;
+    let refused = status("/healthcheck").await.unwrap_err();
+    assert!(refused.is_connect(), "{refused:?}");
+    // ...while the request that was in progress gets its whole answer.
+    let (code, answer) = in_flight.await.unwrap();
+    assert_eq!(code, 200);
+    assert_elf_symbolicated(&answer);
+    let exit = server
+        .terminate(Duration::from_secs(10))
+        .expect("the server exits once its requests are done");
+    assert!(exit.success(), "{exit:?}");
 }
