@@ -1327,6 +1327,37 @@ max_download_size: 16106127360
     }
 
     #[test]
+    fn fleet_and_draining_keys_as_the_example_documents_them() {
+        let (example, ignored) = Config::from_yaml(include_str!("../config.example.yml")).unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        let defaults = FleetConfig::default();
+        assert_eq!(example.fleet.advertise_url, defaults.advertise_url);
+        assert_eq!(example.fleet.peers, defaults.peers);
+        assert_eq!(example.fleet.peers_dns, defaults.peers_dns);
+        assert_eq!(example.fleet.peers_refresh, defaults.peers_refresh);
+        assert_eq!(example.fleet.connect_timeout, defaults.connect_timeout);
+        assert_eq!(example.drain_delay, Config::default().drain_delay);
+        assert_eq!(example.fronts.cors_allowed_origins, ["*"]);
+
+        let yaml = "fleet:\n  advertise_url: http://10.0.0.5:3021\n  peers_dns: peers.ns.svc:3021\ndrain_delay: 5s\n";
+        let (config, ignored) = Config::from_yaml(yaml).unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert_eq!(config.drain_delay, Duration::from_secs(5));
+        assert_eq!(config.fleet.peers_dns.as_deref(), Some("peers.ns.svc:3021"));
+        for (yaml, names) in [
+            ("fleet: {peers: [\"http://a:1\"]}\n", "advertise_url"),
+            ("fleet: {advertise_url: \"ftp://a:1\"}\n", "ftp://a:1"),
+            (
+                "fleet: {advertise_url: \"http://a:1\", peers_dns: peers}\n",
+                "peers_dns",
+            ),
+        ] {
+            let err = Config::from_yaml(yaml).unwrap_err().to_string();
+            assert!(err.contains(names), "{yaml}: {err}");
+        }
+    }
+
+    #[test]
     fn symbfile_keys_as_the_example_documents_them() {
         let (example, ignored) = Config::from_yaml(include_str!("../config.example.yml")).unwrap();
         assert!(
