@@ -156,3 +156,288 @@ async fn sigterm_fails_readiness_then_closes_then_finishes_in_flight() {
         .expect("the server exits once its requests are done");
     assert!(exit.success(), "{exit:?}");
 }
+
+/// HAProxy from Debian, with `deploy/compose/haproxy.cfg` as committed, its replicas
+/// rewritten to loopback ports.
+struct Balancer {
+    child: std::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Balancer {
+    fn start(replica_ports: &[u16]) -> Balancer {
+        let committed = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/compose/haproxy.cfg"),
+        )
+        .unwrap();
+        let port = free_port();
+        let mut servers = replica_ports.iter();
+        let config: String = committed
+            .lines()
+            .map(|line| {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                match words.as_slice() {
+                    ["bind", _] => format!("    bind 127.0.0.1:{port}"),
+                    ["server", name, _] => {
+                        let p = servers.next().expect("as many servers as replicas");
+                        format!("    server {name} 127.0.0.1:{p}")
+                    }
+                    _ => line.to_owned(),
+                }
+            })
+            .map(|line| line + "\n")
+            .collect();
+        assert!(servers.next().is_none(), "as many replicas as servers");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("haproxy.cfg");
+        std::fs::write(&file, config).unwrap();
+        let haproxy = ["haproxy", "/usr/sbin/haproxy"]
+            .into_iter()
+            .find(|bin| std::process::Command::new(bin).arg("-v").output().is_ok())
+            .expect("haproxy runs (scripts/test.sh installs Debian's haproxy)");
+        let child = std::process::Command::new(haproxy)
+            .arg("-db")
+            .arg("-f")
+            .arg(&file)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        Balancer {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            _dir: dir,
+        }
+    }
+
+    /// Waits until every replica is up in HAProxy's checks: one request to each.
+    async fn wait_ready(&self, replicas: usize) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut ok = 0;
+        while ok < replicas * 2 {
+            assert!(
+                Instant::now() < deadline,
+                "HAProxy never saw the replicas up"
+            );
+            let status = common::client()
+                .get(format!("{}/ready", self.url))
+                .send()
+                .await
+                .map(|r| r.status().as_u16());
+            ok = if matches!(status, Ok(200)) { ok + 1 } else { 0 };
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A fleet behind HAProxy: replicas on known ports, sharing `shared_yaml`'s cache.
+struct Fleet {
+    ports: Vec<u16>,
+    replicas: Vec<Option<Server>>,
+    extra: String,
+    balancer: Balancer,
+}
+
+impl Fleet {
+    async fn start(n: usize, extra: &str) -> Fleet {
+        let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let mut fleet = Fleet {
+            replicas: Vec::new(),
+            extra: extra.to_owned(),
+            balancer: Balancer::start(&ports),
+            ports,
+        };
+        for i in 0..n {
+            let replica = fleet.replica(i);
+            fleet.replicas.push(Some(replica));
+        }
+        fleet.balancer.wait_ready(n).await;
+        fleet
+    }
+
+    fn replica(&self, i: usize) -> Server {
+        let peers: Vec<String> = self
+            .ports
+            .iter()
+            .map(|p| format!("\"http://127.0.0.1:{p}\""))
+            .collect();
+        let port = self.ports[i];
+        Server::start(&format!(
+            "bind: 127.0.0.1:{port}\nfleet:\n  advertise_url: http://127.0.0.1:{port}\n  peers: [{}]\n{}",
+            peers.join(", "),
+            self.extra
+        ))
+    }
+
+    async fn polls(&self, outcome: &str) -> f64 {
+        let mut sum = 0.0;
+        for replica in self.replicas.iter().flatten() {
+            sum += polls(replica, outcome).await;
+        }
+        sum
+    }
+}
+
+/// What a Sentry-style client met on its way to an answer.
+#[derive(Debug, Default, Clone, Copy)]
+struct Flow {
+    /// 502 or 503, or no connection: waited and tried again.
+    retried: u32,
+    /// A poll answered 404: the request sent again, as Sentry does.
+    resent: u32,
+    polls: u32,
+}
+
+/// Symbolicates `body` as Sentry's client does: create with `?timeout=`, poll
+/// `/requests/{id}?timeout=0` while pending, send the request again on a poll's 404,
+/// wait and retry on 502, 503 or a connection error. Gives up after 60 s.
+async fn sentry_style(url: &str, path: &str, body: &Value) -> (Value, Flow) {
+    let mut flow = Flow::default();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let client = common::client();
+    'create: loop {
+        assert!(Instant::now() < deadline, "no answer within 60 s: {flow:?}");
+        let sent = client.post(format!("{url}{path}")).json(body).send().await;
+        let mut answer = match sent {
+            Ok(r) if r.status() == 200 => r.json::<Value>().await.unwrap(),
+            Ok(r) if matches!(r.status().as_u16(), 502 | 503) => {
+                flow.retried += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            Ok(r) => panic!("create answered {}", r.status()),
+            Err(_) => {
+                flow.retried += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        while answer["status"] == "pending" {
+            assert!(Instant::now() < deadline, "no answer within 60 s: {flow:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let id = answer["request_id"].as_str().unwrap().to_owned();
+            flow.polls += 1;
+            match client
+                .get(format!("{url}/requests/{id}?timeout=0"))
+                .send()
+                .await
+            {
+                Ok(r) if r.status() == 200 => answer = r.json().await.unwrap(),
+                Ok(r) if r.status() == 404 => {
+                    flow.resent += 1;
+                    continue 'create;
+                }
+                Ok(r) if matches!(r.status().as_u16(), 502 | 503) => flow.retried += 1,
+                Ok(r) => panic!("poll answered {}", r.status()),
+                Err(_) => flow.retried += 1,
+            }
+        }
+        return (answer, flow);
+    }
+}
+
+fn slow_elf_request(symsrv: &SymbolServer, delay_ms: u64) -> Value {
+    elf_request(json!([{
+        "type": "http", "id": "slow",
+        "url": format!("{}slow/{delay_ms}/", symsrv.url),
+    }]))
+}
+
+/// Round robin without affinity: every poll lands on another replica than the one
+/// before, and none is a 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_round_robin_concurrent_create_and_poll_never_meet_a_404() {
+    let symsrv = SymbolServer::with_elf_debug().await;
+    let fleet = Fleet::start(3, "").await;
+    let mut flows = Vec::new();
+    for n in 0..10 {
+        let url = fleet.balancer.url.clone();
+        // A scope of its own: each request downloads, and so is pending for a while.
+        let body = slow_elf_request(&symsrv, 700);
+        flows.push(tokio::spawn(async move {
+            sentry_style(
+                &url,
+                &format!("/symbolicate?timeout=0&scope=flow-{n}"),
+                &body,
+            )
+            .await
+        }));
+    }
+    let mut total = Flow::default();
+    for flow in flows {
+        let (answer, flow) = flow.await.unwrap();
+        assert_elf_symbolicated(&answer);
+        total.polls += flow.polls;
+        total.resent += flow.resent;
+        total.retried += flow.retried;
+    }
+    println!("10 create-and-poll flows behind HAProxy: {total:?}");
+    assert_eq!((total.resent, total.retried), (0, 0), "{total:?}");
+    assert!(total.polls >= 10, "{total:?}");
+    assert!(fleet.polls("forwarded").await >= 1.0);
+    assert_eq!(fleet.polls("unknown").await, 0.0);
+    assert_eq!(fleet.polls("owner_unreachable").await, 0.0);
+}
+
+/// Replicas restarted one at a time under steady load, as a Deployment rolls: every
+/// request a Sentry-style client sends completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_under_load_completes_every_request() {
+    let symsrv = SymbolServer::with_elf_debug().await;
+    // HAProxy takes a replica out after two failed checks a second apart.
+    let mut fleet = Fleet::start(3, "drain_delay: 3s\nshutdown_timeout: 10s\n").await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for c in 0..4 {
+        let url = fleet.balancer.url.clone();
+        // Pending for a while, so that restarts meet requests in every state.
+        let body = slow_elf_request(&symsrv, 600);
+        let stop = stop.clone();
+        clients.push(tokio::spawn(async move {
+            let (mut done, mut total) = (0u32, Flow::default());
+            for n in 0.. {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                let path = format!("/symbolicate?timeout=0.2&scope=c{c}-{n}");
+                let (answer, flow) = sentry_style(&url, &path, &body).await;
+                assert_elf_symbolicated(&answer);
+                done += 1;
+                total.polls += flow.polls;
+                total.resent += flow.resent;
+                total.retried += flow.retried;
+            }
+            (done, total)
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for i in 0..fleet.ports.len() {
+        let mut old = fleet.replicas[i].take().unwrap();
+        let exit = old
+            .terminate(Duration::from_secs(20))
+            .expect("a draining replica exits within drain_delay + shutdown_timeout");
+        assert!(exit.success(), "{exit:?}");
+        fleet.replicas[i] = Some(fleet.replica(i));
+        fleet.balancer.wait_ready(fleet.ports.len()).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut done, mut total) = (0, Flow::default());
+    for client in clients {
+        let (d, flow) = client.await.unwrap();
+        done += d;
+        total.polls += flow.polls;
+        total.resent += flow.resent;
+        total.retried += flow.retried;
+    }
+    println!("rolling restart of 3 replicas under 4 clients: {done} requests completed, {total:?}");
+    assert!(done >= 20, "{done}");
+}
