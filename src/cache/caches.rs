@@ -100,6 +100,12 @@ impl Caches {
     }
 
     /// The one budget every conversion and lazy read takes its memory from.
+    /// The store replicas share, when one is configured (for what is not a cache kind:
+    /// uploads that a fleet receives).
+    pub fn shared(&self) -> Option<Arc<SharedCache>> {
+        self.shared.clone()
+    }
+
     pub fn conversions(&self) -> Arc<ConversionBudget> {
         self.conversions.clone()
     }

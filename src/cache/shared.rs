@@ -226,6 +226,29 @@ impl SharedCache {
         }
     }
 
+    /// Copies the shared file at `path` into `dest` and says whether there was one, or
+    /// why the store could not tell: for files that are not a cache of something else.
+    pub async fn try_fetch(&self, path: &str, dest: &mut NamedTempFile) -> anyhow::Result<bool> {
+        self.backend.fetch(path, dest).await
+    }
+
+    /// The size of the shared file at `path`; `None` when there is none. An empty file
+    /// counts as none, as in [`Self::fetch`]: a store that cannot delete empties.
+    pub async fn size(&self, path: &str) -> anyhow::Result<Option<u64>> {
+        Ok(self.backend.size(path).await?.filter(|&size| size > 0))
+    }
+
+    /// Writes `data` at `path` now, for what must not be lost: the caller learns
+    /// whether it is stored.
+    pub async fn put(&self, path: &str, data: ByteView<'static>) -> anyhow::Result<()> {
+        self.backend.store(path, data).await
+    }
+
+    /// Removes the shared file at `path`, if there is one.
+    pub async fn remove(&self, path: &str) -> anyhow::Result<()> {
+        self.backend.remove(path).await
+    }
+
     /// Queues an upload; never waits.
     pub fn store(&self, path: String, data: ByteView<'static>) {
         if self.queue.try_send(SharedUpload { path, data }).is_err() {
@@ -264,6 +287,60 @@ async fn upload_worker(
 }
 
 impl Backend {
+    async fn size(&self, path: &str) -> anyhow::Result<Option<u64>> {
+        match self {
+            Backend::Filesystem(root) => {
+                return match std::fs::metadata(root.join(path)) {
+                    Ok(meta) => Ok(Some(meta.len())),
+                    Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(err) => Err(err.into()),
+                };
+            }
+            Backend::Gcs(gcs) => return gcs.size(path).await,
+            Backend::S3(_) => {}
+        }
+        let (client, config) = self.s3_client().await.expect("not a filesystem backend");
+        let answer = client
+            .head_object()
+            .bucket(&config.bucket)
+            .key(object_key(&config.prefix, path))
+            .send()
+            .await;
+        match answer {
+            Ok(head) => Ok(Some(head.content_length().unwrap_or(0).max(0) as u64)),
+            Err(err) if is_s3_missing(&err) => Ok(None),
+            Err(err) => Err(anyhow::anyhow!(
+                "{}",
+                aws_sdk_s3::error::DisplayErrorContext(err)
+            )),
+        }
+    }
+
+    async fn remove(&self, path: &str) -> anyhow::Result<()> {
+        match self {
+            Backend::Filesystem(root) => {
+                return match std::fs::remove_file(root.join(path)) {
+                    Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err.into()),
+                    _ => Ok(()),
+                };
+            }
+            // The crate deletes only through its gRPC control client; an empty object
+            // reads as none (see `SharedCache::size`), and the bucket's lifecycle rules
+            // collect it.
+            Backend::Gcs(gcs) => return gcs.store(path, ByteView::from_slice(&[])).await,
+            Backend::S3(_) => {}
+        }
+        let (client, config) = self.s3_client().await.expect("not a filesystem backend");
+        client
+            .delete_object()
+            .bucket(&config.bucket)
+            .key(object_key(&config.prefix, path))
+            .send()
+            .await
+            .map_err(|err| anyhow::anyhow!("{}", aws_sdk_s3::error::DisplayErrorContext(err)))?;
+        Ok(())
+    }
+
     async fn s3_client(&self) -> Option<(&aws_sdk_s3::Client, &S3SharedCacheConfig)> {
         let Backend::S3(s3) = self else {
             return None;
@@ -313,11 +390,7 @@ impl Backend {
         let mut output = match answer {
             Ok(output) => output,
             Err(err) => {
-                let missing = err.as_service_error().is_some_and(|e| e.is_no_such_key())
-                    || err
-                        .raw_response()
-                        .is_some_and(|r| r.status().as_u16() == 404);
-                return if missing {
+                return if is_s3_missing(&err) {
                     Ok(false)
                 } else {
                     Err(anyhow::anyhow!(
@@ -356,6 +429,14 @@ impl Backend {
             .map_err(|err| anyhow::anyhow!("{}", aws_sdk_s3::error::DisplayErrorContext(err)))?;
         Ok(())
     }
+}
+
+/// Whether S3 answered that there is no such object.
+fn is_s3_missing<E>(
+    err: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
+) -> bool {
+    err.raw_response()
+        .is_some_and(|r| r.status().as_u16() == 404)
 }
 
 /// The shared cache is the operator's own store: the same credentials read and write.
@@ -405,6 +486,34 @@ impl GcsBackend {
         }
         file.flush().await?;
         Ok(len > 0)
+    }
+
+    /// The object's size, as GCS states it when sending the first byte; a store that
+    /// does not state it (emulators) has the object counted as it is read through.
+    async fn size(&self, path: &str) -> anyhow::Result<Option<u64>> {
+        use google_cloud_storage::model_ext::ReadRange;
+        let client = self.client().await?;
+        let key = object_key(&self.prefix, path);
+        let answer = client
+            .read_object(&self.bucket, &key)
+            .set_read_range(ReadRange::head(1))
+            .send()
+            .await;
+        match answer {
+            Ok(response) if response.object().size > 0 => Ok(Some(response.object().size as u64)),
+            Ok(_) => {
+                let mut response = client.read_object(&self.bucket, &key).send().await?;
+                let mut size = 0;
+                while let Some(chunk) = response.next().await.transpose()? {
+                    size += chunk.len() as u64;
+                }
+                Ok(Some(size))
+            }
+            Err(err) if err.http_status_code() == Some(404) => Ok(None),
+            // The range of an empty object is not satisfiable.
+            Err(err) if err.http_status_code() == Some(416) => Ok(Some(0)),
+            Err(err) => Err(err.into()),
+        }
     }
 
     async fn store(&self, path: &str, data: ByteView<'static>) -> anyhow::Result<()> {

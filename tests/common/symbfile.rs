@@ -58,8 +58,13 @@ impl<'a> Part<'a> {
     /// The part's request with its headers and without its body, for a caller that
     /// sends the body its own way (slowly, say).
     pub fn request(&self, server: &Server) -> reqwest::RequestBuilder {
+        self.request_to(&server.url)
+    }
+
+    /// [`Part::request`] to the server at `url` (a balancer, say).
+    pub fn request_to(&self, url: &str) -> reqwest::RequestBuilder {
         let mut request = client()
-            .post(format!("{}{}", server.url, self.endpoint))
+            .post(format!("{url}{}", self.endpoint))
             .header("FileID", self.file_id)
             .header("FilePart", self.part.to_string())
             .header("FileParts", self.parts.to_string());
@@ -70,7 +75,11 @@ impl<'a> Part<'a> {
     }
 
     pub async fn send(self, server: &Server) -> (StatusCode, Value) {
-        let response = self.request(server).body(self.body).send().await.unwrap();
+        self.send_to(&server.url).await
+    }
+
+    pub async fn send_to(self, url: &str) -> (StatusCode, Value) {
+        let response = self.request_to(url).body(self.body).send().await.unwrap();
         let status = StatusCode::from_u16(response.status().as_u16()).unwrap();
         let body = response.json().await.unwrap();
         (status, body)

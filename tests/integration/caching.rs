@@ -517,6 +517,45 @@ async fn replicas_share_derived_caches_through_gcs() {
     assert_only_derived_caches(&names);
 }
 
+/// What a fleet keeps in the shared store beside the caches (symbfile parts and files):
+/// written now, sized, fetched and removed alike on every backend.
+#[tokio::test]
+async fn the_shared_store_puts_sizes_and_removes_on_every_backend() {
+    let s3 = S3Server::start().await;
+    std::fs::create_dir_all(s3.root.path().join("shared")).unwrap();
+    let gcs_data = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(gcs_data.path().join("shared")).unwrap();
+    let gcs = GcsServer::start(gcs_data.path()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let backends = [
+        format!("filesystem:\n  path: {}\n", dir.path().display()),
+        format!(
+            "s3:\n  bucket: shared\n  region: [us-east-1, \"{}\"]\n  access_key: {ACCESS_KEY}\n  secret_key: {SECRET_KEY}\n",
+            s3.url
+        ),
+        format!("gcs:\n  bucket: shared\n  endpoint: {}\n", gcs.url),
+    ];
+    let downloader =
+        omnisym::fetch::Downloader::new(omnisym::fetch::FetchConfig::default()).unwrap();
+    for yaml in backends {
+        let config: omnisym::cache::SharedCacheConfig = serde_yaml_ng::from_str(&yaml).unwrap();
+        let shared = omnisym::cache::SharedCache::new(&config, &downloader).unwrap();
+        let path = "symbfiles/v1/files/ab/x/ranges.symbfile";
+        assert_eq!(shared.size(path).await.unwrap(), None, "{yaml}");
+        let data = symbolic::common::ByteView::from_vec(b"twelve bytes".to_vec());
+        shared.put(path, data).await.unwrap();
+        assert_eq!(shared.size(path).await.unwrap(), Some(12), "{yaml}");
+        let mut dest = tempfile::NamedTempFile::new().unwrap();
+        assert!(shared.try_fetch(path, &mut dest).await.unwrap(), "{yaml}");
+        assert_eq!(std::fs::read(dest.path()).unwrap(), b"twelve bytes");
+        shared.remove(path).await.unwrap();
+        assert_eq!(shared.size(path).await.unwrap(), None, "{yaml}");
+        assert!(!shared.try_fetch(path, &mut dest).await.unwrap(), "{yaml}");
+        // Removing what is not there is no error.
+        shared.remove(path).await.unwrap();
+    }
+}
+
 /// Past 16 MiB the crate would upload in chunks, whose session URL fake-gcs-server builds
 /// from a Host header that lacks the port; files of any size must still go up and come back.
 #[tokio::test]

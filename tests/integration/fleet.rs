@@ -441,3 +441,68 @@ async fn a_rolling_restart_under_load_completes_every_request() {
     println!("rolling restart of 3 replicas under 4 clients: {done} requests completed, {total:?}");
     assert!(done >= 20, "{done}");
 }
+
+/// The shared cache of a fleet on loopback S3 (s3s), as `shared_cache` YAML.
+async fn shared_s3() -> (common::s3::S3Server, String) {
+    use common::s3::{ACCESS_KEY, SECRET_KEY};
+    let s3 = common::s3::S3Server::start().await;
+    std::fs::create_dir_all(s3.root.path().join("shared")).unwrap();
+    let yaml = format!(
+        "shared_cache:\n  s3:\n    bucket: shared\n    prefix: fleet\n    region: [us-east-1, \"{}\"]\n    access_key: {ACCESS_KEY}\n    secret_key: {SECRET_KEY}\n",
+        s3.url
+    );
+    (s3, yaml)
+}
+
+/// Parts of one upload sent to different replicas complete it, and every replica
+/// serves the symbols; a later upload of the other kind reaches them all too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_spread_over_the_replicas_completes_and_is_served_by_each() {
+    use common::symbfile::{Part, assert_probes, config, file_id, probe_request, split, symbfile};
+    let (s3, shared) = shared_s3().await;
+    let fleet = Fleet::start(3, &config(&shared)).await;
+    let replicas: Vec<&Server> = fleet.replicas.iter().flatten().collect();
+    let id = file_id();
+    let ranges = symbfile("ranges.symbfile");
+    let parts = split(&ranges, 3);
+    // Each part to another replica, the last through the balancer.
+    for (part, replica) in [(2u32, replicas[0]), (0, replicas[1])] {
+        Part::ranges(&id, part, 3, parts[part as usize])
+            .accepted(replica)
+            .await;
+    }
+    let (status, body) = Part::ranges(&id, 1, 3, parts[1])
+        .send_to(&fleet.balancer.url)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    for replica in &replicas {
+        let (_, answer) = replica.post("/symbolicate", &probe_request(&id)).await;
+        assert_eq!(answer["modules"][0]["debug_status"], "found", "{answer:#}");
+        assert_probes(&answer);
+    }
+    // The parts are gone from the store once joined; the symbfile stays.
+    let stored: Vec<String> = common::files_under(&s3.root.path().join("shared/fleet/symbfiles"))
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(stored, ["ranges.symbfile"], "{stored:?}");
+
+    // Another executable's symbols, uploaded to one replica after the others looked
+    // for them in vain, reach them within the recheck.
+    let other = "0123456789abcdef0123456789abcdef";
+    for replica in &replicas[..2] {
+        let (_, before) = replica.post("/symbolicate", &probe_request(other)).await;
+        assert_eq!(
+            before["modules"][0]["debug_status"], "missing",
+            "{before:#}"
+        );
+    }
+    Part::return_pads(other, 0, 1, &symbfile("returnpads.symbfile"))
+        .accepted(replicas[2])
+        .await;
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    for replica in &replicas[..2] {
+        let (_, after) = replica.post("/symbolicate", &probe_request(other)).await;
+        assert_eq!(after["modules"][0]["debug_status"], "found", "{after:#}");
+    }
+}

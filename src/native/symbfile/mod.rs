@@ -4,7 +4,9 @@
 //! arrives in parts that are kept on disk until all are there, then joined and read in
 //! full (`read`). Its SymCache, built from every symbfile of its executable
 //! (`convert`), is a derived cache kind (`symcache`) keyed by the symbfiles stored, so
-//! only the symbfiles need to survive. The HTTP front is `server::compat::symbfile`;
+//! only the symbfiles need to survive. With a shared cache, parts and finished
+//! symbfiles also go to its store (`shared`), so that a fleet completes an upload whose
+//! parts land on different replicas and every replica serves it. The HTTP front is `server::compat::symbfile`;
 //! the config section is `config::SymbfileConfig` (the config, part of the core,
 //! imports no pipeline).
 
@@ -12,6 +14,7 @@ mod convert;
 mod file_id;
 mod layout;
 mod read;
+mod shared;
 mod store;
 mod symcache;
 

@@ -40,6 +40,7 @@ use super::layout::{
     FILES_DIR, PENDING_DIR, SymbfileKind, TMP_DIR, file_dir, part_name, pending_dir, symbfile_path,
 };
 use super::read::{FormatError, MAGIC, Records, read_isolated};
+use super::shared::SharedSymbfiles;
 use super::symcache::{ReadSymbfiles, StoredSymbfile, SymbfileSymCaches};
 use crate::cache::Caches;
 use crate::cache::cleanup::TEMP_GRACE;
@@ -89,6 +90,12 @@ pub enum UploadError {
     /// when it was too large, else 400).
     #[error("{text}")]
     Refused { too_large: bool, text: String },
+    /// The shared store (a fleet's) could not be reached; the detail was logged. The
+    /// parts received are kept (503).
+    #[error(
+        "the shared store cannot be reached; the parts received so far are kept: send this part again later"
+    )]
+    SharedUnavailable,
     /// Our side failed; the detail was logged. The parts received are kept.
     #[error("internal error")]
     Internal,
@@ -98,6 +105,11 @@ impl UploadError {
     fn internal(err: impl std::fmt::Display) -> Self {
         tracing::error!(error = %err, "symbfile store failed");
         UploadError::Internal
+    }
+
+    fn shared(err: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %err, "symbfile store: the shared store failed");
+        UploadError::SharedUnavailable
     }
 
     /// A full disk is the client's to retry; anything else is ours.
@@ -196,6 +208,8 @@ pub struct SymbfileStore {
     pending_upload_timeout: Duration,
     symcaches: SymbfileSymCaches,
     locks: Arc<[tokio::sync::Mutex<()>]>,
+    /// A fleet's shared store, for a server with a shared cache.
+    shared: Option<Arc<SharedSymbfiles>>,
 }
 
 impl SymbfileStore {
@@ -259,6 +273,10 @@ impl SymbfileStore {
             locks: (0..LOCK_STRIPES)
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
+            shared: caches
+                .shared()
+                .filter(|_| receives)
+                .map(|store| Arc::new(SharedSymbfiles::new(store))),
         }
     }
 
@@ -342,6 +360,7 @@ impl SymbfileStore {
             disk: self.disk.clone(),
             symcaches: self.symcaches.clone(),
             locks: self.locks.clone(),
+            shared: self.shared.clone(),
         };
         tokio::spawn(completion.run(id, kind, parts, completing))
             .await
@@ -375,11 +394,55 @@ impl SymbfileStore {
 
     /// The lookup table of the symbols uploaded for `id`; `None` when there are none.
     pub async fn symcache(&self, id: FileId) -> CacheResult<Option<OwnedSymCache>> {
+        if let Some(shared) = &self.shared
+            && shared.due(id)
+            && let Err(err) = self.take_from_shared(shared, id).await
+        {
+            // What is stored here is still served.
+            tracing::warn!(file_id = %id, error = %err, "cannot read uploaded symbols from the shared store");
+        }
         let stored = self.disk.stored(id).map_err(CacheError::internal)?;
         if stored.is_empty() {
             return Ok(None);
         }
         self.symcaches.get(id, stored).await.map(Some)
+    }
+}
+
+impl SymbfileStore {
+    /// Stores here the symbfiles of `id` that another replica of the fleet received,
+    /// or received anew, since this one last stored them.
+    async fn take_from_shared(&self, shared: &SharedSymbfiles, id: FileId) -> anyhow::Result<()> {
+        let _guard = self.locks[(id.0 % LOCK_STRIPES as u128) as usize]
+            .lock()
+            .await;
+        for kind in SymbfileKind::ALL {
+            let Some(size) = shared.size(id, kind).await? else {
+                continue;
+            };
+            let local = self.disk.dir.join(symbfile_path(id, kind));
+            // Another upload of the same FileID is another size, all but always.
+            if fs::metadata(&local).is_ok_and(|m| m.len() == size) {
+                continue;
+            }
+            let mut temp = tempfile::Builder::new()
+                .prefix(".shared")
+                .tempfile_in(self.disk.dir.join(TMP_DIR))?;
+            if !shared.fetch(id, kind, &mut temp).await? {
+                continue;
+            }
+            let disk = self.disk.clone();
+            tokio::task::spawn_blocking(move || {
+                // Stamped now, as a join stamps it: the SymCache's key changes with it.
+                temp.as_file().set_modified(SystemTime::now())?;
+                temp.as_file().sync_all()?;
+                let is_new = !disk.dir.join(file_dir(id)).exists();
+                disk.publish(id, kind, temp, is_new)
+                    .map_err(|err| anyhow::anyhow!("{err}"))
+            })
+            .await??;
+        }
+        Ok(())
     }
 }
 
@@ -448,10 +511,24 @@ impl PartWriter<'_> {
         }
         let store = self.store;
         let (disk, temp, part) = (store.disk.clone(), self.temp, self.part);
+        let stored = pending.join(part_name(part));
         tokio::task::spawn_blocking(move || disk.store_part(&pending, part, temp))
             .await
             .map_err(UploadError::internal)??;
         self.reservation.stored();
+        // In a fleet, acknowledged means in the shared store: this replica may be gone
+        // by the time the last part arrives elsewhere.
+        if let Some(shared) = &store.shared {
+            match shared
+                .put_part(self.id, self.kind, self.parts, part, &stored)
+                .await
+            {
+                Ok(()) => {}
+                // Joined meanwhile by a completion here, which took it along.
+                Err(err) if is_not_found(&err) => {}
+                Err(err) => return Err(UploadError::shared(err)),
+            }
+        }
         let completing = (self.part, digest);
         store
             .complete(self.id, self.kind, self.parts, completing)
@@ -759,11 +836,17 @@ impl Disk {
     }
 }
 
+fn is_not_found(err: &anyhow::Error) -> bool {
+    err.downcast_ref::<io::Error>()
+        .is_some_and(|e| e.kind() == io::ErrorKind::NotFound)
+}
+
 /// What completing an upload needs, apart from the request that completes it.
 struct Completion {
     disk: Disk,
     symcaches: SymbfileSymCaches,
     locks: Arc<[tokio::sync::Mutex<()>]>,
+    shared: Option<Arc<SharedSymbfiles>>,
 }
 
 impl Completion {
@@ -777,6 +860,11 @@ impl Completion {
         let _guard = self.locks[(id.0 % LOCK_STRIPES as u128) as usize]
             .lock()
             .await;
+        if let Some(shared) = &self.shared {
+            self.gather(shared, id, kind, parts)
+                .await
+                .map_err(UploadError::shared)?;
+        }
         let disk = self.disk.clone();
         let joined = tokio::task::spawn_blocking(move || disk.join(id, kind, parts))
             .await
@@ -785,7 +873,7 @@ impl Completion {
             Ok(Joining::Partial { received, parts }) => {
                 return Ok(UploadProgress::Partial { received, parts });
             }
-            Ok(Joining::Joined(joined)) => self.publish(id, kind, joined).await,
+            Ok(Joining::Joined(joined)) => self.publish(id, kind, parts, joined).await,
             Err(err) => Err(err),
         };
         let disk = self.disk.clone();
@@ -795,6 +883,42 @@ impl Completion {
             .map_err(UploadError::internal)?
     }
 
+    /// Brings here the parts that other replicas received, once the shared store holds
+    /// every part this replica lacks; until then the join finds the upload partial.
+    async fn gather(
+        &self,
+        shared: &SharedSymbfiles,
+        id: FileId,
+        kind: SymbfileKind,
+        parts: u32,
+    ) -> anyhow::Result<()> {
+        let pending = self.disk.dir.join(pending_dir(id, kind, parts));
+        let missing: Vec<u32> = (0..parts)
+            .filter(|&part| !pending.join(part_name(part)).exists())
+            .collect();
+        if missing.is_empty() || !shared.has_parts(id, kind, parts, &missing).await? {
+            return Ok(());
+        }
+        for part in missing {
+            let mut temp = tempfile::Builder::new()
+                .prefix(".part")
+                .tempfile_in(self.disk.dir.join(TMP_DIR))?;
+            if !shared.fetch_part(id, kind, parts, part, &mut temp).await? {
+                // Joined on another replica meanwhile, which removed its parts.
+                return Ok(());
+            }
+            let bytes = temp.as_file().metadata()?.len();
+            let (disk, pending) = (self.disk.clone(), pending.clone());
+            tokio::task::spawn_blocking(move || {
+                disk.pending.bytes.fetch_add(bytes, Ordering::Relaxed);
+                disk.store_part(&pending, part, temp)
+                    .map_err(|err| anyhow::anyhow!("{err}"))
+            })
+            .await??;
+        }
+        Ok(())
+    }
+
     /// Builds the SymCache of the FileID's symbfiles with the joined one among them,
     /// which refuses a symbfile the converter cannot take (its panic contained by the
     /// cache), and then publishes the symbfile: the next lookup finds that SymCache.
@@ -802,6 +926,7 @@ impl Completion {
         &self,
         id: FileId,
         kind: SymbfileKind,
+        parts: u32,
         joined: Joined,
     ) -> Result<(), UploadError> {
         let Joined {
@@ -823,7 +948,17 @@ impl Completion {
         let disk = self.disk.clone();
         tokio::task::spawn_blocking(move || disk.publish(id, kind, file, is_new))
             .await
-            .map_err(UploadError::internal)?
+            .map_err(UploadError::internal)??;
+        // The fleet's copy: until it is stored the upload is not complete, and the
+        // parts stay for the client's retry to complete it again.
+        if let Some(shared) = &self.shared {
+            let published = self.disk.dir.join(symbfile_path(id, kind));
+            shared
+                .publish(id, kind, parts, &published)
+                .await
+                .map_err(UploadError::shared)?;
+        }
+        Ok(())
     }
 }
 

@@ -107,6 +107,9 @@ impl From<UploadError> for Refusal {
             UploadError::Refused { .. } => {
                 Refusal::new(StatusCode::BAD_REQUEST, code::INVALID_SYMBFILE, text)
             }
+            UploadError::SharedUnavailable => {
+                Refusal::new(StatusCode::SERVICE_UNAVAILABLE, code::OVERLOADED, text)
+            }
             UploadError::Internal => Refusal::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 code::INTERNAL,

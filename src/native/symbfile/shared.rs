@@ -1,0 +1,152 @@
+//! Uploads across a fleet: with a shared cache configured, every part a replica
+//! receives is also put in the shared store before it is acknowledged, the replica that
+//! finds all parts there joins them, and the finished symbfiles are put there too, where
+//! every replica finds them:
+//!
+//! ```text
+//! symbfiles/v1/pending/<kind>-<fileid>-<parts>/part-<n>
+//! symbfiles/v1/files/<ab>/<fileid>/<kind>.symbfile
+//! ```
+//!
+//! The local store stays what lookups read and joins are made from; this is how it
+//! learns of parts and files another replica received. Paths come from `layout`, so
+//! no request data reaches them as text.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use symbolic::common::ByteView;
+use tempfile::NamedTempFile;
+
+use super::file_id::FileId;
+use super::layout::{SymbfileKind, part_name, pending_dir, symbfile_path};
+use crate::cache::SharedCache;
+
+/// Under the shared cache's prefix, beside the cache kinds' directories.
+const PREFIX: &str = "symbfiles/v1";
+/// How long a lookup trusts what it last learned of a FileID in the store: an upload
+/// finished on another replica is served here within this time.
+const RECHECK: Duration = Duration::from_secs(10);
+/// FileIDs whose last check is remembered; beyond, the oldest are asked again.
+const MAX_CHECKED: u64 = 100_000;
+
+pub(super) struct SharedSymbfiles {
+    store: Arc<SharedCache>,
+    /// FileIDs asked about within [`RECHECK`].
+    checked: moka::sync::Cache<FileId, ()>,
+}
+
+/// A local path from `layout` as a key in the store.
+fn key(rel: &Path) -> String {
+    format!("{PREFIX}/{}", rel.to_string_lossy())
+}
+
+fn part_key(id: FileId, kind: SymbfileKind, parts: u32, part: u32) -> String {
+    key(&pending_dir(id, kind, parts).join(part_name(part)))
+}
+
+impl SharedSymbfiles {
+    pub(super) fn new(store: Arc<SharedCache>) -> Self {
+        SharedSymbfiles {
+            store,
+            checked: moka::sync::Cache::builder()
+                .max_capacity(MAX_CHECKED)
+                .time_to_live(RECHECK)
+                .build(),
+        }
+    }
+
+    /// Puts a received part in the store; the part is acknowledged only once it is.
+    pub(super) async fn put_part(
+        &self,
+        id: FileId,
+        kind: SymbfileKind,
+        parts: u32,
+        part: u32,
+        file: &Path,
+    ) -> anyhow::Result<()> {
+        let data = ByteView::open(file)?;
+        self.store.put(&part_key(id, kind, parts, part), data).await
+    }
+
+    /// Whether the store holds every part in `wanted`.
+    pub(super) async fn has_parts(
+        &self,
+        id: FileId,
+        kind: SymbfileKind,
+        parts: u32,
+        wanted: &[u32],
+    ) -> anyhow::Result<bool> {
+        for &part in wanted {
+            if self
+                .store
+                .size(&part_key(id, kind, parts, part))
+                .await?
+                .is_none()
+            {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Copies a part another replica received into `dest`; `false` when it is gone
+    /// (another replica joined the upload meanwhile).
+    pub(super) async fn fetch_part(
+        &self,
+        id: FileId,
+        kind: SymbfileKind,
+        parts: u32,
+        part: u32,
+        dest: &mut NamedTempFile,
+    ) -> anyhow::Result<bool> {
+        self.store
+            .try_fetch(&part_key(id, kind, parts, part), dest)
+            .await
+    }
+
+    /// Puts a finished symbfile in the store for every replica, then removes the
+    /// upload's parts (a failure there is logged: the parts are not needed any more).
+    pub(super) async fn publish(
+        &self,
+        id: FileId,
+        kind: SymbfileKind,
+        parts: u32,
+        file: &Path,
+    ) -> anyhow::Result<()> {
+        let data = ByteView::open(file)?;
+        self.store.put(&key(&symbfile_path(id, kind)), data).await?;
+        for part in 0..parts {
+            if let Err(err) = self.store.remove(&part_key(id, kind, parts, part)).await {
+                tracing::warn!(file_id = %id, part, error = %err, "cannot remove a shared symbfile part");
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a lookup of `id` should ask the store (again): not within [`RECHECK`]
+    /// of the last time.
+    pub(super) fn due(&self, id: FileId) -> bool {
+        let mut due = false;
+        self.checked.get_with(id, || due = true);
+        due
+    }
+
+    /// The size of the `kind` symbfile of `id` in the store, if it holds one.
+    pub(super) async fn size(&self, id: FileId, kind: SymbfileKind) -> anyhow::Result<Option<u64>> {
+        self.store.size(&key(&symbfile_path(id, kind))).await
+    }
+
+    /// Copies the `kind` symbfile of `id` into `dest`; `false` when there is none.
+    pub(super) async fn fetch(
+        &self,
+        id: FileId,
+        kind: SymbfileKind,
+        dest: &mut NamedTempFile,
+    ) -> anyhow::Result<bool> {
+        self.store
+            .try_fetch(&key(&symbfile_path(id, kind)), dest)
+            .await
+    }
+}
