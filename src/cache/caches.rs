@@ -71,12 +71,13 @@ impl Caches {
     }
 
     /// The cache of `kind`, one of the table in [`kinds`](super::kinds): its family picks
-    /// the lifetime rules and whether the shared cache holds it too.
+    /// the lifetime rules, [`CacheKind::is_shared`] whether the shared cache holds it too.
     pub fn cacher<R: CacheItemRequest>(&self, kind: CacheKind) -> Cacher<R> {
-        let (config, shared) = match kind.family {
-            Family::Downloaded => (&self.downloaded, None),
-            Family::Derived => (&self.derived, self.shared.clone()),
+        let config = match kind.family {
+            Family::Downloaded => &self.downloaded,
+            Family::Derived => &self.derived,
         };
+        let shared = self.shared.clone().filter(|_| kind.is_shared());
         Cacher::new(
             kind,
             &self.cache_dir,

@@ -16,8 +16,8 @@ use serde::Serialize;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Family {
-    /// Fetched from sources. They stay local: they are large, and any replica can fetch
-    /// them from the source as cheaply as from a shared store.
+    /// Fetched from sources; local but for original debug files (see
+    /// [`CacheKind::is_shared`]).
     Downloaded,
     /// Computed from downloaded files; shared between replicas when a shared cache is
     /// configured.
@@ -39,6 +39,14 @@ pub struct CacheKind {
 }
 
 impl CacheKind {
+    /// Whether replicas share files of this kind through the shared cache: derived
+    /// ones, and the original debug files, as upstream shares them, so that a fleet
+    /// downloads each from its source once. Other downloads (source files, indexes,
+    /// JavaScript files) are small or per request, and stay local.
+    pub fn is_shared(&self) -> bool {
+        self.family == Family::Derived || *self == OBJECTS
+    }
+
     /// Whether files of `version` may be served.
     pub fn is_live(&self, version: u32) -> bool {
         version == self.version || self.compatible.contains(&version)

@@ -423,7 +423,8 @@ impl Backend {
             .put_object()
             .bucket(&config.bucket)
             .key(object_key(&config.prefix, path))
-            .body(ByteStream::from(data.to_vec()))
+            // The mapped file itself, not a copy: original debug files run to gigabytes.
+            .body(ByteStream::from(bytes::Bytes::from_owner(data)))
             .send()
             .await
             .map_err(|err| anyhow::anyhow!("{}", aws_sdk_s3::error::DisplayErrorContext(err)))?;

@@ -483,7 +483,9 @@ async fn replicas_share_derived_caches_through_s3() {
         s3.url
     );
     replicas_share_derived_caches(&shared).await;
-    assert_only_derived_caches(&relative_files(&s3.root.path().join("shared/omnisym")));
+    assert_only_derived_caches_and_originals(&relative_files(
+        &s3.root.path().join("shared/omnisym"),
+    ));
 }
 
 #[tokio::test]
@@ -514,7 +516,7 @@ async fn replicas_share_derived_caches_through_gcs() {
             name.strip_prefix("omnisym/").unwrap().to_owned()
         })
         .collect();
-    assert_only_derived_caches(&names);
+    assert_only_derived_caches_and_originals(&names);
 }
 
 /// What a fleet keeps in the shared store beside the caches (symbfile parts and files):
@@ -606,7 +608,7 @@ async fn replicas_share_derived_caches_through_a_directory() {
         dir.path().display()
     );
     replicas_share_derived_caches(&shared).await;
-    assert_only_derived_caches(&relative_files(dir.path()));
+    assert_only_derived_caches_and_originals(&relative_files(dir.path()));
 }
 
 fn relative_files(dir: &Path) -> Vec<String> {
@@ -617,7 +619,8 @@ fn relative_files(dir: &Path) -> Vec<String> {
 }
 
 /// The store holds the SymCache and the metadata, never an original.
-fn assert_only_derived_caches(stored: &[String]) {
+/// What a fleet shares: derived caches and the original debug files, no other download.
+fn assert_only_derived_caches_and_originals(stored: &[String]) {
     assert!(
         stored.iter().any(|p| p.starts_with("symcaches/1/global/")),
         "{stored:?}"
@@ -629,9 +632,15 @@ fn assert_only_derived_caches(stored: &[String]) {
         "{stored:?}"
     );
     assert!(
-        !stored.iter().any(|p| p.starts_with("objects/")),
+        stored.iter().any(|p| p.starts_with("objects/1/global/")),
         "{stored:?}"
     );
+    for kind in omnisym::cache::kinds::ALL {
+        let shared = stored
+            .iter()
+            .any(|p| p.starts_with(&format!("{}/", kind.name)));
+        assert!(!shared || kind.is_shared(), "{}: {stored:?}", kind.name);
+    }
 }
 
 async fn replicas_share_derived_caches(config: &str) {
@@ -642,18 +651,19 @@ async fn replicas_share_derived_caches(config: &str) {
     let (_, r) = first.post("/symbolicate", &body).await;
     assert_elf_symbolicated(&r);
     assert_eq!(hits_of(&symsrv, &elf_debug_path()), 1);
-    // Uploads run in the background: wait for the SymCache and the metadata.
+    // Uploads run in the background: wait for the SymCache, the metadata and the
+    // debug file itself.
     let uploads =
         |m: &Exposition, outcome| m.value("shared_cache_uploads_total", &[("outcome", outcome)]);
     let mut m = first.scrape().await;
     for _ in 0..100 {
-        if uploads(&m, "ok") >= 2.0 {
+        if uploads(&m, "ok") >= 3.0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
         m = first.scrape().await;
     }
-    assert_eq!(uploads(&m, "ok"), 2.0, "{m:?}");
+    assert_eq!(uploads(&m, "ok"), 3.0, "{m:?}");
     assert_eq!(uploads(&m, "dropped"), 0.0, "{m:?}");
 
     let second = Server::start(config);

@@ -506,3 +506,58 @@ async fn an_upload_spread_over_the_replicas_completes_and_is_served_by_each() {
         assert_eq!(after["modules"][0]["debug_status"], "found", "{after:#}");
     }
 }
+
+/// A debug file asked for through every replica is fetched from its source once: the
+/// first replica puts the original in the shared store, and the others take it from
+/// there, here for what only the original holds (sources embedded in its DWARF).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debug_file_asked_for_on_every_replica_is_downloaded_once() {
+    use symbolic::debuginfo::Object;
+    let path = common::fixtures().join("native-embedded/crash.debug");
+    let data = std::fs::read(&path).unwrap();
+    let object = Object::parse(&data).unwrap();
+    let code_id = object.code_id().unwrap().to_string();
+    let session = object.debug_session().unwrap();
+    let function = session
+        .functions()
+        .map(Result::unwrap)
+        .find(|f| f.name.as_str() == "dispatch")
+        .unwrap();
+    let addr = function.lines.first().unwrap().address;
+    let symbols = SymbolServer::start().await;
+    let rel = format!("{}/{}.debug", &code_id[..2], &code_id[2..]);
+    symbols.put(&rel, &path);
+    let base = 0x5555_0000_0000u64;
+    let request = json!({
+        "sources": [{"type": "http", "id": "symbols", "url": symbols.url, "layout": {"type": "native"}}],
+        "modules": [{
+            "type": "elf", "code_id": code_id, "debug_id": object.debug_id().to_string(),
+            "image_addr": format!("{base:#x}"), "image_size": 0x10000,
+        }],
+        "stacktraces": [{"frames": [{
+            "instruction_addr": format!("{:#x}", base + addr),
+            "adjust_instruction_addr": false,
+        }]}],
+    });
+
+    let (s3, shared) = shared_s3().await;
+    let fleet = Fleet::start(3, &shared).await;
+    let objects = s3.root.path().join("shared/fleet/objects");
+    for replica in fleet.replicas.iter().flatten() {
+        let (status, body) = replica.post("/symbolicate", &request).await;
+        assert_eq!(status, 200, "{body}");
+        let frame = &body["stacktraces"][0]["frames"][0];
+        assert_eq!(frame["function"], "dispatch", "{body}");
+        assert!(frame["context_line"].is_string(), "{frame}");
+        // The upload is in the background: the next replica asks once it is there.
+        for _ in 0..100 {
+            if !common::files_under(&objects).is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let downloads = symbols.hits().iter().filter(|h| h.ends_with(&rel)).count();
+    println!("the debug file through 3 replicas: {downloads} download(s) from its source");
+    assert_eq!(downloads, 1);
+}
