@@ -501,6 +501,38 @@ fn rand_suffix() -> String {
 
 /// One client for all requests: building one (TLS roots included) is slow enough to
 /// serialise a burst of concurrent requests.
+/// The fixture with sources embedded in its DWARF (fixtures/native-embedded), and the
+/// first line record of its `dispatch`: the file, its code id, debug id, and that
+/// line's address and number.
+pub struct EmbeddedProbe {
+    pub path: PathBuf,
+    pub code_id: String,
+    pub debug_id: String,
+    pub addr: u64,
+    pub line: u64,
+}
+
+pub fn embedded_probe() -> EmbeddedProbe {
+    use symbolic::debuginfo::Object;
+    let path = fixtures().join("native-embedded/crash.debug");
+    let data = std::fs::read(&path).unwrap();
+    let object = Object::parse(&data).unwrap();
+    let session = object.debug_session().unwrap();
+    let function = session
+        .functions()
+        .map(Result::unwrap)
+        .find(|f| f.name.as_str() == "dispatch")
+        .expect("the fixture has dispatch()");
+    let line = function.lines.first().unwrap();
+    EmbeddedProbe {
+        code_id: object.code_id().unwrap().to_string(),
+        debug_id: object.debug_id().to_string(),
+        addr: line.address,
+        line: line.line,
+        path,
+    }
+}
+
 /// A free loopback port: bound, read and let go, for a server to bind next.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -512,18 +512,13 @@ async fn an_upload_spread_over_the_replicas_completes_and_is_served_by_each() {
 /// there, here for what only the original holds (sources embedded in its DWARF).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_debug_file_asked_for_on_every_replica_is_downloaded_once() {
-    use symbolic::debuginfo::Object;
-    let path = common::fixtures().join("native-embedded/crash.debug");
-    let data = std::fs::read(&path).unwrap();
-    let object = Object::parse(&data).unwrap();
-    let code_id = object.code_id().unwrap().to_string();
-    let session = object.debug_session().unwrap();
-    let function = session
-        .functions()
-        .map(Result::unwrap)
-        .find(|f| f.name.as_str() == "dispatch")
-        .unwrap();
-    let addr = function.lines.first().unwrap().address;
+    let common::EmbeddedProbe {
+        path,
+        code_id,
+        debug_id,
+        addr,
+        ..
+    } = common::embedded_probe();
     let symbols = SymbolServer::start().await;
     let rel = format!("{}/{}.debug", &code_id[..2], &code_id[2..]);
     symbols.put(&rel, &path);
@@ -531,7 +526,7 @@ async fn a_debug_file_asked_for_on_every_replica_is_downloaded_once() {
     let request = json!({
         "sources": [{"type": "http", "id": "symbols", "url": symbols.url, "layout": {"type": "native"}}],
         "modules": [{
-            "type": "elf", "code_id": code_id, "debug_id": object.debug_id().to_string(),
+            "type": "elf", "code_id": code_id, "debug_id": debug_id,
             "image_addr": format!("{base:#x}"), "image_size": 0x10000,
         }],
         "stacktraces": [{"frames": [{

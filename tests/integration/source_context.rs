@@ -195,21 +195,13 @@ async fn links_to_reserved_addresses_are_refused_unless_allowed() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn dwarf_embedded_sources_give_context() {
-    use symbolic::debuginfo::Object;
-
-    let path = fixtures().join("native-embedded/crash.debug");
-    let data = std::fs::read(&path).unwrap();
-    let object = Object::parse(&data).unwrap();
-    let code_id = object.code_id().unwrap().to_string();
-    // The first line record of `dispatch`, straight from the DWARF.
-    let session = object.debug_session().unwrap();
-    let function = session
-        .functions()
-        .map(Result::unwrap)
-        .find(|f| f.name.as_str() == "dispatch")
-        .expect("the fixture has dispatch()");
-    let line = function.lines.first().unwrap();
-    let (addr, lineno) = (line.address, line.line);
+    let common::EmbeddedProbe {
+        path,
+        code_id,
+        debug_id,
+        addr,
+        line: lineno,
+    } = common::embedded_probe();
     let crash_c = std::fs::read_to_string(fixtures().join("native/crash.c")).unwrap();
 
     let symbols = SymbolServer::start().await;
@@ -221,7 +213,7 @@ async fn dwarf_embedded_sources_give_context() {
         "modules": [{
             "type": "elf",
             "code_id": code_id,
-            "debug_id": object.debug_id().to_string(),
+            "debug_id": debug_id,
             "image_addr": format!("{base:#x}"),
             "image_size": 0x10000,
         }],
