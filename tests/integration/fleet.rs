@@ -556,3 +556,58 @@ async fn a_debug_file_asked_for_on_every_replica_is_downloaded_once() {
     println!("the debug file through 3 replicas: {downloads} download(s) from its source");
     assert_eq!(downloads, 1);
 }
+
+/// A minidump processed on one replica and then on another: the second downloads
+/// nothing from the sources, its unwind and debug caches (and any original it reads)
+/// come from the shared store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minidump_on_a_second_replica_downloads_nothing() {
+    let v = common::minidump_variant("nofp");
+    let code_id = v["code_id"].as_str().unwrap();
+    let gdb = format!("{}/{}", &code_id[..2], &code_id[2..]);
+    let symbols = SymbolServer::start().await;
+    for (rel, kind) in [
+        (gdb.clone(), "executable"),
+        (format!("{gdb}.debug"), "debug"),
+        (format!("{gdb}.src.zip"), "source_bundle"),
+    ] {
+        symbols.put(&rel, &common::minidump_file(&v, kind));
+    }
+    let sources = json!([{"type": "http", "id": "symbols", "url": symbols.url, "layout": {"type": "native"}}]);
+    let dump = std::fs::read(common::minidump_file(&v, "minidump")).unwrap();
+    let (s3, shared) = shared_s3().await;
+    let fleet = Fleet::start(3, &shared).await;
+    let found = || -> usize {
+        symbols
+            .hits()
+            .iter()
+            .filter(|h| h.contains(&gdb[3..]))
+            .count()
+    };
+    let mut answers = Vec::new();
+    let mut downloads = Vec::new();
+    for replica in fleet.replicas.iter().flatten().take(2) {
+        let (content_type, body) = common::minidump_form(&dump, &sources, &json!({}));
+        let (status, answer) = replica.post_typed("/minidump", &content_type, body).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["status"], "completed", "{answer:#}");
+        answers.push(answer);
+        downloads.push(found());
+        // This replica's uploads settle before the next asks.
+        let store = s3.root.path().join("shared/fleet");
+        let mut last = usize::MAX;
+        for _ in 0..40 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = common::files_under(&store).len();
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+    }
+    println!("a minidump on 2 replicas: downloads of its files after each: {downloads:?}");
+    assert!(downloads[0] >= 1);
+    assert_eq!(downloads[1], downloads[0], "the second replica downloaded");
+    let crashing = |a: &Value| common::crashing_thread(a)["frames"].clone();
+    assert_eq!(crashing(&answers[0]), crashing(&answers[1]));
+}
