@@ -356,7 +356,8 @@ fn slow_elf_request(symsrv: &SymbolServer, delay_ms: u64) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_round_robin_concurrent_create_and_poll_never_meet_a_404() {
     let symsrv = SymbolServer::with_elf_debug().await;
-    let fleet = Fleet::start(3, "").await;
+    let (_s3, shared) = shared_s3().await;
+    let fleet = Fleet::start(3, &shared).await;
     let mut flows = Vec::new();
     for n in 0..10 {
         let url = fleet.balancer.url.clone();
@@ -393,7 +394,9 @@ async fn behind_round_robin_concurrent_create_and_poll_never_meet_a_404() {
 async fn a_rolling_restart_under_load_completes_every_request() {
     let symsrv = SymbolServer::with_elf_debug().await;
     // HAProxy takes a replica out after two failed checks a second apart.
-    let mut fleet = Fleet::start(3, "drain_delay: 3s\nshutdown_timeout: 10s\n").await;
+    let (_s3, shared) = shared_s3().await;
+    let config = format!("drain_delay: 3s\nshutdown_timeout: 10s\n{shared}");
+    let mut fleet = Fleet::start(3, &config).await;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut clients = Vec::new();
     for c in 0..4 {
