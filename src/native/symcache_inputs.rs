@@ -1,0 +1,238 @@
+//! The secondary inputs of a SymCache, looked for beside its debug file on the same
+//! sources, where and as upstream looks for them: a Unity il2cpp line mapping
+//! (`LineNumberMapping.json`, for any module with a debug id), which moves the lines of
+//! generated C++ to the C# they came from, and for a Mach-O module the BCSymbolMap of a
+//! bitcode build, reached through the dSYM's UUID map, which restores the names the build
+//! hid as `__hidden#N_`. Both become transformers of symbolic's `SymCacheConverter`.
+//!
+//! A mapping that does not parse is a malformed entry of its own download cache and is
+//! passed over, so the SymCache is built as if it were missing; the module never pays
+//! for it.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use futures::future::{self, BoxFuture};
+use symbolic::common::{ByteView, DebugId};
+use symbolic::debuginfo::macho::{BcSymbolMap, UuidMapping};
+use symbolic::il2cpp::LineMapping;
+use symbolic::symcache::SymCacheConverter;
+
+use crate::cache::{CacheKey, CacheKind, Caches, Scope, kinds};
+use crate::error::{CacheError, CacheResult};
+use crate::lookup::{
+    Downloads, FileFormat, Locator, Lookup, SecondaryFile, SecondaryInputs, first_found,
+};
+use crate::sources::{FileType, ObjectId, ObjectType, SourceConfig};
+
+/// What was found beside a module's debug file.
+#[derive(Default)]
+pub struct SymCacheInputs {
+    bcsymbolmap: Option<SecondaryFile<ByteView<'static>>>,
+    il2cpp: Option<SecondaryFile<ByteView<'static>>>,
+}
+
+impl SymCacheInputs {
+    pub fn finder(caches: &Caches, lookup: &Lookup) -> InputFinder {
+        let downloader = lookup.locator.downloader().clone();
+        InputFinder {
+            locator: lookup.locator.clone(),
+            il2cpp: Downloads::new(caches, downloader.clone()),
+            auxdifs: Downloads::new(caches, downloader),
+        }
+    }
+
+    /// Adds what was found to `converter`, as transformers of every function and line.
+    /// Both files were checked when they were downloaded; one that no longer parses is
+    /// the SymCache's failure, as upstream's.
+    pub fn apply<'a>(&'a self, converter: &mut SymCacheConverter<'a>) -> CacheResult<()> {
+        if let Some(map) = &self.bcsymbolmap {
+            let map = BcSymbolMap::parse(&map.item)
+                .map_err(|e| CacheError::Malformed(format!("BCSymbolMap: {e}")))?;
+            converter.add_transformer(map);
+        }
+        if let Some(mapping) = &self.il2cpp {
+            let mapping = LineMapping::parse(&mapping.item)
+                .ok_or_else(|| CacheError::Malformed("il2cpp line mapping".into()))?;
+            converter.add_transformer(mapping);
+        }
+        Ok(())
+    }
+}
+
+impl SecondaryInputs for SymCacheInputs {
+    type Finder = InputFinder;
+
+    fn find<'a>(
+        finder: &'a InputFinder,
+        sources: &'a [SourceConfig],
+        id: &'a ObjectId,
+        scope: &'a Scope,
+    ) -> BoxFuture<'a, Self> {
+        Box::pin(async move {
+            let Some(debug_id) = id.debug_id else {
+                return Self::default();
+            };
+            let bcsymbolmap = async {
+                match id.object_type {
+                    ObjectType::Macho => finder.bcsymbolmap(sources, debug_id, scope).await,
+                    _ => None,
+                }
+            };
+            let il2cpp = first_found(
+                &finder.locator,
+                &finder.il2cpp,
+                (sources, id, scope),
+                FileType::Il2cpp,
+                "il2cpp",
+                (),
+            );
+            let (bcsymbolmap, il2cpp) = future::join(bcsymbolmap, il2cpp).await;
+            SymCacheInputs {
+                bcsymbolmap,
+                il2cpp,
+            }
+        })
+    }
+
+    /// In upstream's order: the BCSymbolMap, then the line mapping. The UUID map is not
+    /// a part: the BCSymbolMap's location already names the UUID it led to.
+    fn keys(&self) -> Vec<CacheKey> {
+        [&self.bcsymbolmap, &self.il2cpp]
+            .into_iter()
+            .flatten()
+            .map(|found| found.key.clone())
+            .collect()
+    }
+
+    fn size(&self) -> u64 {
+        [&self.bcsymbolmap, &self.il2cpp]
+            .into_iter()
+            .flatten()
+            .map(|found| found.item.len() as u64)
+            .sum()
+    }
+}
+
+/// The download caches the secondary inputs come from, shared by all requests.
+pub struct InputFinder {
+    locator: Arc<Locator>,
+    il2cpp: Downloads<Il2cppFile>,
+    auxdifs: Downloads<AuxDifFile>,
+}
+
+impl InputFinder {
+    /// The BCSymbolMap of the bitcode build the dSYM `debug_id` came from: the dSYM's UUID
+    /// map names that build's UUID, under which the map is stored.
+    async fn bcsymbolmap(
+        &self,
+        sources: &[SourceConfig],
+        debug_id: DebugId,
+        scope: &Scope,
+    ) -> Option<SecondaryFile<ByteView<'static>>> {
+        let dsym = ObjectId::from(debug_id);
+        let hint = AuxDif::UuidMap(debug_id);
+        let query = (sources, &dsym, scope);
+        let uuid_map = first_found(
+            &self.locator,
+            &self.auxdifs,
+            query,
+            FileType::UuidMap,
+            "uuidmap",
+            hint,
+        );
+        let AuxItem::UuidMap(original) = uuid_map.await?.item else {
+            return None;
+        };
+        let build = ObjectId::from(original);
+        let query = (sources, &build, scope);
+        let hint = AuxDif::BcSymbolMap;
+        let map = first_found(
+            &self.locator,
+            &self.auxdifs,
+            query,
+            FileType::BcSymbolMap,
+            "bcsymbolmap",
+            hint,
+        );
+        let found = map.await?;
+        let AuxItem::BcSymbolMap(data) = found.item else {
+            return None;
+        };
+        Some(SecondaryFile {
+            file: found.file,
+            key: found.key,
+            item: data,
+        })
+    }
+}
+
+/// An il2cpp line mapping, checked to parse when it lands.
+pub struct Il2cppFile;
+
+impl FileFormat for Il2cppFile {
+    type Item = ByteView<'static>;
+    type Hint = ();
+    const KIND: CacheKind = kinds::IL2CPP;
+
+    fn prepare(path: &Path, _: &()) -> CacheResult<Option<Vec<u8>>> {
+        let data = ByteView::open(path).map_err(CacheError::internal)?;
+        match LineMapping::parse(&data) {
+            Some(_) => Ok(None),
+            None => Err(CacheError::Malformed("not an il2cpp line mapping".into())),
+        }
+    }
+
+    fn load(data: ByteView<'static>, _: &()) -> CacheResult<Self::Item> {
+        Ok(data)
+    }
+}
+
+/// Which Apple auxiliary file is fetched: a dSYM's UUID map (read for the dSYM's UUID)
+/// or a BCSymbolMap.
+#[derive(Clone, Copy)]
+pub enum AuxDif {
+    UuidMap(DebugId),
+    BcSymbolMap,
+}
+
+#[derive(Clone)]
+pub enum AuxItem {
+    /// The UUID of the bitcode build the dSYM was compiled from.
+    UuidMap(DebugId),
+    BcSymbolMap(ByteView<'static>),
+}
+
+/// UUID maps and BCSymbolMaps, one cache kind as upstream's `auxdifs`.
+pub struct AuxDifFile;
+
+impl AuxDifFile {
+    fn original_uuid(dsym: DebugId, data: &[u8]) -> CacheResult<DebugId> {
+        UuidMapping::parse_plist(dsym, data)
+            .map(|mapping| mapping.original_uuid())
+            .map_err(|e| CacheError::Malformed(format!("UUID map: {e}")))
+    }
+}
+
+impl FileFormat for AuxDifFile {
+    type Item = AuxItem;
+    type Hint = AuxDif;
+    const KIND: CacheKind = kinds::AUXDIFS;
+
+    fn prepare(path: &Path, hint: &AuxDif) -> CacheResult<Option<Vec<u8>>> {
+        let data = ByteView::open(path).map_err(CacheError::internal)?;
+        match hint {
+            AuxDif::UuidMap(dsym) => Self::original_uuid(*dsym, &data).map(|_| None),
+            AuxDif::BcSymbolMap => BcSymbolMap::parse(&data)
+                .map(|_| None)
+                .map_err(|e| CacheError::Malformed(format!("BCSymbolMap: {e}"))),
+        }
+    }
+
+    fn load(data: ByteView<'static>, hint: &AuxDif) -> CacheResult<Self::Item> {
+        match hint {
+            AuxDif::UuidMap(dsym) => Self::original_uuid(*dsym, &data).map(AuxItem::UuidMap),
+            AuxDif::BcSymbolMap => Ok(AuxItem::BcSymbolMap(data)),
+        }
+    }
+}
