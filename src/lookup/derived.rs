@@ -118,7 +118,7 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
             Err(none) => return none,
         };
         let secondary = self.secondary(sources, id, scope).await;
-        let keys = Self::keys(&chosen, &secondary);
+        let keys = Self::keys(&chosen.found.key, &secondary);
         let input = self.download(&chosen.found, id, secondary);
         let cache = self.cache.get(&parents(&keys), input).await;
         Self::answer(chosen, cache)
@@ -142,7 +142,7 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
             Err(none) => return none,
         };
         let secondary = self.secondary(sources, id, scope).await;
-        let keys = Self::keys(&chosen, &secondary);
+        let keys = Self::keys(&chosen.found.key, &secondary);
         let from_object_alone = keys.len() == 1;
         let cache = match self.cache.cached(&parents(&keys)).await {
             Some(cached) => cached.map(Progress::Ready),
@@ -221,8 +221,8 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
 
     /// The parents of the cache's key: the chosen object, then each secondary input.
     /// Without secondaries that is the object alone, the key caches always had.
-    fn keys(chosen: &Chosen, secondary: &F::Secondary) -> Vec<CacheKey> {
-        let mut keys = vec![chosen.found.key.clone()];
+    fn keys(object: &CacheKey, secondary: &F::Secondary) -> Vec<CacheKey> {
+        let mut keys = vec![object.clone()];
         keys.extend(secondary.keys());
         keys
     }
@@ -275,4 +275,26 @@ struct Chosen {
     candidates: AllObjectCandidates,
     features: ObjectFeatures,
     with_sources: Option<FoundObject>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::native::symcache::SymCacheFormat;
+
+    type SymCacheSecondary = <SymCacheFormat as ObjectDerivedFormat>::Secondary;
+
+    /// Warm caches survive the change that brought secondary inputs: a SymCache of a
+    /// module without any is keyed by its object alone, as every SymCache was before.
+    #[test]
+    fn without_secondary_inputs_the_key_is_the_objects_alone() {
+        let object = CacheKey::new(Scope::Global, &["source", "ab/cdef/debuginfo"]);
+        let none = SymCacheSecondary::default();
+        let keys = ObjectDerived::<SymCacheFormat>::keys(&object, &none);
+        assert_eq!(keys, std::slice::from_ref(&object));
+        assert_eq!(
+            DerivedCache::<SymCacheFormat>::key(&parents(&keys)),
+            object.derived("symcaches")
+        );
+    }
 }
