@@ -1,9 +1,13 @@
 //! The secondary inputs of a SymCache, looked for beside its debug file on the same
-//! sources, where and as upstream looks for them: a Unity il2cpp line mapping
-//! (`LineNumberMapping.json`, for any module with a debug id), which moves the lines of
-//! generated C++ to the C# they came from, and for a Mach-O module the BCSymbolMap of a
-//! bitcode build, reached through the dSYM's UUID map, which restores the names the build
-//! hid as `__hidden#N_`. Both become transformers of symbolic's `SymCacheConverter`.
+//! sources, where and as upstream looks for them, for any module with a debug id: a
+//! Unity il2cpp line mapping (`LineNumberMapping.json`), which moves the lines of
+//! generated C++ to the C# they came from, and the BCSymbolMap of a bitcode build,
+//! reached through the dSYM's UUID map, which restores the names the build hid as
+//! `__hidden#N_`. Both become transformers of symbolic's `SymCacheConverter`.
+//!
+//! Not only for `macho` modules: the module's type is a hint, and the dSYM is found for
+//! other types too (every native type asks for Mach-O debug files; the SymCache front
+//! tries ELF first), so a type check would answer otherwise than upstream does.
 //!
 //! A mapping that does not parse is a malformed entry of its own download cache and is
 //! passed over, so the SymCache is built as if it were missing; the module never pays
@@ -23,7 +27,7 @@ use crate::error::{CacheError, CacheResult};
 use crate::lookup::{
     Downloads, FileFormat, Locator, Lookup, SecondaryFile, SecondaryInputs, first_found,
 };
-use crate::sources::{FileType, ObjectId, ObjectType, SourceConfig};
+use crate::sources::{FileType, ObjectId, SourceConfig};
 
 /// What was found beside a module's debug file.
 #[derive(Default)]
@@ -73,12 +77,7 @@ impl SecondaryInputs for SymCacheInputs {
             let Some(debug_id) = id.debug_id else {
                 return Self::default();
             };
-            let bcsymbolmap = async {
-                match id.object_type {
-                    ObjectType::Macho => finder.bcsymbolmap(sources, debug_id, scope).await,
-                    _ => None,
-                }
-            };
+            let bcsymbolmap = finder.bcsymbolmap(sources, debug_id, scope);
             let il2cpp = first_found(
                 &finder.locator,
                 &finder.il2cpp,

@@ -380,3 +380,45 @@ async fn malformed_bitcode_maps_leave_the_names_hidden() {
         }
     }
 }
+
+/// The fronts that build SymCaches through the same lookup get the same names: the
+/// SymCache served over HTTP, and Mozilla's API (modules at address 0, offsets).
+#[tokio::test]
+async fn the_fronts_answer_with_the_restored_names_too() {
+    let (uuid_map, symbol_map) = maps();
+    let dir = bitcode_dir(Some(&uuid_map), Some(&symbol_map));
+    let server = Server::start(&format!(
+        "sources:\n  - {{id: app, type: filesystem, path: \"{}\", layout: {{type: unified}}}}\n",
+        dir.path().display()
+    ));
+    let manifest = bitcode();
+    let debug_id = manifest["debug_id"].as_str().unwrap();
+    let offset = hex(&manifest["frames"][0]["addr"]) - hex(&manifest["image_addr"]);
+
+    let url = format!(
+        "{}/symcache/v{}.1.0/Game/{debug_id}",
+        server.url,
+        symbolic::symcache::SYMCACHE_VERSION
+    );
+    let resp = crate::common::client().get(&url).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    // Mapped, as a client reads it: SymCaches are read in place, 8-byte aligned.
+    let mut file = tempfile::tempfile().unwrap();
+    std::io::Write::write_all(&mut file, &resp.bytes().await.unwrap()).unwrap();
+    let bytes = symbolic::common::ByteView::map_file(file).unwrap();
+    let symcache = symbolic::symcache::SymCache::parse(&bytes).unwrap();
+    let found = symcache
+        .lookup(offset)
+        .next()
+        .expect("the crash is covered");
+    assert_eq!(found.function().name(), "player_hit0");
+    assert_eq!(found.file().unwrap().full_path(), real_names()[0].1);
+
+    let breakpad_id = format!("{}0", debug_id.replace('-', "").to_uppercase());
+    let body = json!({"memoryMap": [["Game", breakpad_id]], "stacks": [[[0, offset]]]});
+    let (status, response) = server.post("/symbolicate/v5", &body).await;
+    assert_eq!(status, 200, "{response}");
+    let frame = &response["results"][0]["stacks"][0][0];
+    assert_eq!(frame["function"], "player_hit0", "{response:#}");
+    assert_eq!(frame["file"], real_names()[0].1.as_str(), "{response:#}");
+}
