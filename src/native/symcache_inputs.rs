@@ -48,16 +48,21 @@ impl SymCacheInputs {
 
     /// Adds what was found to `converter`, as transformers of every function and line.
     /// Both files were checked when they were downloaded; one that no longer parses is
-    /// the SymCache's failure, as upstream's.
+    /// the SymCache's failure, as upstream's. Logged, since candidates do not list them.
     pub fn apply<'a>(&'a self, converter: &mut SymCacheConverter<'a>) -> CacheResult<()> {
-        if let Some(map) = &self.bcsymbolmap {
-            let map = BcSymbolMap::parse(&map.item)
+        if let Some(found) = &self.bcsymbolmap {
+            let map = BcSymbolMap::parse(&found.item)
                 .map_err(|e| CacheError::Malformed(format!("BCSymbolMap: {e}")))?;
+            tracing::debug!(location = found.file.uri(), "applying a BCSymbolMap");
             converter.add_transformer(map);
         }
-        if let Some(mapping) = &self.il2cpp {
-            let mapping = LineMapping::parse(&mapping.item)
+        if let Some(found) = &self.il2cpp {
+            let mapping = LineMapping::parse(&found.item)
                 .ok_or_else(|| CacheError::Malformed("il2cpp line mapping".into()))?;
+            tracing::debug!(
+                location = found.file.uri(),
+                "applying an il2cpp line mapping"
+            );
             converter.add_transformer(mapping);
         }
         Ok(())
