@@ -210,8 +210,20 @@ pub enum AuxItem {
 /// UUID maps and BCSymbolMaps, one cache kind as upstream's `auxdifs`.
 pub struct AuxDifFile;
 
+/// More tags than any UUID map has (a dSYM's holds a dozen or two). The XML reader under
+/// `UuidMapping` recurses once per level of nesting, so a hostile file nested deeply
+/// enough would overflow the stack, which aborts the process whatever isolates the
+/// parse; a file with fewer tags than this cannot nest that deep.
+const UUID_MAP_MAX_TAGS: usize = 256;
+
 impl AuxDifFile {
     fn original_uuid(dsym: DebugId, data: &[u8]) -> CacheResult<DebugId> {
+        let tags = data.iter().filter(|&&b| b == b'<').count();
+        if tags > UUID_MAP_MAX_TAGS {
+            return Err(CacheError::Malformed(format!(
+                "UUID map: {tags} tags, more than a UUID map has"
+            )));
+        }
         UuidMapping::parse_plist(dsym, data)
             .map(|mapping| mapping.original_uuid())
             .map_err(|e| CacheError::Malformed(format!("UUID map: {e}")))
@@ -238,5 +250,49 @@ impl FileFormat for AuxDifFile {
             AuxDif::UuidMap(dsym) => Self::original_uuid(*dsym, &data).map(AuxItem::UuidMap),
             AuxDif::BcSymbolMap => Ok(AuxItem::BcSymbolMap(data)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `original_uuid` on a thread with the stack of tokio's threads (2 MiB), where the
+    /// server parses UUID maps.
+    fn on_a_server_stack(plist: String) -> CacheResult<DebugId> {
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || AuxDifFile::original_uuid(DebugId::nil(), plist.as_bytes()))
+            .unwrap()
+            .join()
+            .unwrap()
+    }
+
+    fn nested(levels: usize) -> String {
+        format!("<plist version=\"1.0\">{}", "<dict>".repeat(levels))
+    }
+
+    /// Nesting past the stack is refused before the XML reader recurses into it (this
+    /// test aborts otherwise), and the deepest file the limit lets through is read on
+    /// that stack, in a debug build's larger frames.
+    #[test]
+    fn a_uuid_map_cannot_nest_deep_enough_to_overflow_the_stack() {
+        let deep = on_a_server_stack(nested(100_000));
+        assert!(matches!(deep, Err(CacheError::Malformed(_))), "{deep:?}");
+        let at_limit = on_a_server_stack(nested(UUID_MAP_MAX_TAGS - 1));
+        assert!(
+            matches!(at_limit, Err(CacheError::Malformed(_))),
+            "{at_limit:?}"
+        );
+    }
+
+    #[test]
+    fn the_fixture_uuid_map_names_the_bitcode_build() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/bcsymbolmap");
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+        let plist = std::fs::read_to_string(dir.join("game.uuidmap.plist")).unwrap();
+        let original: DebugId = manifest["original_uuid"].as_str().unwrap().parse().unwrap();
+        assert_eq!(on_a_server_stack(plist), Ok(original));
     }
 }

@@ -219,6 +219,7 @@ async fn a_new_or_other_mapping_builds_another_symcache() {
 
 /// A mapping that is not one costs the mapping only: the frames are answered in C++
 /// (twice: the failure poisons nothing), and a good mapping on a later source is used.
+/// JSON nested past any parser's stack is one of them.
 #[tokio::test]
 async fn a_malformed_mapping_is_passed_over() {
     let server = Server::start("");
@@ -226,8 +227,9 @@ async fn a_malformed_mapping_is_passed_over() {
     let truncated = std::fs::read(il2cpp_file("LineNumberMapping.json")).unwrap();
     let truncated = mapping_dir(&truncated[..truncated.len() / 2]);
     let not_a_mapping = mapping_dir(br#"{"a.cpp": {"a.cs": {"line": 1}}}"#);
+    let deep = mapping_dir("[".repeat(1 << 20).as_bytes());
     let good = mapping_dir(&std::fs::read(il2cpp_file("LineNumberMapping.json")).unwrap());
-    for bad in [&truncated, &not_a_mapping] {
+    for bad in [&truncated, &not_a_mapping, &deep] {
         let sources = json!([source("bad", bad.path()), source("game", debug.path())]);
         for _ in 0..2 {
             let (status, response) = server
@@ -363,9 +365,15 @@ async fn malformed_bitcode_maps_leave_the_names_hidden() {
     let plist_without_uuid = String::from_utf8(uuid_map.clone())
         .unwrap()
         .replace("DBGOriginalUUID", "SomethingElse");
-    let cases: [(&[u8], &[u8]); 4] = [
+    // XML nested deeper than a reader that recurses per level survives.
+    let deep_plist = format!(
+        "<plist version=\"1.0\">{}</plist>",
+        "<dict>".repeat(200_000)
+    );
+    let cases: [(&[u8], &[u8]); 5] = [
         (&uuid_map[..uuid_map.len() / 2], &symbol_map),
         (plist_without_uuid.as_bytes(), &symbol_map),
+        (deep_plist.as_bytes(), &symbol_map),
         (&uuid_map, b"not a BCSymbolMap\n__hidden\n"),
         (&uuid_map, &[0xff, 0xfe, 0x00, 0x42]),
     ];
