@@ -45,7 +45,7 @@ use stackwalk::{Stackwalk, read_minidump};
 use symbfile::SymbfileStore;
 use symbolicate::{ModuleLookup, symbolicate_stacktrace};
 use symcache::SymCaches;
-use symcache_inputs::SymCacheInputs;
+use symcache_inputs::InputFinder;
 
 /// The JSON body of `POST /symbolicate`. Unknown fields are ignored, as upstream does.
 #[derive(Clone, Debug, Deserialize)]
@@ -103,11 +103,7 @@ impl NativeService {
     pub fn new(caches: &Caches, lookup: &Lookup, symbfiles: Arc<SymbfileStore>) -> Self {
         let objects = lookup.objects.clone();
         NativeService {
-            symcaches: SymCaches::new(
-                caches,
-                objects.clone(),
-                SymCacheInputs::finder(caches, lookup),
-            ),
+            symcaches: SymCaches::new(caches, objects.clone(), InputFinder::new(caches, lookup)),
             cficaches: CfiCaches::new(caches, objects.clone(), ()),
             source_files: lookup.source_files.clone(),
             ppdb_caches: PpdbCaches::new(caches, objects.clone(), ()),

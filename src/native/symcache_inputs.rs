@@ -37,15 +37,6 @@ pub struct SymCacheInputs {
 }
 
 impl SymCacheInputs {
-    pub fn finder(caches: &Caches, lookup: &Lookup) -> InputFinder {
-        let downloader = lookup.locator.downloader().clone();
-        InputFinder {
-            locator: lookup.locator.clone(),
-            il2cpp: Downloads::new(caches, downloader.clone()),
-            auxdifs: Downloads::new(caches, downloader),
-        }
-    }
-
     /// Adds what was found to `converter`, as transformers of every function and line.
     /// Both files were checked when they were downloaded; one that no longer parses is
     /// the SymCache's failure, as upstream's. Logged, since candidates do not list them.
@@ -126,6 +117,15 @@ pub struct InputFinder {
 }
 
 impl InputFinder {
+    pub fn new(caches: &Caches, lookup: &Lookup) -> Self {
+        let downloader = lookup.locator.downloader().clone();
+        InputFinder {
+            locator: lookup.locator.clone(),
+            il2cpp: Downloads::new(caches, downloader.clone()),
+            auxdifs: Downloads::new(caches, downloader),
+        }
+    }
+
     /// The BCSymbolMap of the bitcode build the dSYM `debug_id` came from: the dSYM's UUID
     /// map names that build's UUID, under which the map is stored.
     async fn bcsymbolmap(
