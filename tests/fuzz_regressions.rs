@@ -169,7 +169,7 @@ async fn object_file_regressions_are_contained() {
                 let _ = isolate("lazy reader", || Ok(reader.lookup(addr)));
             }
         }
-        let _ = convert::<SymCacheFormat>(handle.clone());
+        let _ = convert::<SymCacheFormat>(handle.clone().into());
         let _ = convert::<CfiFormat>(handle);
     })
     .await;

@@ -113,12 +113,12 @@ fn run(data: &[u8]) {
 
 /// Builds the derived cache of format `F` into a file and maps it back, as the cache
 /// layer does (conversion and load each isolated).
-fn derive<F: DerivedFormat<Input = Arc<ObjectHandle>>>(
+fn derive<F: DerivedFormat<Input: From<Arc<ObjectHandle>>>>(
     handle: &Arc<ObjectHandle>,
 ) -> CacheResult<F::Item> {
     let temp = tempfile::NamedTempFile::new_in(scratch_dir()).expect("a temp file");
     let file = temp.reopen().expect("reopening the temp file");
-    let input = handle.clone();
+    let input = F::Input::from(handle.clone());
     isolate(F::KIND.name, move || {
         let mut out = BufWriter::new(file);
         F::convert(input, &mut out)?;

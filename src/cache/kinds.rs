@@ -63,7 +63,11 @@ impl CacheKind {
 // get little, since what is hot lives in the derived caches. They add up to 1000.
 
 /// Debug files and executables as downloaded (decompressed).
-pub const OBJECTS: CacheKind = kind("objects", Family::Downloaded, (1, &[]), 110);
+pub const OBJECTS: CacheKind = kind("objects", Family::Downloaded, (1, &[]), 100);
+/// Unity il2cpp line mappings (`LineNumberMapping.json`), secondary inputs of SymCaches.
+pub const IL2CPP: CacheKind = kind("il2cpp", Family::Downloaded, (1, &[]), 5);
+/// Apple's UUID maps and BCSymbolMaps, secondary inputs of SymCaches (upstream's name).
+pub const AUXDIFS: CacheKind = kind("auxdifs", Family::Downloaded, (1, &[]), 5);
 /// What a debug file holds (features, ids), for candidates and lookups.
 /// 2: `has_sources` also counts sources embedded in DWARF line tables; v1 is served
 /// while v2 is built.
@@ -96,6 +100,8 @@ pub const PROGUARD: CacheKind = kind("proguard", Family::Derived, (1, &[]), 60);
 /// Every kind, for cleanup and the memory budget.
 pub const ALL: &[CacheKind] = &[
     OBJECTS,
+    IL2CPP,
+    AUXDIFS,
     OBJECT_META,
     SYMCACHES,
     SYMBFILE_SYMCACHES,

@@ -1,6 +1,7 @@
 //! Caches derived from the best object file for a module (SymCache, PpdbCache, CFI
-//! cache): pick the best candidate for the purpose, build or load the derived cache
-//! from it, and record on that candidate whether it could be used.
+//! cache): pick the best candidate for the purpose, look for the format's secondary
+//! inputs beside it, build or load the derived cache from them, and record on that
+//! candidate whether it could be used.
 
 use std::sync::Arc;
 
@@ -8,7 +9,10 @@ use tokio::task::JoinHandle;
 
 use super::object_file::{ObjectHandle, ObjectMeta};
 use super::objects::{FoundObject, ObjectLookup, ObjectPurpose};
-use crate::cache::{Caches, ConversionBudget, DerivedCache, DerivedFormat, InputFuture, Scope};
+use super::secondary::SecondaryInputs;
+use crate::cache::{
+    CacheKey, Caches, ConversionBudget, DerivedCache, DerivedFormat, InputFuture, Scope,
+};
 use crate::error::{CacheError, CacheResult};
 use crate::sources::{FileType, ObjectId, ObjectType, SourceConfig};
 use crate::telemetry::RequestStats;
@@ -60,28 +64,39 @@ impl<T> Derived<T> {
     }
 }
 
-/// A derived format built from one object file.
-pub trait ObjectDerivedFormat: DerivedFormat<Input = Arc<ObjectHandle>> {
+/// A derived format built from one object file, and whatever it finds beside it.
+pub trait ObjectDerivedFormat: DerivedFormat {
     /// Which candidate wins (debug info, unwind info).
     const PURPOSE: ObjectPurpose;
+
+    /// Files beside the object that change what the cache says; `()` for none.
+    type Secondary: SecondaryInputs;
 
     fn filetypes(object_type: ObjectType) -> &'static [FileType] {
         FileType::from_object_type(object_type)
     }
+
+    /// The conversion's input: the downloaded object and what was found beside it.
+    fn input(object: Arc<ObjectHandle>, secondary: Arc<Self::Secondary>) -> Self::Input;
 }
+
+type Finder<F> = <<F as ObjectDerivedFormat>::Secondary as SecondaryInputs>::Finder;
 
 /// Finds the best object file for a module and keeps the cache of format `F` built
 /// from it.
 pub struct ObjectDerived<F: ObjectDerivedFormat> {
     objects: Arc<ObjectLookup>,
     cache: DerivedCache<F>,
+    finder: Finder<F>,
 }
 
 impl<F: ObjectDerivedFormat> ObjectDerived<F> {
-    pub fn new(caches: &Caches, objects: Arc<ObjectLookup>) -> Self {
+    /// `finder` looks for the format's secondary inputs (`()` when it has none).
+    pub fn new(caches: &Caches, objects: Arc<ObjectLookup>, finder: Finder<F>) -> Self {
         ObjectDerived {
             objects,
             cache: DerivedCache::new(caches),
+            finder,
         }
     }
 
@@ -102,8 +117,10 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
             Ok(chosen) => chosen,
             Err(none) => return none,
         };
-        let input = self.download(&chosen.found, id);
-        let cache = self.cache.get(&[&chosen.found.key], input).await;
+        let secondary = self.secondary(sources, id, scope).await;
+        let keys = Self::keys(&chosen.found.key, &secondary);
+        let input = self.download(&chosen.found, id, secondary);
+        let cache = self.cache.get(&parents(&keys), input).await;
         Self::answer(chosen, cache)
     }
 
@@ -111,6 +128,9 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
     /// build starts in a task of its own (once per key, however many requests ask) and
     /// the downloaded file comes back beside it, so the caller can answer from the file
     /// while it is built. The build goes on when the caller stops waiting for it.
+    ///
+    /// With secondary inputs found, the file alone would answer otherwise than the cache
+    /// (hidden names, generated C++ lines), so the build is awaited and comes back ready.
     pub async fn fetch_or_start_building(
         &self,
         sources: &[SourceConfig],
@@ -121,19 +141,25 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
             Ok(chosen) => chosen,
             Err(none) => return none,
         };
-        let key = chosen.found.key.clone();
-        let cache = match self.cache.cached(&[&key]).await {
+        let secondary = self.secondary(sources, id, scope).await;
+        let keys = Self::keys(&chosen.found.key, &secondary);
+        let from_object_alone = keys.len() == 1;
+        let cache = match self.cache.cached(&parents(&keys)).await {
             Some(cached) => cached.map(Progress::Ready),
             None => {
                 let build = tokio::spawn({
                     let cache = self.cache.clone();
-                    let input = self.download(&chosen.found, id);
-                    RequestStats::carried(async move { cache.get(&[&key], input).await })
+                    let input = self.download(&chosen.found, id, secondary);
+                    RequestStats::carried(async move { cache.get(&parents(&keys), input).await })
                 });
                 // The same download the build waits for: one fetch, shared by both.
-                match self.objects.fetch(&chosen.found, id).await {
-                    Ok(object) => Ok(Progress::Building { object, build }),
-                    Err(_) => join_build(build).await.map(Progress::Ready),
+                let object = match from_object_alone {
+                    true => self.objects.fetch(&chosen.found, id).await.ok(),
+                    false => None,
+                };
+                match object {
+                    Some(object) => Ok(Progress::Building { object, build }),
+                    None => join_build(build).await.map(Progress::Ready),
                 }
             }
         };
@@ -183,11 +209,35 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
         })
     }
 
-    /// The download of the chosen file, as the input of its conversion.
-    fn download(&self, found: &FoundObject, id: &ObjectId) -> InputFuture<F> {
+    /// What the format finds beside the chosen object for this request.
+    async fn secondary(
+        &self,
+        sources: &[SourceConfig],
+        id: &ObjectId,
+        scope: &Scope,
+    ) -> Arc<F::Secondary> {
+        Arc::new(F::Secondary::find(&self.finder, sources, id, scope).await)
+    }
+
+    /// The parents of the cache's key: the chosen object, then each secondary input.
+    /// Without secondaries that is the object alone, the key caches always had.
+    fn keys(object: &CacheKey, secondary: &F::Secondary) -> Vec<CacheKey> {
+        let mut keys = vec![object.clone()];
+        keys.extend(secondary.keys());
+        keys
+    }
+
+    /// The download of the chosen file, with what was found beside it, as the input of
+    /// its conversion.
+    fn download(
+        &self,
+        found: &FoundObject,
+        id: &ObjectId,
+        secondary: Arc<F::Secondary>,
+    ) -> InputFuture<F> {
         let objects = self.objects.clone();
         let (found, id) = (found.clone(), id.clone());
-        Box::pin(async move { objects.fetch(&found, &id).await })
+        Box::pin(async move { Ok(F::input(objects.fetch(&found, &id).await?, secondary)) })
     }
 
     /// The lookup's answer, with whether the chosen candidate could be used marked on it.
@@ -215,10 +265,36 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
     }
 }
 
+fn parents(keys: &[CacheKey]) -> Vec<&CacheKey> {
+    keys.iter().collect()
+}
+
 /// The candidate a derived cache is built from, and what finding it learned.
 struct Chosen {
     found: FoundObject,
     candidates: AllObjectCandidates,
     features: ObjectFeatures,
     with_sources: Option<FoundObject>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::native::symcache::SymCacheFormat;
+
+    type SymCacheSecondary = <SymCacheFormat as ObjectDerivedFormat>::Secondary;
+
+    /// Warm caches survive the change that brought secondary inputs: a SymCache of a
+    /// module without any is keyed by its object alone, as every SymCache was before.
+    #[test]
+    fn without_secondary_inputs_the_key_is_the_objects_alone() {
+        let object = CacheKey::new(Scope::Global, &["source", "ab/cdef/debuginfo"]);
+        let none = SymCacheSecondary::default();
+        let keys = ObjectDerived::<SymCacheFormat>::keys(&object, &none);
+        assert_eq!(keys, std::slice::from_ref(&object));
+        assert_eq!(
+            DerivedCache::<SymCacheFormat>::key(&parents(&keys)),
+            object.derived("symcaches")
+        );
+    }
 }

@@ -4,8 +4,9 @@
 //! the cache in any format (`downloads`: object files, source files, and whatever a
 //! platform reads itself, named by a source location or by a whole URL), object files
 //! and their ranking for a purpose with the candidate report (`objects`,
-//! `object_file`), caches derived from the best object file (`derived`), and source
-//! files for source context (`source_files`).
+//! `object_file`), caches derived from the best object file (`derived`) and the files
+//! beside it that they are built from too (`secondary`), and source files for source
+//! context (`source_files`).
 //!
 //! Pipelines (`native`, `js`, `jvm`) call this module; it never calls them.
 
@@ -17,6 +18,7 @@ mod index;
 mod locate;
 mod object_file;
 mod objects;
+mod secondary;
 mod source_files;
 
 use std::sync::Arc;
@@ -28,6 +30,7 @@ pub use object_file::{
     BundledSource, ObjectFile, ObjectHandle, ObjectHint, ObjectLimits, ObjectMeta,
 };
 pub use objects::{FindResult, FoundObject, ObjectLookup, ObjectPurpose};
+pub use secondary::{SecondaryFile, SecondaryInputs, first_found};
 pub use source_files::{
     SourceFiles, context_lines, context_lines_by, fetchable_link, sourcelink_candidate,
 };

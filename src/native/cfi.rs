@@ -91,6 +91,11 @@ impl DerivedFormat for CfiFormat {
 
 impl ObjectDerivedFormat for CfiFormat {
     const PURPOSE: ObjectPurpose = ObjectPurpose::Unwind;
+    type Secondary = ();
+
+    fn input(object: Arc<ObjectHandle>, _: Arc<()>) -> Arc<ObjectHandle> {
+        object
+    }
 }
 
 pub type CfiCaches = ObjectDerived<CfiFormat>;

@@ -1,7 +1,8 @@
 //! Native symbolication (ELF, Mach-O, PE/PDB, Breakpad, Wasm and .NET): the caches
 //! derived from debug files (`symcache`, `cfi`, `ppdb`), demangling, symbolicating
 //! stack traces (`symbolicate`), minidump stackwalking (`stackwalk`), Apple crash
-//! reports (`apple`) and native source context (`source_context`), the cold path
+//! reports (`apple`) and native source context (`source_context`), the SymCache's
+//! secondary inputs (`symcache_inputs`: il2cpp line mappings, BCSymbolMaps), the cold path
 //! (`cold`): answering frames and unwinding straight from a debug file while its
 //! SymCache or CFI cache is built, and symbols uploaded as symbfiles (`symbfile`), which
 //! answer modules with a `file_id` before any source. Finding and fetching the files is
@@ -18,6 +19,7 @@ mod stackwalk;
 pub mod symbfile;
 pub mod symbolicate;
 pub mod symcache;
+mod symcache_inputs;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -43,6 +45,7 @@ use stackwalk::{Stackwalk, read_minidump};
 use symbfile::SymbfileStore;
 use symbolicate::{ModuleLookup, symbolicate_stacktrace};
 use symcache::SymCaches;
+use symcache_inputs::InputFinder;
 
 /// The JSON body of `POST /symbolicate`. Unknown fields are ignored, as upstream does.
 #[derive(Clone, Debug, Deserialize)]
@@ -100,10 +103,10 @@ impl NativeService {
     pub fn new(caches: &Caches, lookup: &Lookup, symbfiles: Arc<SymbfileStore>) -> Self {
         let objects = lookup.objects.clone();
         NativeService {
-            symcaches: SymCaches::new(caches, objects.clone()),
-            cficaches: CfiCaches::new(caches, objects.clone()),
+            symcaches: SymCaches::new(caches, objects.clone(), InputFinder::new(caches, lookup)),
+            cficaches: CfiCaches::new(caches, objects.clone(), ()),
             source_files: lookup.source_files.clone(),
-            ppdb_caches: PpdbCaches::new(caches, objects.clone()),
+            ppdb_caches: PpdbCaches::new(caches, objects.clone(), ()),
             objects,
             symbfiles,
             demangle: Arc::new(DemangleCache::new(10 * 1024 * 1024)),

@@ -52,6 +52,11 @@ impl DerivedFormat for PpdbFormat {
 
 impl ObjectDerivedFormat for PpdbFormat {
     const PURPOSE: ObjectPurpose = ObjectPurpose::Debug;
+    type Secondary = ();
+
+    fn input(object: Arc<ObjectHandle>, _: Arc<()>) -> Arc<ObjectHandle> {
+        object
+    }
     fn filetypes(_: ObjectType) -> &'static [FileType] {
         &[FileType::PortablePdb]
     }

@@ -1,5 +1,6 @@
 //! SymCaches: the compact, memory-mappable lookup table built from the best debug file
-//! of a module; what every warm `/symbolicate` reads.
+//! of a module and its secondary inputs (`symcache_inputs`); what every warm
+//! `/symbolicate` reads.
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -11,26 +12,48 @@ use symbolic::symcache::{SymCache, SymCacheConverter};
 use crate::cache::kinds;
 use crate::cache::{CacheKind, DerivedFormat};
 use crate::error::{CacheError, CacheResult};
-use crate::lookup::{ObjectDerived, ObjectDerivedFormat, ObjectHandle, ObjectPurpose};
+use crate::lookup::{
+    ObjectDerived, ObjectDerivedFormat, ObjectHandle, ObjectPurpose, SecondaryInputs,
+};
+
+use super::symcache_inputs::SymCacheInputs;
 
 pub type OwnedSymCache = Arc<SelfCell<ByteView<'static>, SymCache<'static>>>;
 
 pub struct SymCacheFormat;
 
+/// A debug file and what was found beside it.
+pub struct SymCacheInput {
+    object: Arc<ObjectHandle>,
+    secondary: Arc<SymCacheInputs>,
+}
+
+/// The file alone, as a module without secondary inputs has it.
+impl From<Arc<ObjectHandle>> for SymCacheInput {
+    fn from(object: Arc<ObjectHandle>) -> Self {
+        let secondary = Arc::default();
+        SymCacheInput { object, secondary }
+    }
+}
+
 impl DerivedFormat for SymCacheFormat {
-    type Input = Arc<ObjectHandle>;
+    type Input = SymCacheInput;
     type Item = OwnedSymCache;
     const KIND: CacheKind = kinds::SYMCACHES;
 
-    fn input_size(input: &Arc<ObjectHandle>) -> u64 {
-        input.conversion_size()
+    fn input_size(input: &SymCacheInput) -> u64 {
+        input
+            .object
+            .conversion_size()
+            .saturating_add(input.secondary.size())
     }
 
-    fn convert(input: Arc<ObjectHandle>, out: &mut BufWriter<File>) -> CacheResult<()> {
-        let object = input.object();
+    fn convert(input: SymCacheInput, out: &mut BufWriter<File>) -> CacheResult<()> {
+        let object = input.object.object();
         #[cfg(test)]
         crate::error::delay_if_marked("convert", object.data());
         let mut converter = SymCacheConverter::new();
+        input.secondary.apply(&mut converter)?;
         converter
             .process_object(object)
             .map_err(|e| CacheError::Malformed(e.to_string()))?;
@@ -46,6 +69,11 @@ impl DerivedFormat for SymCacheFormat {
 
 impl ObjectDerivedFormat for SymCacheFormat {
     const PURPOSE: ObjectPurpose = ObjectPurpose::Debug;
+    type Secondary = SymCacheInputs;
+
+    fn input(object: Arc<ObjectHandle>, secondary: Arc<SymCacheInputs>) -> SymCacheInput {
+        SymCacheInput { object, secondary }
+    }
 }
 
 pub type SymCaches = ObjectDerived<SymCacheFormat>;

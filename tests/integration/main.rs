@@ -27,6 +27,7 @@ mod minidump;
 mod mozilla_api;
 mod operations;
 mod request_limits;
+mod secondary_inputs;
 mod self_reporting;
 mod soak;
 mod source_context;

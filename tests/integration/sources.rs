@@ -83,7 +83,13 @@ async fn sentry_endpoint(
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     }
     let wanted = elf()["debug_id"].as_str().unwrap().to_owned();
-    let matches: Vec<&String> = if query.get("debug_id") == Some(&wanted) {
+    // As Sentry filters by `file_formats`: a search for a SymCache's secondary inputs
+    // (asked one format at a time) finds none of these ELF files.
+    let secondary = matches!(
+        query.get("file_formats").map(String::as_str),
+        Some("il2cpp" | "uuidmap" | "bcsymbolmap")
+    );
+    let matches: Vec<&String> = if query.get("debug_id") == Some(&wanted) && !secondary {
         state.files.iter().map(|(id, _)| id).collect()
     } else {
         Vec::new()

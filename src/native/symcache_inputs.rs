@@ -1,0 +1,298 @@
+//! The secondary inputs of a SymCache, looked for beside its debug file on the same
+//! sources, where and as upstream looks for them, for any module with a debug id: a
+//! Unity il2cpp line mapping (`LineNumberMapping.json`), which moves the lines of
+//! generated C++ to the C# they came from, and the BCSymbolMap of a bitcode build,
+//! reached through the dSYM's UUID map, which restores the names the build hid as
+//! `__hidden#N_`. Both become transformers of symbolic's `SymCacheConverter`.
+//!
+//! Not only for `macho` modules: the module's type is a hint, and the dSYM is found for
+//! other types too (every native type asks for Mach-O debug files; the SymCache front
+//! tries ELF first), so a type check would answer otherwise than upstream does.
+//!
+//! A mapping that does not parse is a malformed entry of its own download cache and is
+//! passed over, so the SymCache is built as if it were missing; the module never pays
+//! for it.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use futures::future::{self, BoxFuture};
+use symbolic::common::{ByteView, DebugId};
+use symbolic::debuginfo::macho::{BcSymbolMap, UuidMapping};
+use symbolic::il2cpp::LineMapping;
+use symbolic::symcache::SymCacheConverter;
+
+use crate::cache::{CacheKey, CacheKind, Caches, Scope, kinds};
+use crate::error::{CacheError, CacheResult};
+use crate::lookup::{
+    Downloads, FileFormat, Locator, Lookup, SecondaryFile, SecondaryInputs, first_found,
+};
+use crate::sources::{FileType, ObjectId, SourceConfig};
+
+/// What was found beside a module's debug file.
+#[derive(Default)]
+pub struct SymCacheInputs {
+    bcsymbolmap: Option<SecondaryFile<ByteView<'static>>>,
+    il2cpp: Option<SecondaryFile<ByteView<'static>>>,
+}
+
+impl SymCacheInputs {
+    /// Adds what was found to `converter`, as transformers of every function and line.
+    /// Both files were checked when they were downloaded; one that no longer parses is
+    /// the SymCache's failure, as upstream's. Logged, since candidates do not list them.
+    pub fn apply<'a>(&'a self, converter: &mut SymCacheConverter<'a>) -> CacheResult<()> {
+        if let Some(found) = &self.bcsymbolmap {
+            let map = BcSymbolMap::parse(&found.item)
+                .map_err(|e| CacheError::Malformed(format!("BCSymbolMap: {e}")))?;
+            tracing::debug!(location = found.file.uri(), "applying a BCSymbolMap");
+            converter.add_transformer(map);
+        }
+        if let Some(found) = &self.il2cpp {
+            let mapping = LineMapping::parse(&found.item)
+                .ok_or_else(|| CacheError::Malformed("il2cpp line mapping".into()))?;
+            tracing::debug!(
+                location = found.file.uri(),
+                "applying an il2cpp line mapping"
+            );
+            converter.add_transformer(mapping);
+        }
+        Ok(())
+    }
+}
+
+impl SecondaryInputs for SymCacheInputs {
+    type Finder = InputFinder;
+
+    fn find<'a>(
+        finder: &'a InputFinder,
+        sources: &'a [SourceConfig],
+        id: &'a ObjectId,
+        scope: &'a Scope,
+    ) -> BoxFuture<'a, Self> {
+        Box::pin(async move {
+            let Some(debug_id) = id.debug_id else {
+                return Self::default();
+            };
+            let bcsymbolmap = finder.bcsymbolmap(sources, debug_id, scope);
+            let il2cpp = first_found(
+                &finder.locator,
+                &finder.il2cpp,
+                (sources, id, scope),
+                FileType::Il2cpp,
+                "il2cpp",
+                (),
+            );
+            let (bcsymbolmap, il2cpp) = future::join(bcsymbolmap, il2cpp).await;
+            SymCacheInputs {
+                bcsymbolmap,
+                il2cpp,
+            }
+        })
+    }
+
+    /// In upstream's order: the BCSymbolMap, then the line mapping. The UUID map is not
+    /// a part: the BCSymbolMap's location already names the UUID it led to.
+    fn keys(&self) -> Vec<CacheKey> {
+        [&self.bcsymbolmap, &self.il2cpp]
+            .into_iter()
+            .flatten()
+            .map(|found| found.key.clone())
+            .collect()
+    }
+
+    fn size(&self) -> u64 {
+        [&self.bcsymbolmap, &self.il2cpp]
+            .into_iter()
+            .flatten()
+            .map(|found| found.item.len() as u64)
+            .sum()
+    }
+}
+
+/// The download caches the secondary inputs come from, shared by all requests.
+pub struct InputFinder {
+    locator: Arc<Locator>,
+    il2cpp: Downloads<Il2cppFile>,
+    auxdifs: Downloads<AuxDifFile>,
+}
+
+impl InputFinder {
+    pub fn new(caches: &Caches, lookup: &Lookup) -> Self {
+        let downloader = lookup.locator.downloader().clone();
+        InputFinder {
+            locator: lookup.locator.clone(),
+            il2cpp: Downloads::new(caches, downloader.clone()),
+            auxdifs: Downloads::new(caches, downloader),
+        }
+    }
+
+    /// The BCSymbolMap of the bitcode build the dSYM `debug_id` came from: the dSYM's UUID
+    /// map names that build's UUID, under which the map is stored.
+    async fn bcsymbolmap(
+        &self,
+        sources: &[SourceConfig],
+        debug_id: DebugId,
+        scope: &Scope,
+    ) -> Option<SecondaryFile<ByteView<'static>>> {
+        let dsym = ObjectId::from(debug_id);
+        let hint = AuxDif::UuidMap(debug_id);
+        let query = (sources, &dsym, scope);
+        let uuid_map = first_found(
+            &self.locator,
+            &self.auxdifs,
+            query,
+            FileType::UuidMap,
+            "uuidmap",
+            hint,
+        );
+        let AuxItem::UuidMap(original) = uuid_map.await?.item else {
+            return None;
+        };
+        let build = ObjectId::from(original);
+        let query = (sources, &build, scope);
+        let hint = AuxDif::BcSymbolMap;
+        let map = first_found(
+            &self.locator,
+            &self.auxdifs,
+            query,
+            FileType::BcSymbolMap,
+            "bcsymbolmap",
+            hint,
+        );
+        let found = map.await?;
+        let AuxItem::BcSymbolMap(data) = found.item else {
+            return None;
+        };
+        Some(SecondaryFile {
+            file: found.file,
+            key: found.key,
+            item: data,
+        })
+    }
+}
+
+/// An il2cpp line mapping, checked to parse when it lands.
+pub struct Il2cppFile;
+
+impl FileFormat for Il2cppFile {
+    type Item = ByteView<'static>;
+    type Hint = ();
+    const KIND: CacheKind = kinds::IL2CPP;
+
+    fn prepare(path: &Path, _: &()) -> CacheResult<Option<Vec<u8>>> {
+        let data = ByteView::open(path).map_err(CacheError::internal)?;
+        match LineMapping::parse(&data) {
+            Some(_) => Ok(None),
+            None => Err(CacheError::Malformed("not an il2cpp line mapping".into())),
+        }
+    }
+
+    fn load(data: ByteView<'static>, _: &()) -> CacheResult<Self::Item> {
+        Ok(data)
+    }
+}
+
+/// Which Apple auxiliary file is fetched: a dSYM's UUID map (read for the dSYM's UUID)
+/// or a BCSymbolMap.
+#[derive(Clone, Copy)]
+pub enum AuxDif {
+    UuidMap(DebugId),
+    BcSymbolMap,
+}
+
+#[derive(Clone)]
+pub enum AuxItem {
+    /// The UUID of the bitcode build the dSYM was compiled from.
+    UuidMap(DebugId),
+    BcSymbolMap(ByteView<'static>),
+}
+
+/// UUID maps and BCSymbolMaps, one cache kind as upstream's `auxdifs`.
+pub struct AuxDifFile;
+
+/// More tags than any UUID map has (a dSYM's holds a dozen or two). The XML reader under
+/// `UuidMapping` recurses once per level of nesting, so a hostile file nested deeply
+/// enough would overflow the stack, which aborts the process whatever isolates the
+/// parse; a file with fewer tags than this cannot nest that deep.
+const UUID_MAP_MAX_TAGS: usize = 256;
+
+impl AuxDifFile {
+    fn original_uuid(dsym: DebugId, data: &[u8]) -> CacheResult<DebugId> {
+        let tags = data.iter().filter(|&&b| b == b'<').count();
+        if tags > UUID_MAP_MAX_TAGS {
+            return Err(CacheError::Malformed(format!(
+                "UUID map: {tags} tags, more than a UUID map has"
+            )));
+        }
+        UuidMapping::parse_plist(dsym, data)
+            .map(|mapping| mapping.original_uuid())
+            .map_err(|e| CacheError::Malformed(format!("UUID map: {e}")))
+    }
+}
+
+impl FileFormat for AuxDifFile {
+    type Item = AuxItem;
+    type Hint = AuxDif;
+    const KIND: CacheKind = kinds::AUXDIFS;
+
+    fn prepare(path: &Path, hint: &AuxDif) -> CacheResult<Option<Vec<u8>>> {
+        let data = ByteView::open(path).map_err(CacheError::internal)?;
+        match hint {
+            AuxDif::UuidMap(dsym) => Self::original_uuid(*dsym, &data).map(|_| None),
+            AuxDif::BcSymbolMap => BcSymbolMap::parse(&data)
+                .map(|_| None)
+                .map_err(|e| CacheError::Malformed(format!("BCSymbolMap: {e}"))),
+        }
+    }
+
+    fn load(data: ByteView<'static>, hint: &AuxDif) -> CacheResult<Self::Item> {
+        match hint {
+            AuxDif::UuidMap(dsym) => Self::original_uuid(*dsym, &data).map(AuxItem::UuidMap),
+            AuxDif::BcSymbolMap => Ok(AuxItem::BcSymbolMap(data)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `original_uuid` on a thread with the stack of tokio's threads (2 MiB), where the
+    /// server parses UUID maps.
+    fn on_a_server_stack(plist: String) -> CacheResult<DebugId> {
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || AuxDifFile::original_uuid(DebugId::nil(), plist.as_bytes()))
+            .unwrap()
+            .join()
+            .unwrap()
+    }
+
+    fn nested(levels: usize) -> String {
+        format!("<plist version=\"1.0\">{}", "<dict>".repeat(levels))
+    }
+
+    /// Nesting past the stack is refused before the XML reader recurses into it (this
+    /// test aborts otherwise), and the deepest file the limit lets through is read on
+    /// that stack, in a debug build's larger frames.
+    #[test]
+    fn a_uuid_map_cannot_nest_deep_enough_to_overflow_the_stack() {
+        let deep = on_a_server_stack(nested(100_000));
+        assert!(matches!(deep, Err(CacheError::Malformed(_))), "{deep:?}");
+        let at_limit = on_a_server_stack(nested(UUID_MAP_MAX_TAGS - 1));
+        assert!(
+            matches!(at_limit, Err(CacheError::Malformed(_))),
+            "{at_limit:?}"
+        );
+    }
+
+    #[test]
+    fn the_fixture_uuid_map_names_the_bitcode_build() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/bcsymbolmap");
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+        let plist = std::fs::read_to_string(dir.join("game.uuidmap.plist")).unwrap();
+        let original: DebugId = manifest["original_uuid"].as_str().unwrap().parse().unwrap();
+        assert_eq!(on_a_server_stack(plist), Ok(original));
+    }
+}
