@@ -27,6 +27,7 @@ mod operations;
 mod request_limits;
 mod self_reporting;
 mod soak;
+mod sort;
 mod source_context;
 mod sources;
 mod symbfile;
