@@ -1,6 +1,6 @@
 //! The `omnisym` command line: `run` serves the HTTP API, `cleanup` prunes the cache
 //! (once, or on a timer with `--repeat`), `healthcheck` asks a running server whether it
-//! is up; `symbolicate` and `replay` are the offline tools of `omnisym::cli`. Subcommands
+//! is up; `symbolicate`, `replay`, `wasm-split` and `sort` are the offline tools of `omnisym::cli`. Subcommands
 //! and flags of the server follow upstream's `symbolicator`, so self-hosted Sentry's
 //! compose file can run this binary unchanged.
 
@@ -72,6 +72,8 @@ enum Command {
     /// Give a WebAssembly module a build id, and split its debug information off
     /// (upstream's `wasm-split`).
     WasmSplit(omnisym::cli::WasmSplitArgs),
+    /// Lay debug files out in a directory a source reads (upstream's symsorter).
+    Sort(omnisym::cli::SortArgs),
 }
 
 fn parse_interval(text: &str) -> Result<Duration, String> {
@@ -497,6 +499,7 @@ fn main() -> anyhow::Result<()> {
         Command::Symbolicate(args) => omnisym::cli::symbolicate(cli.config, args),
         Command::Replay(args) => omnisym::cli::replay(args),
         Command::WasmSplit(args) => omnisym::cli::wasm_split(args),
+        Command::Sort(args) => omnisym::cli::sort(args),
     }
 }
 
@@ -515,6 +518,75 @@ mod tests {
         for level in ["off", "error", "warn", "info", "debug", "trace"] {
             EnvFilter::try_new(log_filter(level)).unwrap();
         }
+    }
+
+    fn sort_args(args: &[&str]) -> Result<omnisym::cli::SortArgs, clap::Error> {
+        let cli = Cli::try_parse_from([&["omnisym", "sort"], args].concat())?;
+        match cli.command {
+            Command::Sort(args) => Ok(args),
+            _ => unreachable!("parsed as sort"),
+        }
+    }
+
+    #[test]
+    fn sort_takes_symsorters_flags() {
+        use omnisym::sources::DirectoryLayoutType;
+        let args = sort_args(&[
+            "-zz",
+            "-o",
+            "out",
+            "-p",
+            "ios",
+            "-b",
+            "10.3_ABCD",
+            "--with-sources",
+            "-I",
+            "-q",
+            "in1",
+            "in2",
+        ])
+        .unwrap();
+        assert_eq!(args.compress, 2);
+        assert_eq!(args.output, PathBuf::from("out"));
+        assert_eq!(args.prefix.as_deref(), Some("ios"));
+        assert_eq!(args.bundle_id.as_deref(), Some("10.3_ABCD"));
+        assert!(args.with_sources && args.ignore_errors && args.quiet);
+        assert!(!args.multiple_bundles);
+        assert_eq!(args.input, [PathBuf::from("in1"), PathBuf::from("in2")]);
+        assert_eq!(
+            args.layout,
+            DirectoryLayoutType::Unified,
+            "symsorter's layout"
+        );
+
+        let long = sort_args(&[
+            "--output",
+            "o",
+            "--prefix",
+            "p",
+            "--compress",
+            "--compress",
+            "--compress",
+            "--compress",
+            "--ignore-errors",
+            "--quiet",
+            "--multiple-bundles",
+            "--layout",
+            "symstore_index2",
+            "x",
+        ])
+        .unwrap();
+        assert_eq!(long.compress, 4);
+        assert!(long.multiple_bundles && long.ignore_errors && long.quiet);
+        assert_eq!(long.layout, DirectoryLayoutType::SymstoreIndex2);
+
+        let bare = sort_args(&["-o", "o"]).unwrap();
+        assert_eq!(bare.compress, 0);
+        assert!(bare.input.is_empty() && bare.bundle_id.is_none());
+
+        assert!(sort_args(&["x"]).is_err(), "--output is required");
+        assert!(sort_args(&["-o", "o", "-b", "b", "--multiple-bundles"]).is_err());
+        assert!(sort_args(&["-o", "o", "--layout", "flat"]).is_err());
     }
 
     #[test]

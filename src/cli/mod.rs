@@ -7,7 +7,8 @@
 //! back into events the way Sentry does (`event`); the offline run reads its input
 //! (`input`), prints text (`text`) and shows slow downloads (`progress`). Where files
 //! come from on the command line is `options`. `omnisym wasm-split` prepares WebAssembly
-//! modules for the lookup, as upstream's tool of that name (`wasm_split`). This is the
+//! modules for the lookup, as upstream's tool of that name (`wasm_split`); `omnisym sort`
+//! lays debug files out for a source, as upstream's symsorter (`sort`). This is the
 //! top layer beside `server`: nothing imports it.
 mod event;
 mod input;
@@ -15,6 +16,7 @@ mod options;
 mod progress;
 mod replay;
 mod sentry_api;
+mod sort;
 mod symbolicate;
 mod text;
 mod wasm_split;
@@ -115,6 +117,46 @@ pub struct WasmSplitArgs {
     /// name.
     #[arg(long)]
     pub external_dwarf_url: Option<String>,
+}
+
+/// `omnisym sort`, with upstream symsorter's flags and defaults.
+#[derive(Args, Debug)]
+pub struct SortArgs {
+    /// The folder to write the sorted files to.
+    #[arg(long, short = 'o', value_name = "PATH")]
+    pub output: PathBuf,
+    /// A folder below the output to sort into (a virtual bucket such as `ios`).
+    #[arg(long, short = 'p', value_name = "PREFIX")]
+    pub prefix: Option<String>,
+    /// Record the files under this bundle id (`bundles/<id>` and `refs/<id>`).
+    #[arg(long, short = 'b', value_name = "BUNDLE_ID")]
+    pub bundle_id: Option<String>,
+    /// One bundle per input, named after it.
+    #[arg(long, conflicts_with = "bundle_id")]
+    pub multiple_bundles: bool,
+    /// Also make source bundles, from the source files the debug files name, for
+    /// debug files that came without one.
+    #[arg(long)]
+    pub with_sources: bool,
+    /// Compress the files with zstd; repeat for smaller, slower (`-zz` is good).
+    #[arg(long, short = 'z', action = clap::ArgAction::Count)]
+    pub compress: u8,
+    /// Report broken files and go on instead of stopping.
+    #[arg(long, short = 'I')]
+    pub ignore_errors: bool,
+    /// Print nothing but warnings and errors.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    /// The directory layout to write, as a source's `layout.type` names it.
+    #[arg(long, value_enum, default_value_t = crate::sources::DirectoryLayoutType::Unified)]
+    pub layout: crate::sources::DirectoryLayoutType,
+    /// Debug files, folders of them (`.dSYM` bundles among them) and zip archives.
+    pub input: Vec<PathBuf>,
+}
+
+/// Runs `omnisym sort`.
+pub fn sort(args: SortArgs) -> anyhow::Result<()> {
+    sort::run(args)
 }
 
 /// Runs `omnisym wasm-split`: prints the module's build id (hex) unless `--quiet`.

@@ -303,6 +303,58 @@ impl ConversionObserver for Shared {
     }
 }
 
+/// A bar over a known amount of work (the bytes of `omnisym sort`'s inputs), drawn on
+/// stderr only for a person at a terminal: in a pipe or CI log the lines the tool prints
+/// and its summary say the same without redraws, and `quiet` wants nothing at all.
+pub struct WorkBar {
+    bar: Option<ProgressBar>,
+}
+
+impl WorkBar {
+    pub fn to_stderr(total: u64, quiet: bool) -> Self {
+        let shown = !quiet && std::io::stderr().is_terminal();
+        Self::with_target(total, shown.then(ProgressDrawTarget::stderr))
+    }
+
+    fn with_target(total: u64, target: Option<ProgressDrawTarget>) -> Self {
+        let bar = target.map(|target| {
+            let bar = ProgressBar::with_draw_target(Some(total), target);
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} [{bar:30}] {binary_bytes}/{binary_total_bytes} ({eta}) {msg}",
+                )
+                .expect("the template is fixed")
+                .progress_chars("=> "),
+            );
+            bar.enable_steady_tick(TICK);
+            bar
+        });
+        WorkBar { bar }
+    }
+
+    pub fn advance(&self, bytes: u64) {
+        if let Some(bar) = &self.bar {
+            bar.inc(bytes);
+        }
+    }
+
+    /// Runs `print` with the bar out of the way, so a printed line does not tear it.
+    pub fn suspend<R>(&self, print: impl FnOnce() -> R) -> R {
+        match &self.bar {
+            Some(bar) => bar.suspend(print),
+            None => print(),
+        }
+    }
+}
+
+impl Drop for WorkBar {
+    fn drop(&mut self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
 /// Bytes for people: exact below a KiB, else one decimal of the largest binary unit.
 fn size(bytes: u64) -> String {
     bytesize::ByteSize(bytes).display().iec().to_string()
@@ -469,6 +521,29 @@ mod tests {
             "{contents}"
         );
         assert!(!contents.contains('['), "the bar is cleared: {contents}");
+    }
+
+    #[test]
+    fn a_work_bar_counts_bytes_and_is_cleared_when_done() {
+        let term = InMemoryTerm::new(4, 120);
+        let bar = WorkBar::with_target(
+            4 << 20,
+            Some(ProgressDrawTarget::term_like(Box::new(term.clone()))),
+        );
+        bar.advance(1 << 20);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !term.contents().contains("1.00 MiB/4.00 MiB") {
+            assert!(Instant::now() < deadline, "{:?}", term.contents());
+            std::thread::sleep(TICK);
+        }
+        bar.suspend(|| ());
+        drop(bar);
+        assert_eq!(term.contents().trim(), "", "cleared at the end");
+
+        // Not drawn at all: advancing and printing still work.
+        let hidden = WorkBar::with_target(10, None);
+        hidden.advance(5);
+        assert_eq!(hidden.suspend(|| 3), 3);
     }
 
     #[test]

@@ -30,6 +30,7 @@ mod request_limits;
 mod secondary_inputs;
 mod self_reporting;
 mod soak;
+mod sort;
 mod source_context;
 mod sources;
 mod symbfile;

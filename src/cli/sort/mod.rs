@@ -1,0 +1,408 @@
+//! `omnisym sort`, upstream's symsorter: lays debug files (and zip archives of them) out
+//! in a directory a filesystem, S3 or GCS source reads. The unified layout is
+//! symsorter's tree, `.meta` files, `refs/` and `bundles/` included; every other layout
+//! the sources read works too. This module walks the inputs and runs the workers;
+//! `place` says what a file is and where it goes (through `sources`' layout rules),
+//! `write` puts it there, `inputs` opens files and zip entries, `bundle` names imports
+//! and writes their index, `sources` makes source bundles for `--with-sources`.
+
+mod bundle;
+mod inputs;
+mod place;
+mod sources;
+mod write;
+
+use std::collections::HashMap;
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use anyhow::{Context, Result, anyhow, bail};
+use symbolic::common::ByteView;
+use symbolic::debuginfo::{Archive, FileFormat, ObjectKind};
+
+use super::SortArgs;
+use super::progress::WorkBar;
+use crate::sources::{DirectoryLayoutType, ObjectType};
+use place::{Described, describe, describe_proguard};
+use write::{Meta, Outcome, Store, zstd_level};
+
+pub fn run(args: SortArgs) -> Result<()> {
+    let ignore_errors = args.ignore_errors;
+    let result = execute(args);
+    if let Err(err) = &result
+        && !ignore_errors
+    {
+        // symsorter's hint, after the error main prints.
+        return Err(anyhow!(
+            "{err:#}\n\nTo skip this error, use --ignore-errors."
+        ));
+    }
+    result
+}
+
+fn execute(args: SortArgs) -> Result<()> {
+    let unified = args.layout == DirectoryLayoutType::Unified;
+    if !unified && (args.bundle_id.is_some() || args.multiple_bundles) {
+        bail!("bundles (--bundle-id, --multiple-bundles) belong to the unified layout");
+    }
+    let root = match &args.prefix {
+        Some(prefix) => args.output.join(prefix),
+        None => args.output.clone(),
+    };
+    let out = Printer {
+        quiet: args.quiet,
+        bar: Mutex::new(None),
+    };
+    if args.compress == 0 {
+        out.log("WARNING: No compression used. Consider to pass -zz.".into());
+        out.log(String::new());
+    }
+
+    let groups: Vec<(Option<String>, Vec<PathBuf>)> = if args.multiple_bundles {
+        args.input
+            .iter()
+            .map(|path| {
+                let name = path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                (Some(bundle::make_bundle_id(&name)), vec![path.clone()])
+            })
+            .collect()
+    } else {
+        if let Some(id) = &args.bundle_id
+            && !bundle::is_bundle_id(id)
+        {
+            bail!("Invalid bundle id");
+        }
+        vec![(args.bundle_id.clone(), args.input.clone())]
+    };
+
+    let (mut sorted, mut bundled, mut skipped) = (0, 0, 0);
+    for (bundle_id, paths) in groups {
+        if args.multiple_bundles {
+            out.log(format!("[bundle: {}]", bundle_id.as_deref().unwrap_or("")));
+        }
+        let sorter = Sorter {
+            store: Store::new(
+                root.clone(),
+                zstd_level(args.compress),
+                unified,
+                bundle_id.clone(),
+            ),
+            layout: args.layout,
+            ignore_errors: args.ignore_errors,
+            out: &out,
+            sorted: Mutex::new(Vec::new()),
+            skipped: AtomicUsize::new(0),
+        };
+        let sources_made = sorter.sort_files(&paths, args.with_sources)?;
+        let ids = sorter.sorted.into_inner().unwrap();
+        if let Some(bundle_id) = &bundle_id {
+            out.log("Writing bundle meta data".into());
+            bundle::write_index(&root, bundle_id, &ids)?;
+        }
+        sorted += ids.len();
+        bundled += sources_made;
+        skipped += sorter.skipped.into_inner();
+    }
+
+    out.log(String::new());
+    out.log("Done.".into());
+    out.log(format!("Sorted {sorted} debug files"));
+    if args.with_sources {
+        out.log(format!("Created {bundled} source bundles"));
+    }
+    if skipped > 0 {
+        out.log(format!(
+            "Skipped {skipped} files the {} layout has no place for",
+            layout_name(args.layout)
+        ));
+    }
+    Ok(())
+}
+
+fn layout_name(layout: DirectoryLayoutType) -> String {
+    clap::ValueEnum::to_possible_value(&layout)
+        .map(|v| v.get_name().to_owned())
+        .unwrap_or_default()
+}
+
+/// stdout for what symsorter prints there (silenced by `-q`), stderr for warnings and
+/// errors, each line printed around the progress bar.
+struct Printer {
+    quiet: bool,
+    bar: Mutex<Option<WorkBar>>,
+}
+
+impl Printer {
+    fn log(&self, line: String) {
+        if !self.quiet {
+            self.around_bar(|| println!("{line}"));
+        }
+    }
+
+    fn warn(&self, line: String) {
+        self.around_bar(|| eprintln!("{line}"));
+    }
+
+    fn around_bar(&self, print: impl FnOnce()) {
+        match &*self.bar.lock().unwrap() {
+            Some(bar) => bar.suspend(print),
+            None => print(),
+        }
+    }
+
+    fn advance(&self, bytes: u64) {
+        if let Some(bar) = &*self.bar.lock().unwrap() {
+            bar.advance(bytes);
+        }
+    }
+}
+
+/// One bundle's run: where files go, and what went there.
+struct Sorter<'a> {
+    store: Store,
+    layout: DirectoryLayoutType,
+    ignore_errors: bool,
+    out: &'a Printer,
+    /// The unified ids of the files written, for the bundle index and the count.
+    sorted: Mutex<Vec<String>>,
+    /// Files the layout has no place for.
+    skipped: AtomicUsize,
+}
+
+/// Debug files whose sources `--with-sources` bundles: by unified id, the file to read
+/// them from, or `None` once a source bundle for that id was among the inputs.
+type SourceCandidates = Mutex<HashMap<String, Option<PathBuf>>>;
+
+impl Sorter<'_> {
+    /// Sorts every file below `paths`, then (with `with_sources`) makes the missing
+    /// source bundles; returns how many it made.
+    fn sort_files(&self, paths: &[PathBuf], with_sources: bool) -> Result<usize> {
+        self.out.log("Sorting debug information files".into());
+        let files = inputs::files(paths);
+        let total = files.iter().map(|(_, size)| size).sum();
+        *self.out.bar.lock().unwrap() = Some(WorkBar::to_stderr(total, self.out.quiet));
+        let candidates = SourceCandidates::default();
+        let result = parallel(&files, |(path, size)| {
+            let result = self.sort_file(path, with_sources.then_some(&candidates));
+            self.out.advance(*size);
+            result
+        });
+        *self.out.bar.lock().unwrap() = None;
+        result?;
+        if !with_sources {
+            return Ok(0);
+        }
+
+        self.out.log("Creating source bundles".into());
+        let todo: Vec<(String, PathBuf)> = candidates
+            .into_inner()
+            .unwrap()
+            .into_iter()
+            .filter_map(|(id, path)| Some((id, path?)))
+            .collect();
+        let made = AtomicUsize::new(0);
+        parallel(&todo, |(id, path)| {
+            let log = |line| self.out.log(line);
+            let Some((bundle, object_type)) =
+                sources::make_bundle(path, id, self.store.root(), &log)?
+            else {
+                return Ok(());
+            };
+            self.sort_objects(&bundle, &file_name(path), Some(object_type))?;
+            made.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })?;
+        Ok(made.into_inner())
+    }
+
+    fn sort_file(&self, path: &Path, candidates: Option<&SourceCandidates>) -> Result<()> {
+        // Unreadable files are passed over, as symsorter does.
+        let Ok(data) = ByteView::open(path) else {
+            return Ok(());
+        };
+        let name = file_name(path);
+        if inputs::is_zip(&data) {
+            return self.sort_zip(data, &path.to_string_lossy());
+        }
+        if Archive::peek(&data) == FileFormat::Unknown {
+            return self.sort_proguard(&data, &name);
+        }
+        let sorted = self.sort_objects(&data, &name, None)?;
+        let Some(candidates) = candidates else {
+            return Ok(());
+        };
+        let mut candidates = candidates.lock().unwrap();
+        for (id, kind) in sorted {
+            if kind == ObjectKind::Sources {
+                candidates.insert(id, None);
+            } else if kind == ObjectKind::Debug {
+                candidates
+                    .entry(id)
+                    .or_insert_with(|| Some(path.to_owned()));
+            }
+        }
+        Ok(())
+    }
+
+    fn sort_zip(&self, data: ByteView<'static>, zip_name: &str) -> Result<()> {
+        let result = inputs::zip_entries(Cursor::new(data), self.store.root(), |name, entry| {
+            if Archive::peek(&entry) != FileFormat::Unknown {
+                self.sort_objects(&entry, &name, None)?;
+                Ok(())
+            } else {
+                self.sort_proguard(&entry, &name)
+            }
+        });
+        match result {
+            Err(err) if self.ignore_errors => {
+                self.out
+                    .warn(format!("error: ignored error {err:#} ({zip_name})"));
+                Ok(())
+            }
+            result => result.with_context(|| format!("failed to process file {zip_name}")),
+        }
+    }
+
+    fn sort_proguard(&self, data: &[u8], name: &str) -> Result<()> {
+        let Some(uuid) = inputs::proguard_uuid(data) else {
+            return Ok(());
+        };
+        let meta = Meta {
+            name: Some(name.to_owned()),
+            arch: None,
+            file_format: None,
+        };
+        self.put(&describe_proguard(uuid), data, name, "proguard", meta)?;
+        Ok(())
+    }
+
+    /// Sorts the objects of one debug file (all slices of a fat Mach-O); returns the
+    /// unified id and kind of each one written.
+    fn sort_objects(
+        &self,
+        data: &[u8],
+        name: &str,
+        bundled_from: Option<ObjectType>,
+    ) -> Result<Vec<(String, ObjectKind)>> {
+        let mut sorted = Vec::new();
+        // With `-I` a broken file (or object) is reported and the rest of it skipped,
+        // keeping what was sorted of it so far, as symsorter does.
+        macro_rules! or_skip {
+            ($result:expr) => {
+                match $result {
+                    Ok(value) => value,
+                    Err(err) if self.ignore_errors => {
+                        self.out
+                            .warn(format!("error: ignored error {err:#} ({name})"));
+                        return Ok(sorted);
+                    }
+                    Err(err) => {
+                        return Err(err).with_context(|| format!("failed to process file {name}"));
+                    }
+                }
+            };
+        }
+        let archive =
+            or_skip!(Archive::parse(data).map_err(|e| anyhow!("failed to parse archive {e}")));
+        for object in archive.objects() {
+            let object = or_skip!(object.map_err(|e| anyhow!(e)));
+            let Some(described) = or_skip!(describe(&object, name, bundled_from)) else {
+                continue;
+            };
+            let meta = Meta {
+                name: Some(name.to_owned()),
+                arch: Some(object.arch().name().to_owned()),
+                file_format: Some(object.file_format().name().to_owned()),
+            };
+            let label = format!("{}, {}", object.kind().name(), object.arch().name());
+            if let Some(id) = self.put(&described, object.data(), name, &label, meta)? {
+                sorted.push((id, object.kind()));
+            }
+        }
+        Ok(sorted)
+    }
+
+    /// Writes one file where the layout wants it; its unified id if it was written.
+    fn put(
+        &self,
+        described: &Described,
+        data: &[u8],
+        name: &str,
+        label: &str,
+        meta: Meta,
+    ) -> Result<Option<String>> {
+        let Some(rel) = described.path(self.layout) else {
+            self.skipped.fetch_add(1, Ordering::Relaxed);
+            self.out.warn(format!(
+                "WARNING: the {} layout has no place for {name} ({label}); skipped.",
+                layout_name(self.layout)
+            ));
+            return Ok(None);
+        };
+        let id = described.unified_id().unwrap_or_default();
+        match self.store.put(&rel, data, described.rank(), &meta)? {
+            Outcome::Written(path) => {
+                self.out
+                    .log(format!("{name} ({label}) -> {}", path.display()));
+                self.sorted.lock().unwrap().push(id.clone());
+                Ok(Some(id))
+            }
+            // The file it replaced is listed already.
+            Outcome::Replaced(path) => {
+                self.out
+                    .log(format!("{name} ({label}) -> {} (replaced)", path.display()));
+                Ok(Some(id))
+            }
+            Outcome::Duplicate(path) => {
+                self.out.warn(format!(
+                    "WARNING: File {} already exists, you seem to have duplicate debug files \
+                     for ID {id}.\nSkipping {name}.",
+                    path.display()
+                ));
+                Ok(None)
+            }
+        }
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Runs `work` on every item on a few threads (compressing is the slow part, and it
+/// parallelises); the first error stops the others from taking more items and is
+/// returned.
+fn parallel<T: Sync>(items: &[T], work: impl Fn(&T) -> Result<()> + Sync) -> Result<()> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(items.len().max(1));
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let first_error = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                while !failed.load(Ordering::Relaxed) {
+                    let Some(item) = items.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                        break;
+                    };
+                    if let Err(err) = work(item) {
+                        failed.store(true, Ordering::Relaxed);
+                        first_error.lock().unwrap().get_or_insert(err);
+                    }
+                }
+            });
+        }
+    });
+    match first_error.into_inner().unwrap() {
+        Some(err) => Err(err),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,321 @@
+//! `omnisym sort` end to end: the built binary sorts the project's own fixtures (native,
+//! lazy, mozilla, minidump, jvm, js, native-srcsrv, native-embedded, with some of them
+//! inside a zip made here) into every layout, and the real server, given a filesystem
+//! source of that layout over the sorted tree, finds and symbolicates with what it wrote.
+
+use crate::common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{Server, assert_elf_symbolicated, elf_request, fixtures, object, unified_path};
+use serde_json::{Value, json};
+
+const LAYOUTS: &[&str] = &[
+    "unified",
+    "native",
+    "symstore",
+    "symstore_index2",
+    "ssqp",
+    "debuginfod",
+    "slashsymbols",
+];
+
+struct Sorted {
+    stdout: String,
+    stderr: String,
+}
+
+fn sort<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Sorted {
+    let out = Command::new(env!("CARGO_BIN_EXE_omnisym"))
+        .arg("sort")
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let sorted = Sorted {
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    };
+    assert!(out.status.success(), "{}\n{}", sorted.stdout, sorted.stderr);
+    sorted
+}
+
+/// A zip of the native ELF and PE fixtures (and a mapping), which are then sorted only
+/// from it.
+fn zip_of_natives(dir: &Path) -> PathBuf {
+    let path = dir.join("natives.zip");
+    let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+    let options = zip::write::SimpleFileOptions::default();
+    for rel in [
+        "native/elf/crash",
+        "native/elf/crash.debug",
+        "native/elf/crash.stripped",
+        "native/pe/crash.exe",
+        "native/pe/crash.pdb",
+        "jvm/inline.txt",
+    ] {
+        zip.start_file(format!("some/folder/{rel}"), options)
+            .unwrap();
+        zip.write_all(&std::fs::read(fixtures().join(rel)).unwrap())
+            .unwrap();
+    }
+    zip.finish().unwrap();
+    path
+}
+
+fn inputs(zip: &Path) -> Vec<PathBuf> {
+    let mut inputs: Vec<PathBuf> = [
+        "native/breakpad",
+        "native/corrupt",
+        "lazy",
+        "mozilla",
+        "minidump",
+        "jvm",
+        "js",
+        "native-srcsrv",
+        "native-embedded",
+    ]
+    .iter()
+    .map(|rel| fixtures().join(rel))
+    .collect();
+    inputs.push(zip.to_owned());
+    inputs
+}
+
+fn source(root: &Path, layout: &str) -> Value {
+    json!([{"type": "filesystem", "id": format!("sorted-{layout}"), "path": root,
+            "layout": {"type": layout}}])
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The uuid sentry-cli gives a mapping (and the proguard crate computes).
+fn mapping_uuid(name: &str) -> String {
+    let data = std::fs::read(fixtures().join("jvm").join(name)).unwrap();
+    proguard::ProguardMapping::new(&data).uuid().to_string()
+}
+
+#[tokio::test]
+async fn sorted_fixtures_are_served_in_every_layout() {
+    let work = tempfile::tempdir().unwrap();
+    let zip = zip_of_natives(work.path());
+    let server = Server::start("");
+    let elf_code_id = object("elf")["code_id"].as_str().unwrap().to_owned();
+
+    for layout in LAYOUTS {
+        let out = work.path().join(layout);
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "-I".into(),
+            "--layout".into(),
+            layout.into(),
+            "-o".into(),
+            out.clone().into(),
+        ];
+        if *layout == "unified" {
+            args.extend(["-zz", "-p", "ios", "-b", "fixtures-1"].map(Into::into));
+        }
+        args.extend(inputs(&zip).into_iter().map(Into::into));
+        let run = sort(&args);
+
+        // The broken fixtures are reported and passed over; the stripped ELF has the
+        // same id as the unstripped one, and only the layouts that name a file by its
+        // name as well keep both.
+        assert!(
+            run.stderr.contains("error: ignored error") && run.stderr.contains("corrupt"),
+            "{layout}: {}",
+            run.stderr
+        );
+        let by_id_only = ["unified", "native", "debuginfod"].contains(layout);
+        assert_eq!(
+            run.stderr.contains("Skipping crash.stripped."),
+            by_id_only,
+            "{layout}: {}",
+            run.stderr
+        );
+        assert!(run.stdout.contains("Done.\nSorted "), "{}", run.stdout);
+
+        let root = if *layout == "unified" {
+            out.join("ios")
+        } else {
+            out.clone()
+        };
+        let (status, answer) = server
+            .post("/symbolicate", &elf_request(source(&root, layout)))
+            .await;
+        assert_eq!(status, 200, "{answer}");
+        assert_elf_symbolicated(&answer);
+        // Found in the sorted tree, at the path the reader asked first.
+        let found = common::candidates(&answer)
+            .into_iter()
+            .find(|c| c["download"]["status"] == "ok")
+            .unwrap_or_else(|| panic!("{layout}: {answer:#}"));
+        assert_eq!(found["source"], format!("sorted-{layout}"), "{found}");
+    }
+
+    // The unified tree: symsorter's shape, compressed with -zz.
+    let root = work.path().join("unified/ios");
+    let debug = root.join(unified_path(&elf_code_id, "debuginfo"));
+    let compressed = std::fs::read(&debug).unwrap();
+    assert_eq!(&compressed[..4], [0x28, 0xb5, 0x2f, 0xfd], "a zstd frame");
+    assert!(
+        zstd::decode_all(&compressed[..]).unwrap()
+            == std::fs::read(fixtures().join("native/elf/crash.debug")).unwrap(),
+        "the DWARF file beat the Breakpad file of the same id"
+    );
+    assert_eq!(
+        read_json(&debug.with_extension("meta")),
+        json!({"name": "crash.debug", "arch": "x86_64", "file_format": "elf"})
+    );
+    assert_eq!(
+        read_json(&root.join(unified_path(&elf_code_id, "executable.meta"))),
+        json!({"name": "crash", "arch": "x86_64", "file_format": "elf"})
+    );
+    assert!(debug.parent().unwrap().join("refs/fixtures-1").is_file());
+    let index = read_json(&root.join("bundles/fixtures-1"));
+    assert_eq!(index["name"], "fixtures-1");
+    assert!(humantime::parse_rfc3339(index["timestamp"].as_str().unwrap()).is_ok());
+    let ids: Vec<&str> = index["debug_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap())
+        .collect();
+    let pe_id = object("pe")["breakpad_id"].as_str().unwrap().to_lowercase();
+    for id in [elf_code_id.as_str(), pe_id.as_str()] {
+        assert!(ids.contains(&id), "{id} in {ids:?}");
+    }
+    assert_eq!(
+        ids.iter().filter(|&&id| id == elf_code_id).count(),
+        2,
+        "the executable and the debug file, once each: {ids:?}"
+    );
+    // A mapping from the zip, and one from the folder, found by the JVM pipeline.
+    for mapping in ["inline.txt", "rewrite.txt"] {
+        let uuid = mapping_uuid(mapping);
+        assert!(
+            root.join(unified_path(&uuid, "proguard.meta")).is_file(),
+            "{mapping}"
+        );
+    }
+    let body = json!({
+        "platform": "java",
+        "sources": source(&root, "unified"),
+        "modules": [{"type": "proguard", "uuid": mapping_uuid("inline.txt")},
+                    {"type": "proguard", "uuid": mapping_uuid("rewrite.txt")}],
+        "stacktraces": [],
+        "classes": ["a.a"],
+    });
+    let (status, answer) = server.post("/symbolicate-jvm", &body).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["classes"]["a.a"], "org.birdwatch.app.SightingActivity",
+        "{answer:#}"
+    );
+    // The source bundle fixtures land beside their debug files, by code id.
+    for variant in ["fp", "nofp"] {
+        let original = std::fs::read(
+            fixtures()
+                .join("minidump")
+                .join(variant)
+                .join("crash.src.zip"),
+        )
+        .unwrap();
+        let code_id = symbolic::debuginfo::Object::parse(&original)
+            .unwrap()
+            .code_id()
+            .unwrap()
+            .to_string();
+        let sorted = std::fs::read(root.join(unified_path(&code_id, "sourcebundle"))).unwrap();
+        assert_eq!(
+            zstd::decode_all(&sorted[..]).unwrap(),
+            original,
+            "{variant}"
+        );
+    }
+
+    // Sorting again changes nothing: every file is a duplicate.
+    let again = sort([
+        "-q".into(),
+        "-o".into(),
+        work.path().join("unified"),
+        "-p".into(),
+        "ios".into(),
+        fixtures().join("native-srcsrv"),
+    ]);
+    assert_eq!(again.stdout, "", "-q prints nothing");
+    assert_eq!(again.stderr.matches("duplicate debug files").count(), 2);
+}
+
+/// A universal binary's slices are sorted one by one, and a `.dSYM` folder is a folder
+/// like any other.
+#[test]
+fn fat_mach_o_slices_and_dsym_bundles() {
+    let work = tempfile::tempdir().unwrap();
+    let macho = std::fs::read(fixtures().join("lazy/macho/prog")).unwrap();
+    let dwarf =
+        std::fs::read(fixtures().join("lazy/macho/prog.dSYM/Contents/Resources/DWARF/prog"))
+            .unwrap();
+    // A fat header (big-endian) with two x86_64 slices at 4 KiB boundaries: the
+    // executable and its dSYM's DWARF file.
+    let align = |n: usize| n.div_ceil(4096) * 4096;
+    let (first, second) = (4096, 4096 + align(macho.len()));
+    let mut fat = Vec::new();
+    fat.extend(0xcafe_babe_u32.to_be_bytes());
+    fat.extend(2u32.to_be_bytes());
+    for (offset, size) in [(first, macho.len()), (second, dwarf.len())] {
+        for field in [0x0100_0007, 3, offset as u32, size as u32, 12] {
+            fat.extend(u32::to_be_bytes(field));
+        }
+    }
+    fat.resize(first, 0);
+    fat.extend(&macho);
+    fat.resize(second, 0);
+    fat.extend(&dwarf);
+    let input = work.path().join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    std::fs::write(input.join("prog"), &fat).unwrap();
+
+    let out = work.path().join("out");
+    let run = sort([Path::new("-o"), &out, &input]);
+    assert!(
+        run.stdout.starts_with("WARNING: No compression used."),
+        "{}",
+        run.stdout
+    );
+    let code_id = symbolic::debuginfo::Object::parse(&macho)
+        .unwrap()
+        .code_id()
+        .unwrap()
+        .to_string();
+    let exe = out.join(unified_path(&code_id, "executable"));
+    assert_eq!(std::fs::read(&exe).unwrap(), macho);
+    assert_eq!(
+        std::fs::read(out.join(unified_path(&code_id, "debuginfo"))).unwrap(),
+        dwarf
+    );
+    assert_eq!(
+        read_json(&exe.with_extension("meta")),
+        json!({"name": "prog", "arch": "x86_64", "file_format": "macho"})
+    );
+    assert!(!out.join("bundles").exists(), "no bundle without -b");
+
+    // The dSYM folder given as it is sorts its DWARF file (the Info.plist is no debug
+    // file); natively, by the LLDB convention.
+    let native = work.path().join("native");
+    sort([
+        "--layout".into(),
+        "native".into(),
+        "-o".into(),
+        native.clone(),
+        fixtures().join("lazy/macho/prog.dSYM"),
+    ]);
+    assert_eq!(code_id, "4c4c443f55553144a1474877f85f887f");
+    let lldb = "4C4C/443F/5555/3144/A147/4877F85F887F";
+    assert_eq!(std::fs::read(native.join(lldb)).unwrap(), dwarf);
+    assert_eq!(common::files_under(&native).len(), 1, "no .meta, no refs");
+}
