@@ -114,7 +114,7 @@ bind: $bind
 cache_dir: $dir/cache
 logging:
   level: ${LOG_LEVEL:-warn}
-  format: simplified
+  format: ${LOG_FORMAT:-simplified}
 $extra
 EOF
     if [ "$name" = upstream ]; then
