@@ -19,6 +19,7 @@ use omnisym::js::bundle::{ArtifactBundle, ArtifactBundles, BundleLimits};
 use omnisym::js::discovery::SourceMapUrl;
 use omnisym::js::interface::{FileKey, ResolvedWith};
 use omnisym::js::sourcemap_cache::{OwnedSourceMapCache, load, write_sourcemap_cache};
+use omnisym::js::text::SourceText;
 use omnisym_fuzz::{install_isolating_hook, isolating};
 use symbolic::common::{ByteView, DebugId};
 use symbolic::sourcemapcache::SourcePosition;
@@ -62,13 +63,13 @@ fn run(data: &[u8]) {
         };
         let file = minified.file;
         let map = match file.sourcemap_url(ABS_PATH) {
-            Ok(Some(SourceMapUrl::Data(inline))) => Some(inline),
+            Ok(Some(SourceMapUrl::Data(inline))) => Some(SourceText::from(inline)),
             Ok(Some(SourceMapUrl::Remote(url))) => bundles
                 .find(&FileKey::SourceMap {
                     abs_path: Some(url),
                     debug_id: debug_id.or(file.debug_id),
                 })
-                .map(|found| found.file.contents),
+                .map(|found| found.file.contents.clone()),
             Ok(None) => debug_id
                 .or(file.debug_id)
                 .and_then(|debug_id| {
@@ -77,11 +78,11 @@ fn run(data: &[u8]) {
                         debug_id: Some(debug_id),
                     })
                 })
-                .map(|found| found.file.contents),
+                .map(|found| found.file.contents.clone()),
             Err(_) => None,
         };
         if let Some(map) = map
-            && let Ok(cache) = build(&file.contents, &map)
+            && let Ok(cache) = build(file.contents.as_str(), map.as_str())
         {
             let _ = cache.get().lookup(SourcePosition::new(0, 0));
         }

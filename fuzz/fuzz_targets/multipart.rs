@@ -14,9 +14,9 @@ use axum::body::Body;
 use axum::extract::{FromRequest, Multipart};
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use omnisym::fetch::decompress_file;
+use omnisym::fetch::{decompress_file, is_compressed};
 use omnisym::native::CrashKind;
-use omnisym::server::{CrashFiles, read_form};
+use omnisym::server::{CrashFiles, Upload, read_form};
 use omnisym::config::RequestLimits;
 use omnisym_fuzz::{runtime, scratch_dir};
 
@@ -47,10 +47,7 @@ fuzz_target!(|data: &[u8]| {
         )
         .body(Body::from_stream(futures::stream::iter(chunks)))
         .expect("a valid request");
-    let files = CrashFiles {
-        dir: scratch_dir().join("uploads"),
-        max_size: MAX_FILE,
-    };
+    let files = CrashFiles::new(scratch_dir().join("uploads"), MAX_FILE);
     // Small, like MAX_FILE, so that the count checks are reachable too.
     let limits = RequestLimits {
         max_sources: 4,
@@ -63,8 +60,17 @@ fuzz_target!(|data: &[u8]| {
         let Ok(form) = read_form(multipart, kind, &files, &limits).await else {
             return;
         };
-        if let Some(file) = form.file {
-            let _ = decompress_file(file.path(), &files.dir, files.max_size);
-        }
+        // Unpacked as the handler unpacks it: a compressed upload held in memory is
+        // written out first.
+        let file = match form.file {
+            Some(Upload::File(file)) => file,
+            Some(Upload::Memory { data, .. }) if is_compressed(&data) => {
+                let mut file = tempfile::NamedTempFile::new_in(scratch_dir()).expect("scratch");
+                std::io::Write::write_all(&mut file, &data).expect("scratch");
+                file
+            }
+            _ => return,
+        };
+        let _ = decompress_file(file.path(), &files.dir, files.max_size);
     });
 });

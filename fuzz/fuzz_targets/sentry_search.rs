@@ -23,6 +23,7 @@ static SOURCE: LazyLock<Arc<SentrySourceConfig>> = LazyLock::new(|| {
             .parse()
             .expect("a valid URL"),
         token: Secret::new("token"),
+        digests: Default::default(),
     })
 });
 

@@ -32,6 +32,7 @@ use omnisym::js::sourcemap_cache::{
 use omnisym::js::lookup::{
     FileError, Found, JsLookup, JsModuleFiles, MinifiedSource, SourceText,
 };
+use omnisym::js::mapping::{DirectMap, JsMapping};
 use omnisym::js::symbolicate::symbolicate_stacktraces;
 use omnisym::types::FrameOrder;
 use omnisym_fuzz::{install_isolating_hook, isolating, runtime, scratch_dir, split_once};
@@ -65,23 +66,13 @@ fn run(data: &[u8]) {
     if let Ok(map) = std::str::from_utf8(&map) {
         let _ = sourcemap_debug_id(map);
     }
-    let smcache = build(minified.bytes().clone(), ByteView::from_vec(map));
-    let frames = frames(text);
-    let module = Arc::new(JsModuleFiles {
-        minified_source: Found {
-            uri: Some(CachedFileUri::IndividualFile(ABS_PATH.into())),
-            entry: Ok(MinifiedSource {
-                contents: minified.clone(),
-                sourcemap_url,
-                debug_id,
-            }),
-            resolved_with: ResolvedWith::Release,
-        },
-        smcache: Some(Found {
-            uri: Some(map_uri),
-            entry: smcache.map_err(FileError::from),
-            resolved_with: ResolvedWith::Release,
-        }),
+    let map = ByteView::from_vec(map);
+    let smcache = build(minified.bytes().clone(), map.clone());
+    // The answer of a cold map, straight from the map and the file's scopes.
+    let direct = isolate(SourceMapCacheFormat::KIND.name, || {
+        let decoded = DirectMap::decode(&map)?;
+        let scopes = DirectMap::scopes(minified.as_str());
+        Ok(DirectMap::new(decoded, minified.clone(), scopes))
     });
     let options = JsRequestOptions {
         apply_source_context: true,
@@ -91,9 +82,37 @@ fn run(data: &[u8]) {
             FrameOrder::CalleeFirst
         },
     };
-    let mut lookup = Files { module };
-    let stacktraces = vec![JsStacktrace { frames }];
-    let _ = runtime().block_on(symbolicate_stacktraces(&mut lookup, stacktraces, options));
+    let answer = |mapping: Result<JsMapping, FileError>| {
+        let module = Arc::new(JsModuleFiles {
+            minified_source: Found {
+                uri: Some(CachedFileUri::IndividualFile(ABS_PATH.into())),
+                entry: Ok(MinifiedSource {
+                    contents: minified.clone(),
+                    sourcemap_url: sourcemap_url.clone(),
+                    debug_id,
+                }),
+                resolved_with: ResolvedWith::Release,
+            },
+            mapping: Some(Found {
+                uri: Some(map_uri.clone()),
+                entry: mapping,
+                resolved_with: ResolvedWith::Release,
+            }),
+        });
+        let mut lookup = Files { module };
+        let stacktraces = vec![JsStacktrace { frames: frames(text) }];
+        let done = runtime().block_on(symbolicate_stacktraces(&mut lookup, stacktraces, options));
+        format!("{:?}", done.stacktraces)
+    };
+    let cached = smcache.is_ok();
+    let from_cache = answer(smcache.map(JsMapping::Cache).map_err(FileError::from));
+    // Where both answer, they answer alike: a cold request gets what a warm one gets.
+    if let Ok(Some(direct)) = direct
+        && cached
+    {
+        let from_map = answer(Ok(JsMapping::Direct(Arc::new(direct))));
+        assert_eq!(from_map, from_cache, "the direct answer differs from the cache's");
+    }
 }
 
 /// Writes the SourceMapCache into a file and maps it back, as the cache layer does.

@@ -28,7 +28,7 @@ use std::sync::{Mutex, OnceLock};
 
 use omnisym::cache::Scope;
 use omnisym::config::Config;
-use omnisym::native::{CrashKind, CrashReportRequest};
+use omnisym::native::{CrashData, CrashKind, CrashReportRequest};
 use omnisym::server::AppState;
 use omnisym::native::interface::{RequestOptions, RewriteRules};
 
@@ -255,14 +255,17 @@ pub fn split_once(data: &[u8], sep: u8) -> (&[u8], &[u8]) {
 
 /// A crash file as the server processes an upload once it is on disk and unpacked:
 /// `NativeService::process_crash_file` with no symbol sources, then symbolication.
+/// Both ways an upload reaches it: kept in memory (small ones) and spooled to disk.
 pub fn process_crash_file(kind: CrashKind, data: &[u8]) {
     let path = write_input("upload", data);
     let state = app_state();
-    let request = CrashReportRequest {
-        sources: state.sources_or_default(None),
-        options: RequestOptions::default(),
-        rewrite_first_module: RewriteRules::default(),
-    };
-    let scope = Scope::new("global");
-    let _ = runtime().block_on(state.native.process_crash_file(kind, scope, &path, request));
+    for crash in [CrashData::Memory(data.to_vec()), CrashData::File(&path)] {
+        let request = CrashReportRequest {
+            sources: state.sources_or_default(None),
+            options: RequestOptions::default(),
+            rewrite_first_module: RewriteRules::default(),
+        };
+        let scope = Scope::new("global");
+        let _ = runtime().block_on(state.native.process_crash_file(kind, scope, crash, request));
+    }
 }
