@@ -70,7 +70,10 @@ impl SharedSymbfiles {
         self.store.put(&part_key(id, kind, parts, part), data).await
     }
 
-    /// Whether the store holds every part in `wanted`.
+    /// Whether the store holds every part in `wanted`. Asked from the last part down:
+    /// clients send parts in order, so while an upload is unfinished its missing parts
+    /// are the last ones, and one request tells (in order, each part's arrival would
+    /// ask for all before it).
     pub(super) async fn has_parts(
         &self,
         id: FileId,
@@ -78,7 +81,7 @@ impl SharedSymbfiles {
         parts: u32,
         wanted: &[u32],
     ) -> anyhow::Result<bool> {
-        for &part in wanted {
+        for &part in wanted.iter().rev() {
             if self
                 .store
                 .size(&part_key(id, kind, parts, part))
