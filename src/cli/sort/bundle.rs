@@ -57,19 +57,9 @@ pub fn write_index(root: &Path, bundle_id: &str, debug_ids: &[String]) -> Result
 }
 
 /// RFC 3339 in UTC with as many fraction digits as the time needs in groups of three
-/// (none, milli, micro or nano), the way symsorter's timestamps read.
+/// (none, milli, micro or nano), the way symsorter's timestamps read (chrono's own).
 fn timestamp(time: SystemTime) -> String {
-    let seconds = humantime::format_rfc3339_seconds(time).to_string();
-    let nanos = time
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let fraction = match nanos {
-        0 => String::new(),
-        n if n % 1_000_000 == 0 => format!(".{:03}", n / 1_000_000),
-        n if n % 1_000 == 0 => format!(".{:06}", n / 1_000),
-        n => format!(".{n:09}"),
-    };
-    format!("{}{fraction}Z", seconds.trim_end_matches('Z'))
+    chrono::DateTime::<chrono::Utc>::from(time).to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
 }
 
 #[cfg(test)]
