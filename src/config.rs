@@ -200,7 +200,7 @@ pub struct Config {
 /// is on by default only where the server listens on loopback, and it is behind
 /// `fronts.token` when one is set.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct ConsoleConfig {
     /// `null` (the default): on when `bind` is a loopback address.
     pub enabled: Option<bool>,
@@ -1364,6 +1364,26 @@ max_download_size: 16106127360
             .unwrap_err()
             .to_string();
         assert!(err.contains("max_concurrent_requests"), "{err}");
+    }
+
+    #[test]
+    fn console_keys_as_the_example_documents_them() {
+        let (example, _) = Config::from_yaml(include_str!("../config.example.yml")).unwrap();
+        assert_eq!(example.console, ConsoleConfig::default());
+        let (on_loopback, _) = Config::from_yaml("bind: 127.0.0.1:3021\n").unwrap();
+        assert!(on_loopback.console_enabled());
+        let (everywhere, _) = Config::from_yaml("bind: 0.0.0.0:3021\n").unwrap();
+        assert!(!everywhere.console_enabled(), "off where others may reach it");
+        let (chosen, ignored) = Config::from_yaml(
+            "bind: 0.0.0.0:3021\nconsole: {enabled: true, history: 1h}\nfronts: {open: [console]}\n",
+        )
+        .unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert!(chosen.console_enabled());
+        assert_eq!(chosen.console.history, Duration::from_secs(3600));
+        assert_eq!(chosen.fronts.open, [Front::Console]);
+        let (_, ignored) = Config::from_yaml("console: {enable: true}\n").unwrap();
+        assert!(ignored.iter().any(|key| key.contains("enable")), "{ignored:?}");
     }
 
     #[test]
