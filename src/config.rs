@@ -1229,7 +1229,7 @@ max_download_size: 16106127360
         for (yaml, names) in [
             ("fronts: {token: a}\nsymcache_http: {token: b}\n", "differ"),
             ("fronts: {token: \"\"}\n", "fronts.token"),
-            ("fronts: {open: [console]}\n", "fronts.open"),
+            ("fronts: {open: [everything]}\n", "fronts.open"),
             (
                 "fronts: {cors_allowed_origins: [\"https://a.example/path\"]}\n",
                 "not an origin",
@@ -1373,7 +1373,10 @@ max_download_size: 16106127360
         let (on_loopback, _) = Config::from_yaml("bind: 127.0.0.1:3021\n").unwrap();
         assert!(on_loopback.console_enabled());
         let (everywhere, _) = Config::from_yaml("bind: 0.0.0.0:3021\n").unwrap();
-        assert!(!everywhere.console_enabled(), "off where others may reach it");
+        assert!(
+            !everywhere.console_enabled(),
+            "off where others may reach it"
+        );
         let (chosen, ignored) = Config::from_yaml(
             "bind: 0.0.0.0:3021\nconsole: {enabled: true, history: 1h}\nfronts: {open: [console]}\n",
         )
@@ -1383,7 +1386,10 @@ max_download_size: 16106127360
         assert_eq!(chosen.console.history, Duration::from_secs(3600));
         assert_eq!(chosen.fronts.open, [Front::Console]);
         let (_, ignored) = Config::from_yaml("console: {enable: true}\n").unwrap();
-        assert!(ignored.iter().any(|key| key.contains("enable")), "{ignored:?}");
+        assert!(
+            ignored.iter().any(|key| key.contains("enable")),
+            "{ignored:?}"
+        );
     }
 
     #[test]

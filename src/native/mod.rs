@@ -12,6 +12,7 @@ mod apple;
 pub mod cfi;
 pub mod cold;
 pub mod demangle;
+mod frame_paths;
 pub mod interface;
 pub mod ppdb;
 mod source_context;
@@ -34,7 +35,6 @@ use crate::error::panicked;
 use crate::lookup::{Lookup, ObjectLookup, SourceFiles};
 use crate::sources::SourceConfig;
 use cfi::CfiCaches;
-use demangle::DemangleCache;
 use interface::{
     CompleteObjectInfo, CompleteStacktrace, CompletedSymbolicationResponse, RawObjectInfo,
     RawStacktrace, RequestOptions, RewriteRules, Signal,
@@ -43,7 +43,7 @@ use ppdb::PpdbCaches;
 use source_context::apply_source_context;
 use stackwalk::{Stackwalk, read_minidump};
 use symbfile::SymbfileStore;
-use symbolicate::{ModuleLookup, symbolicate_stacktrace};
+use symbolicate::{Memos, ModuleLookup, symbolicate_stacktrace};
 use symcache::SymCaches;
 use symcache_inputs::InputFinder;
 
@@ -73,7 +73,7 @@ pub struct NativeService {
     cficaches: CfiCaches,
     ppdb_caches: PpdbCaches,
     source_files: Arc<SourceFiles>,
-    demangle: Arc<DemangleCache>,
+    memos: Arc<Memos>,
     /// Lazy reads share the budget of conversions.
     conversions: Arc<ConversionBudget>,
 }
@@ -109,7 +109,8 @@ impl NativeService {
             ppdb_caches: PpdbCaches::new(caches, objects.clone(), ()),
             objects,
             symbfiles,
-            demangle: Arc::new(DemangleCache::new(10 * 1024 * 1024)),
+            // 10 MiB of names; 16,384 paths of about 100 bytes.
+            memos: Arc::new(Memos::new(10 * 1024 * 1024, 16 * 1024)),
             conversions: caches.conversions(),
         }
     }
@@ -248,29 +249,30 @@ impl NativeService {
     /// source context if asked.
     async fn run(&self, job: Job<'_>) -> CompletedSymbolicationResponse {
         let mut lookup = ModuleLookup::new(job.modules, job.rewrite_first_module);
-        lookup
-            .fetch_caches(
-                &self.symbfiles,
-                &self.symcaches,
-                &self.ppdb_caches,
-                job.sources,
-                job.scope,
-                &job.stacktraces,
-            )
-            .await;
-        let (returned, mut stacktraces) = self
-            .symbolicate_stacktraces(lookup, job.signal, job.stacktraces)
-            .await;
+        // The steps' futures are boxed: held inline, each is many kilobytes (the cache
+        // lookups nest deeply), and awaiting one moved it into this future's state, two
+        // copies of 17 KiB per warm request, more than its SymCache lookups cost.
+        Box::pin(lookup.fetch_caches(
+            &self.symbfiles,
+            &self.symcaches,
+            &self.ppdb_caches,
+            job.sources,
+            job.scope,
+            &job.stacktraces,
+        ))
+        .await;
+        let (returned, mut stacktraces) =
+            Box::pin(self.symbolicate_stacktraces(lookup, job.signal, job.stacktraces)).await;
         lookup = returned;
         if job.options.apply_source_context {
-            apply_source_context(
+            Box::pin(apply_source_context(
                 &self.objects,
                 &self.source_files,
                 job.sources,
                 job.scope,
                 &mut lookup,
                 &mut stacktraces,
-            )
+            ))
             .await;
         }
         let mut modules = lookup.into_modules();
@@ -301,19 +303,19 @@ impl NativeService {
         let Some(lazy_bytes) = lookup.lazy_bytes() else {
             let symbolicated = stacktraces
                 .into_iter()
-                .map(|trace| symbolicate_stacktrace(&self.demangle, &lookup, signal, trace))
+                .map(|trace| symbolicate_stacktrace(&self.memos, &lookup, signal, trace))
                 .collect();
             return (lookup, symbolicated);
         };
         let permit = self.conversions.acquire(lazy_bytes).await;
         let lookup = Arc::new(lookup);
         let task = tokio::task::spawn_blocking({
-            let (demangle, lookup) = (self.demangle.clone(), lookup.clone());
+            let (memos, lookup) = (self.memos.clone(), lookup.clone());
             let stacktraces = stacktraces.clone();
             move || {
                 stacktraces
                     .into_iter()
-                    .map(|trace| symbolicate_stacktrace(&demangle, &lookup, signal, trace))
+                    .map(|trace| symbolicate_stacktrace(&memos, &lookup, signal, trace))
                     .collect::<Vec<_>>()
             }
         });
@@ -325,7 +327,7 @@ impl NativeService {
                 tracing::error!(error = %err, "lazy symbolication task failed");
                 stacktraces
                     .into_iter()
-                    .map(|trace| symbolicate_stacktrace(&self.demangle, &lookup, signal, trace))
+                    .map(|trace| symbolicate_stacktrace(&self.memos, &lookup, signal, trace))
                     .collect()
             }
         };

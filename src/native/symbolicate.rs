@@ -12,6 +12,7 @@ use symbolic::symcache::SymCache;
 
 use super::cold::{self, AnswerFrom, LazySymbolizer, OwnedLazySymbolizer, Prefer};
 use super::demangle::DemangleCache;
+use super::frame_paths::FramePaths;
 use super::interface::{
     AddrMode, CompleteObjectInfo, CompleteStacktrace, FileSays, FrameStatus, FrameTrust, HexValue,
     ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, Registers, RewriteRules, Signal,
@@ -369,7 +370,7 @@ fn caller_relative_addr(
 }
 
 fn symbolicate_frame(
-    demangle: &DemangleCache,
+    memos: &Memos,
     modules: &ModuleLookup,
     registers: &Registers,
     signal: Option<Signal>,
@@ -382,7 +383,7 @@ fn symbolicate_frame(
         .ok_or(FrameStatus::UnknownImage)?;
     frame.package.clone_from(&lookup.entry.info.raw.code_file);
     let table = match &lookup.entry.cache {
-        Ok(ModuleCache::SymCache(cache)) => Table::SymCache(cache.get()),
+        Ok(ModuleCache::SymCache(cache)) => Table::SymCache(cache.get(), cache.id()),
         Ok(ModuleCache::Lazy { reader, .. }) => Table::Lazy(reader.as_ref()),
         Ok(ModuleCache::Ppdb(cache)) => return symbolicate_dotnet_frame(cache.get(), frame, index),
         Err(err) => return Err(FrameStatus::from_module_error(err)),
@@ -395,7 +396,8 @@ fn symbolicate_frame(
     let mut sym_addr = None;
     let mut push = |location: Location<'_>| {
         let filename = split_path(&location.abs_path).1;
-        let function = demangle
+        let function = memos
+            .demangle
             .demangle(&location.name_for_demangling)
             .unwrap_or_else(|| location.name.to_owned());
         sym_addr = Some(HexValue(lookup.expose_addr(location.entry_pc)));
@@ -434,17 +436,30 @@ fn symbolicate_frame(
         });
     };
     match table {
-        Table::SymCache(symcache) => {
-            for location in symcache.lookup(relative_addr) {
+        Table::SymCache(symcache, id) => {
+            let remembered = memos.paths.get(id, relative_addr);
+            let mut found = Vec::new();
+            for (i, location) in symcache.lookup(relative_addr).enumerate() {
                 let func = location.function();
+                let abs_path = match remembered.as_ref().and_then(|paths| paths.get(i)) {
+                    Some(path) => String::from(&**path),
+                    None => {
+                        let path = location.file().map(|f| f.full_path()).unwrap_or_default();
+                        found.push(Box::from(path.as_str()));
+                        path
+                    }
+                };
                 push(Location {
                     name: func.name(),
                     name_for_demangling: func.name_for_demangling(),
                     language: func.language(),
                     entry_pc: u64::from(func.entry_pc()),
-                    abs_path: location.file().map(|f| f.full_path()).unwrap_or_default(),
+                    abs_path,
                     line: location.line(),
                 });
+            }
+            if remembered.is_none() {
+                memos.paths.put(id, relative_addr, found.into());
             }
         }
         Table::Lazy(reader) => {
@@ -471,14 +486,15 @@ fn symbolicate_frame(
 
 /// Where a native module's frames are looked up.
 enum Table<'a> {
-    SymCache(&'a SymCache<'a>),
+    /// With the SymCache's id, for the paths memo.
+    SymCache(&'a SymCache<'a>, u64),
     Lazy(&'a dyn LazySymbolizer),
 }
 
 impl Table<'_> {
     fn arch(&self) -> Arch {
         match self {
-            Table::SymCache(symcache) => symcache.arch(),
+            Table::SymCache(symcache, _) => symcache.arch(),
             Table::Lazy(reader) => reader.arch(),
         }
     }
@@ -521,10 +537,26 @@ fn is_glibc_undefined_rip_frame(frame: &SymbolicatedFrame) -> bool {
     )
 }
 
+/// What symbolicating remembers across requests, each bounded: demangled names, and
+/// the source paths of addresses looked up in SymCaches.
+pub struct Memos {
+    pub demangle: DemangleCache,
+    pub paths: FramePaths,
+}
+
+impl Memos {
+    pub fn new(demangle_bytes: u64, path_slots: usize) -> Self {
+        Memos {
+            demangle: DemangleCache::new(demangle_bytes),
+            paths: FramePaths::new(path_slots),
+        }
+    }
+}
+
 /// Symbolicates one stack trace; frames expand into their inlinees, and frames that
 /// stack scanning invented are dropped once symbolication shows they are not real.
 pub fn symbolicate_stacktrace(
-    demangle: &DemangleCache,
+    memos: &Memos,
     modules: &ModuleLookup,
     signal: Option<Signal>,
     trace: RawStacktrace,
@@ -546,7 +578,7 @@ pub fn symbolicate_stacktrace(
         // names from it: if either panics, this frame is `malformed`, not the request.
         let symbolicated = std::panic::catch_unwind(AssertUnwindSafe(|| {
             symbolicate_frame(
-                demangle,
+                memos,
                 modules,
                 &trace.registers,
                 signal,
@@ -565,7 +597,7 @@ pub fn symbolicate_stacktrace(
                 // Without a symbol file a mangled name the client sent is still worth
                 // demangling.
                 if let Some(mangled) = frame.function.as_deref().xor(frame.symbol.as_deref())
-                    && let Some(demangled) = demangle.demangle(&mangled.into())
+                    && let Some(demangled) = memos.demangle.demangle(&mangled.into())
                     && let Some(old) = frame.function.replace(demangled)
                 {
                     frame.symbol = Some(old);
@@ -659,6 +691,69 @@ mod tests {
         );
     }
 
+    /// Every function of the ELF fixture, looked up twice: the second pass answers the
+    /// paths from the memo, and must answer exactly as the first; a memo of one slot,
+    /// where addresses keep replacing each other, must too.
+    #[test]
+    fn remembered_paths_answer_as_fresh_lookups() {
+        use crate::cache::DerivedFormat;
+        use symbolic::common::ByteView;
+        use symbolic::symcache::SymCacheConverter;
+
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/native/elf/crash.debug"
+        );
+        let data = std::fs::read(path).unwrap();
+        let object = symbolic::debuginfo::Object::parse(&data).unwrap();
+        let mut converter = SymCacheConverter::new();
+        converter.process_object(&object).unwrap();
+        let mut bytes = Vec::new();
+        converter.serialize(&mut bytes).unwrap();
+        let cache =
+            super::super::symcache::SymCacheFormat::load(ByteView::from_vec(bytes)).unwrap();
+        let id = cache.id();
+        let addrs: Vec<u64> = cache
+            .get()
+            .functions()
+            .map(|f| u64::from(f.entry_pc()) + 1)
+            .filter(|&a| a < 0x10_0000)
+            .collect();
+        assert!(addrs.len() > 5, "{addrs:?}");
+        let mut m = modules(
+            r#"[{"type":"elf","image_addr":"0x10000000","image_size":1048576,
+                 "debug_id":"00000000-0000-0000-0000-000000000000"}]"#,
+        );
+        m.modules[0].cache = Ok(ModuleCache::SymCache(cache));
+        let frames: Vec<String> = addrs
+            .iter()
+            .map(|a| format!(r#"{{"instruction_addr":"{:#x}"}}"#, 0x1000_0000 + a))
+            .collect();
+        let trace: RawStacktrace =
+            serde_json::from_str(&format!(r#"{{"frames":[{}]}}"#, frames.join(","))).unwrap();
+
+        let memos = Memos::new(1024, 4096);
+        let fresh = symbolicate_stacktrace(&memos, &m, None, trace.clone());
+        assert!(
+            fresh.frames.iter().any(|f| f.raw.abs_path.is_some()),
+            "the fixture has paths"
+        );
+        let remembered = addrs
+            .iter()
+            .filter(|&&a| memos.paths.get(id, a - 1).is_some() || memos.paths.get(id, a).is_some())
+            .count();
+        assert!(remembered > 0, "the first pass filled the memo");
+        let again = symbolicate_stacktrace(&memos, &m, None, trace.clone());
+        assert_eq!(again, fresh);
+        let tiny = Memos::new(1024, 1);
+        for _ in 0..2 {
+            assert_eq!(
+                symbolicate_stacktrace(&tiny, &m, None, trace.clone()),
+                fresh
+            );
+        }
+    }
+
     #[test]
     fn frames_outside_modules_are_unknown_image() {
         let m = modules(r#"[{"type":"elf","image_addr":"0x1000","image_size":16}]"#);
@@ -666,8 +761,7 @@ mod tests {
             r#"{"frames":[{"instruction_addr":"0x5000"},{"instruction_addr":"0x1004"}]}"#,
         )
         .unwrap();
-        let demangle = DemangleCache::new(1024);
-        let out = symbolicate_stacktrace(&demangle, &m, None, trace);
+        let out = symbolicate_stacktrace(&Memos::new(1024, 16), &m, None, trace);
         assert_eq!(out.frames[0].status, FrameStatus::UnknownImage);
         assert_eq!(out.frames[1].status, FrameStatus::Missing);
     }

@@ -5,6 +5,7 @@
 use std::fs::File;
 use std::io::BufWriter;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use symbolic::common::{ByteView, SelfCell};
 use symbolic::symcache::{SymCache, SymCacheConverter};
@@ -18,7 +19,36 @@ use crate::lookup::{
 
 use super::symcache_inputs::SymCacheInputs;
 
-pub type OwnedSymCache = Arc<SelfCell<ByteView<'static>, SymCache<'static>>>;
+pub type OwnedSymCache = Arc<LoadedSymCache>;
+
+/// A SymCache opened from its file, with an id no other one opened by this process
+/// has (memos of what it answered are keyed by it: an address in memory may be
+/// reused, an id is not).
+pub struct LoadedSymCache {
+    cell: SelfCell<ByteView<'static>, SymCache<'static>>,
+    id: u64,
+}
+
+impl LoadedSymCache {
+    fn new(cell: SelfCell<ByteView<'static>, SymCache<'static>>) -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        LoadedSymCache { cell, id }
+    }
+
+    pub fn get(&self) -> &SymCache<'_> {
+        self.cell.get()
+    }
+
+    /// The file's bytes.
+    pub fn owner(&self) -> &[u8] {
+        self.cell.owner()
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
 
 pub struct SymCacheFormat;
 
@@ -62,7 +92,7 @@ impl DerivedFormat for SymCacheFormat {
 
     fn load(data: ByteView<'static>) -> CacheResult<Self::Item> {
         SelfCell::try_new(data, |bytes| SymCache::parse(unsafe { &*bytes }))
-            .map(Arc::new)
+            .map(|cell| Arc::new(LoadedSymCache::new(cell)))
             .map_err(|e| CacheError::Malformed(e.to_string()))
     }
 }

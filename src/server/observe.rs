@@ -23,6 +23,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
@@ -30,12 +31,12 @@ use std::time::{Duration, Instant, SystemTime};
 use axum::extract::{MatchedPath, Request};
 use axum::http::{HeaderName, HeaderValue, Method};
 use axum::response::Response;
-use metrics::{Counter, Gauge, Histogram};
+use metrics::{Counter, Histogram};
 use rustc_hash::FxHashMap;
 use tower::{Layer, Service};
 
 use crate::telemetry::history::is_service_endpoint;
-use crate::telemetry::{HTTP_REQUEST_DURATION, HTTP_REQUESTS, HTTP_REQUESTS_IN_FLIGHT};
+use crate::telemetry::{HTTP_IN_FLIGHT, HTTP_REQUEST_DURATION, HTTP_REQUESTS};
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -152,7 +153,7 @@ where
                 .get::<MatchedPath>()
                 .map_or(UNMATCHED, MatchedPath::as_str),
         );
-        endpoint.in_flight.increment(1);
+        HTTP_IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
         // The line's parts are copied out of the request before it is handed on; when
         // no one reads the line, that copying is all it would cost.
         let line = tracing::enabled!(target: "omnisym::access", tracing::Level::INFO)
@@ -248,7 +249,7 @@ impl Record {
 impl Drop for Record {
     /// Leaves the in-flight gauge when the request is answered or its client goes away.
     fn drop(&mut self) {
-        self.endpoint.in_flight.decrement(1);
+        HTTP_IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -284,7 +285,6 @@ struct Endpoint {
     label: &'static str,
     /// Whether the console keeps its requests (see `is_service_endpoint`).
     watched: bool,
-    in_flight: Gauge,
     duration: Histogram,
 }
 
@@ -320,7 +320,6 @@ impl Endpoint {
         let made: &'static Endpoint = Box::leak(Box::new(Endpoint {
             label,
             watched: is_service_endpoint(label),
-            in_flight: metrics::gauge!(HTTP_REQUESTS_IN_FLIGHT),
             duration: metrics::histogram!(HTTP_REQUEST_DURATION, "endpoint" => label),
         }));
         all.insert(label, made);

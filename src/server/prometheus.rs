@@ -9,6 +9,7 @@ use super::AppState;
 
 /// `GET /metrics`: the Prometheus text exposition format.
 pub async fn render(State(state): State<AppState>) -> Response {
+    crate::telemetry::publish_counts();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics.render(),

@@ -89,6 +89,7 @@ impl History {
                     let Some(history) = weak.upgrade() else {
                         return;
                     };
+                    super::publish_counts();
                     history.sample(&handle.render(), SystemTime::now());
                     let interval = history.interval;
                     drop(history);
