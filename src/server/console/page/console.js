@@ -244,9 +244,13 @@ function fromPastedStack(text) {
 function pastedModule(line, where) {
   const words = line.split(/\s+/);
   const type = NATIVE_TYPES.has(words[0].toLowerCase()) ? words.shift().toLowerCase() : null;
-  if (words.length < 4) throw new Error(`${where}: a module needs image_addr image_size debug_id code_file`);
+  if (words.length < 4) throw new Error(`${where}: a module needs image_addr image_size debug_id [code_id] code_file`);
   const [addr, size, debugId] = words;
-  const codeFile = words.slice(3).join(' ');
+  // An optional code id before the code file: a bare run of hex digits, as build-ids and
+  // PE timestamp+size ids are written.
+  const hasCodeId = words.length > 4 && /^[0-9a-f]{8,}$/i.test(words[3]);
+  const codeId = hasCodeId ? words[3].toLowerCase() : null;
+  const codeFile = words.slice(hasCodeId ? 4 : 3).join(' ');
   // Addresses are always hex; a size may be written either way.
   const imageAddr = toBigInt(/^0x/i.test(addr) ? addr : '0x' + addr);
   const imageSize = toBigInt(size);
@@ -256,6 +260,7 @@ function pastedModule(line, where) {
     image_addr: hex(imageAddr),
     image_size: Number(imageSize),
     debug_id: debugId,
+    ...(codeId ? { code_id: codeId } : {}),
     code_file: codeFile,
     debug_file: codeFile,
   };
@@ -533,7 +538,7 @@ function frameView(frame, modules, denyList, inlined) {
     frame.status !== 'symbolicated' ? el('span', { class: 'badge status-bad' }, String(frame.status).replace(/_/g, ' ')) : null);
   const reason = whyFrame(frame, module, denyList);
   const parts = [line];
-  if (reason) parts.push(el('p', { class: 'reason' }, reason));
+  if (reason) parts.push(el('p', { class: frame.status === 'symbolicated' ? 'reason note' : 'reason' }, reason));
   if (frame.context_line !== undefined && frame.context_line !== null) parts.push(sourceContext(frame));
   return parts;
 }
