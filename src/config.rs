@@ -191,6 +191,43 @@ pub struct Config {
     pub fronts: FrontsConfig,
     /// Replicas behind one load balancer answering as one service (omnisym only).
     pub fleet: FleetConfig,
+    /// The browser console at `GET /console` (omnisym only).
+    pub console: ConsoleConfig,
+}
+
+/// The browser console: a page to try a crash, see why a frame did not symbolicate, and
+/// watch the service. It shows request outcomes, source ids and deny-listed hosts, so it
+/// is on by default only where the server listens on loopback, and it is behind
+/// `fronts.token` when one is set.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct ConsoleConfig {
+    /// `null` (the default): on when `bind` is a loopback address.
+    pub enabled: Option<bool>,
+    /// How far back the status view's charts reach (one point every 2 s).
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub history: Duration,
+    /// Entries the disk-use walk of `cache_dir` looks at, at most.
+    pub max_disk_walk_entries: u64,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        ConsoleConfig {
+            enabled: None,
+            history: Duration::from_secs(10 * 60),
+            max_disk_walk_entries: 1_000_000,
+        }
+    }
+}
+
+impl Config {
+    /// Whether `GET /console` and its API are served.
+    pub fn console_enabled(&self) -> bool {
+        self.console
+            .enabled
+            .unwrap_or_else(|| self.bind.ip().is_loopback())
+    }
 }
 
 /// Maximums on what one request may list, checked before its body is parsed into
@@ -268,6 +305,8 @@ pub enum Front {
     Symcache,
     /// `POST /symbolicate/v5`, `/symbolicate/v4`
     Mozilla,
+    /// `GET /console` and its API (when `console.enabled`)
+    Console,
 }
 
 /// The SymCache HTTP front (omnisym only).
@@ -468,6 +507,7 @@ impl Default for Config {
             fronts: FrontsConfig::default(),
             mozilla: MozillaConfig::default(),
             fleet: FleetConfig::default(),
+            console: ConsoleConfig::default(),
         }
     }
 }
@@ -1324,6 +1364,26 @@ max_download_size: 16106127360
             .unwrap_err()
             .to_string();
         assert!(err.contains("max_concurrent_requests"), "{err}");
+    }
+
+    #[test]
+    fn console_keys_as_the_example_documents_them() {
+        let (example, _) = Config::from_yaml(include_str!("../config.example.yml")).unwrap();
+        assert_eq!(example.console, ConsoleConfig::default());
+        let (on_loopback, _) = Config::from_yaml("bind: 127.0.0.1:3021\n").unwrap();
+        assert!(on_loopback.console_enabled());
+        let (everywhere, _) = Config::from_yaml("bind: 0.0.0.0:3021\n").unwrap();
+        assert!(!everywhere.console_enabled(), "off where others may reach it");
+        let (chosen, ignored) = Config::from_yaml(
+            "bind: 0.0.0.0:3021\nconsole: {enabled: true, history: 1h}\nfronts: {open: [console]}\n",
+        )
+        .unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert!(chosen.console_enabled());
+        assert_eq!(chosen.console.history, Duration::from_secs(3600));
+        assert_eq!(chosen.fronts.open, [Front::Console]);
+        let (_, ignored) = Config::from_yaml("console: {enable: true}\n").unwrap();
+        assert!(ignored.iter().any(|key| key.contains("enable")), "{ignored:?}");
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //! Keys carry the request scope and the source, so nothing crosses scopes. `derived`
 //! builds caches from any number of parent files (keyed by theirs). `kinds` is the one
 //! table of cache kinds: name, version, family and memory share. `budget` bounds
-//! conversions by input size, `config` is the `caches` section of the config file. `cleanup` owns deletion: the time rules, stray temp files, old versions
-//! and the disk budget.
+//! conversions by input size, `config` is the `caches` section of the config file.
+//! `cleanup` owns deletion: the time rules, stray temp files, old versions and the disk
+//! budget; `usage` measures, read-only, what each kind takes on disk.
 
 mod budget;
 mod cacher;
@@ -18,6 +19,7 @@ mod derived;
 mod key;
 pub mod kinds;
 mod shared;
+pub mod usage;
 
 pub use budget::{BudgetPermit, ConversionBudget};
 pub use cacher::{CacheItemRequest, Cacher};

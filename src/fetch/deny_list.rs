@@ -46,8 +46,19 @@ type Buckets = Arc<Mutex<VecDeque<(u64, usize)>>>;
 pub(super) struct HostDenyList {
     config: DenyListConfig,
     failures: moka::sync::Cache<String, Buckets>,
-    /// Blocked hosts and the error that tipped them over.
-    blocked: moka::sync::Cache<String, CacheError>,
+    /// Blocked hosts, the error that tipped them over and when.
+    blocked: moka::sync::Cache<String, (CacheError, SystemTime)>,
+}
+
+/// A host left alone, as the console shows it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct BlockedHost {
+    pub host: String,
+    /// The failure that tipped it over.
+    pub reason: String,
+    pub since: String,
+    /// When it is asked again.
+    pub until: String,
 }
 
 impl HostDenyList {
@@ -73,12 +84,29 @@ impl HostDenyList {
     pub(super) fn check(&self, host: &str) -> Result<(), CacheError> {
         match self.blocked.get(host) {
             None => Ok(()),
-            Some(reason) => Err(CacheError::DownloadError(format!(
+            Some((reason, _)) => Err(CacheError::DownloadError(format!(
                 "host {host} is temporarily blocked after too many failed downloads \
                  (for at most {}); the last failure: {reason}",
                 humantime::format_duration(self.config.block_time)
             ))),
         }
+    }
+
+    /// The hosts blocked now, by name. The release time is the block time after the
+    /// block began, which is when the entry expires.
+    pub(super) fn blocked(&self) -> Vec<BlockedHost> {
+        let mut hosts: Vec<BlockedHost> = self
+            .blocked
+            .iter()
+            .map(|(host, (reason, since))| BlockedHost {
+                host: host.as_ref().clone(),
+                reason: reason.to_string(),
+                since: super::ledger::timestamp(since),
+                until: super::ledger::timestamp(since + self.config.block_time),
+            })
+            .collect();
+        hosts.sort_by(|a, b| a.host.cmp(&b.host));
+        hosts
     }
 
     /// Counts the outcome of one download from `host`.
@@ -126,7 +154,7 @@ impl HostDenyList {
                 error = %err,
                 "blocking a host after too many failed downloads"
             );
-            self.blocked.insert(host.to_owned(), err.clone());
+            self.blocked.insert(host.to_owned(), (err.clone(), now));
             self.failures.invalidate(host);
         }
     }
@@ -178,6 +206,23 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "never unblocked");
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    #[test]
+    fn blocked_hosts_are_listed_with_their_release_time() {
+        let list = list(1);
+        assert!(list.blocked().is_empty());
+        let at = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        list.record_failure("a.example", &CacheError::DownloadError("503".into()), at);
+        let blocked = list.blocked();
+        assert_eq!(blocked.len(), 1);
+        assert_eq!(blocked[0].host, "a.example");
+        assert!(blocked[0].reason.contains("503"), "{:?}", blocked[0]);
+        assert_eq!(blocked[0].since, "2023-11-14T22:13:20.000Z");
+        assert_eq!(
+            blocked[0].until, "2023-11-14T22:13:22.000Z",
+            "since + block time"
+        );
     }
 
     #[test]

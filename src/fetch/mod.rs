@@ -32,6 +32,7 @@ mod deny_list;
 mod filesystem;
 mod gcs;
 mod http;
+mod ledger;
 mod progress;
 mod remote;
 mod reserved_ip;
@@ -43,11 +44,12 @@ mod transfer;
 
 pub use config::FetchConfig;
 pub use decompress::{DecompressLimits, decompress_bounded, decompress_file, is_compressed};
-pub use deny_list::DenyListConfig;
+pub use deny_list::{BlockedHost, DenyListConfig};
 pub(crate) use gcs::{
     GcsAccess, build_gcs_client, gcs_bucket, gcs_credentials, gcs_key_file_credentials,
 };
 pub use http::{Certificates, HttpOptions};
+pub use ledger::{DownloadLedger, DownloadRecord, SourceTally, timestamp};
 pub use progress::{DownloadObserver, DownloadOutcome, DownloadState};
 pub use remote::RemoteFile;
 pub(crate) use s3::{build_client as build_s3_client, http_client as s3_http_client};
@@ -72,6 +74,8 @@ struct Inner {
     /// Keyed by [`RemoteFile::slot_key`]: a source's whole configuration, not its id.
     source_limits: moka::sync::Cache<[u8; 32], Arc<Semaphore>>,
     deny_list: Option<deny_list::HostDenyList>,
+    /// Per source and per download, for the console.
+    ledger: DownloadLedger,
     observer: Option<Arc<dyn DownloadObserver>>,
     http: HttpBackend,
     filesystem: FilesystemBackend,
@@ -114,6 +118,7 @@ impl Downloader {
         Ok(Self {
             inner: Arc::new(Inner {
                 deny_list: deny_list::HostDenyList::new(&config.deny_list),
+                ledger: DownloadLedger::default(),
                 source_limits: moka::sync::Cache::builder()
                     .max_capacity(MAX_TRACKED_SOURCES)
                     .time_to_idle(Duration::from_secs(600))
@@ -127,6 +132,20 @@ impl Downloader {
                 config,
             }),
         })
+    }
+
+    /// What the downloads so far came to, per source and one by one.
+    pub fn ledger(&self) -> &DownloadLedger {
+        &self.inner.ledger
+    }
+
+    /// The HTTP hosts the deny list holds back now (none when it is off).
+    pub fn blocked_hosts(&self) -> Vec<BlockedHost> {
+        self.inner
+            .deny_list
+            .as_ref()
+            .map(deny_list::HostDenyList::blocked)
+            .unwrap_or_default()
     }
 
     pub fn config(&self) -> &FetchConfig {
@@ -154,6 +173,13 @@ impl Downloader {
         let started = Instant::now();
         let downloaded = self.backend_transfer(file, max_size, &mut out).await;
         record_download(file.source.type_name(), started, &downloaded);
+        self.inner.ledger.record(
+            file.source.id().as_str(),
+            file.source.type_name(),
+            file.uri(),
+            started.elapsed(),
+            &downloaded,
+        );
         downloaded?;
         // Decompression is local work; the slot is for the source's sake.
         drop(permit);

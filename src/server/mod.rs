@@ -5,6 +5,7 @@
 #[cfg(test)]
 mod cold_path_tests;
 pub mod compat;
+mod console;
 mod crash;
 mod error;
 #[cfg(test)]
@@ -98,6 +99,8 @@ pub struct AppParts {
     pub fleet: Option<Arc<Fleet>>,
     /// What `GET /ready` answers.
     pub readiness: Readiness,
+    /// `None` when the console is off.
+    pub console: Option<Arc<console::Console>>,
 }
 
 /// Whether this replica should be sent new work: not once it drains (after SIGTERM),
@@ -218,7 +221,6 @@ impl AppState {
                 config.max_crash_file_size,
             ),
             caches,
-            metrics,
             request_limits: config.request_limits,
             body_limit: BodyLimit(
                 usize::try_from(config.max_request_body_size).unwrap_or(usize::MAX),
@@ -229,6 +231,12 @@ impl AppState {
             symcache_http,
             fleet,
             readiness: Readiness::default(),
+            console: if receives {
+                console::Console::new(config, &metrics)
+            } else {
+                None
+            },
+            metrics,
         })))
     }
 }
@@ -261,6 +269,10 @@ pub fn router(state: AppState, config: &Config) -> Router {
             Front::Mozilla,
             &config.fronts,
         ))
+        .merge(match &state.console {
+            Some(_) => guard(console::routes(), Front::Console, &config.fronts),
+            None => Router::new(),
+        })
         // Uploads count their own bytes against `max_crash_file_size` as they stream.
         .route("/minidump", post(crash::minidump))
         .route("/applecrashreport", post(crash::apple_crash_report))
@@ -286,7 +298,9 @@ pub fn router(state: AppState, config: &Config) -> Router {
     // `Router::layer` adds boxes every route once more, and a boxed route is cloned and
     // its future allocated on every request. (Body limits are set by the extractors that
     // read bodies: `RequestBody`, `CrashUpload`.)
-    router.layer(observe::ObserveLayer).with_state(state)
+    router
+        .layer(observe::ObserveLayer::new(state.console.is_some()))
+        .with_state(state)
 }
 
 /// Query parameters every symbolication endpoint takes.

@@ -10,18 +10,22 @@
 //!   (`/requests/{id}`), never by the path itself, so the number of series stays
 //!   bounded whatever clients request.
 //!
+//! - **Recent requests.** When the console is on, the last requests of the service's
+//!   own endpoints (not health checks, scrapes or the console) are kept in a short ring
+//!   for its status view; other requests do not touch it.
+//!
 //! This is one hand-written service rather than a stack of `from_fn` middlewares: those
 //! box a future and clone the inner service per request, and they looked up each
 //! metric by name and labels per request. On two cores that per-request work halved
 //! the rate of `GET /healthcheck`, the floor of every request.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Mutex, PoisonError};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
 use axum::extract::{MatchedPath, Request};
 use axum::http::{HeaderName, HeaderValue, Method};
@@ -30,6 +34,7 @@ use metrics::{Counter, Gauge, Histogram};
 use rustc_hash::FxHashMap;
 use tower::{Layer, Service};
 
+use crate::telemetry::history::is_service_endpoint;
 use crate::telemetry::{HTTP_REQUEST_DURATION, HTTP_REQUESTS, HTTP_REQUESTS_IN_FLIGHT};
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -41,22 +46,89 @@ const MAX_CLIENT_ID_LEN: usize = 128;
 /// clients sent, so they share one label.
 const UNMATCHED: &str = "unmatched";
 
+/// Requests of the service's endpoints kept for the console.
+const RECENT_REQUESTS: usize = 100;
+
 /// The layer; add it with `Router::layer`, so that each route's requests carry their
 /// `MatchedPath` (the fallback's carry none and count as [`UNMATCHED`]).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct ObserveLayer;
+pub struct ObserveLayer {
+    /// Whether the last requests are kept (the console is on).
+    watch: bool,
+}
+
+impl ObserveLayer {
+    pub fn new(watch: bool) -> Self {
+        ObserveLayer { watch }
+    }
+}
 
 impl<S> Layer<S> for ObserveLayer {
     type Service = Observe<S>;
 
     fn layer(&self, inner: S) -> Observe<S> {
-        Observe { inner }
+        Observe {
+            inner,
+            watch: self.watch,
+        }
     }
 }
 
 #[derive(Clone, Debug)]
 pub struct Observe<S> {
     inner: S,
+    watch: bool,
+}
+
+/// The last requests answered, newest last. One per process, as the metrics are: the
+/// layer is cloned for every request, and a flag costs nothing to clone where a shared
+/// pointer would move a count between cores each time.
+static RECENT: Mutex<VecDeque<Answered>> = Mutex::new(VecDeque::new());
+
+#[derive(Debug)]
+struct Answered {
+    time: SystemTime,
+    method: Method,
+    endpoint: &'static str,
+    status: u16,
+    elapsed: Duration,
+    id: HeaderValue,
+}
+
+/// One answered request, as the console shows it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct AnsweredRequest {
+    pub time: String,
+    pub method: String,
+    /// The route pattern, never the path a client sent.
+    pub endpoint: &'static str,
+    pub status: u16,
+    pub duration_ms: f64,
+    pub request_id: String,
+}
+
+fn keep(answered: Answered) {
+    let mut ring = RECENT.lock().unwrap_or_else(PoisonError::into_inner);
+    if ring.len() >= RECENT_REQUESTS {
+        ring.pop_front();
+    }
+    ring.push_back(answered);
+}
+
+/// The last requests the console watched, newest first.
+pub fn recent_requests() -> Vec<AnsweredRequest> {
+    let ring = RECENT.lock().unwrap_or_else(PoisonError::into_inner);
+    ring.iter()
+        .rev()
+        .map(|a| AnsweredRequest {
+            time: crate::fetch::timestamp(a.time),
+            method: a.method.to_string(),
+            endpoint: a.endpoint,
+            status: a.status,
+            duration_ms: a.elapsed.as_secs_f64() * 1e3,
+            request_id: a.id.to_str().unwrap_or_default().to_owned(),
+        })
+        .collect()
 }
 
 impl<S> Service<Request> for Observe<S>
@@ -85,6 +157,7 @@ where
         // no one reads the line, that copying is all it would cost.
         let line = tracing::enabled!(target: "omnisym::access", tracing::Level::INFO)
             .then(|| (request.method().clone(), request.uri().path().to_owned()));
+        let watch = (self.watch && endpoint.watched).then(|| request.method().clone());
         Observed {
             inner: self.inner.call(request),
             record: Some(Record {
@@ -92,6 +165,7 @@ where
                 id,
                 endpoint,
                 line,
+                watch,
             }),
         }
     }
@@ -133,6 +207,8 @@ struct Record {
     endpoint: &'static Endpoint,
     /// Method and path, when the access log is read.
     line: Option<(Method, String)>,
+    /// The request's method, when the console watches it.
+    watch: Option<Method>,
 }
 
 impl Record {
@@ -151,6 +227,16 @@ impl Record {
                 request_id = %self.id.to_str().unwrap_or_default(),
                 "request"
             );
+        }
+        if let Some(method) = self.watch.take() {
+            keep(Answered {
+                time: SystemTime::now(),
+                method,
+                endpoint: self.endpoint.label,
+                status,
+                elapsed,
+                id: self.id.clone(),
+            });
         }
         // Moved, not cloned: a clone of a header value made at run time allocates.
         let id = std::mem::replace(&mut self.id, HeaderValue::from_static(""));
@@ -196,6 +282,8 @@ where
 /// cloning a handle is an atomic count shared by every worker.
 struct Endpoint {
     label: &'static str,
+    /// Whether the console keeps its requests (see `is_service_endpoint`).
+    watched: bool,
     in_flight: Gauge,
     duration: Histogram,
 }
@@ -231,6 +319,7 @@ impl Endpoint {
         let label: &'static str = Box::leak(pattern.into());
         let made: &'static Endpoint = Box::leak(Box::new(Endpoint {
             label,
+            watched: is_service_endpoint(label),
             in_flight: metrics::gauge!(HTTP_REQUESTS_IN_FLIGHT),
             duration: metrics::histogram!(HTTP_REQUEST_DURATION, "endpoint" => label),
         }));

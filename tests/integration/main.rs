@@ -14,6 +14,7 @@ mod common;
 mod caching;
 mod cli;
 mod conformance;
+mod console_api;
 mod deploy;
 mod docker;
 mod faults;

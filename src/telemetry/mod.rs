@@ -3,7 +3,10 @@
 //! keeps a Prometheus registry (rendered at `GET /metrics`) and, when `metrics.statsd`
 //! is set, also sends every recording to StatsD (DogStatsD tags, as upstream).
 //! Names are dotted (`http.requests`); Prometheus shows the dots as underscores and
-//! counters with a `_total` suffix.
+//! counters with a `_total` suffix. `history` keeps the last minutes of that registry
+//! for the console's charts.
+
+pub mod history;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
