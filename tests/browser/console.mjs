@@ -217,6 +217,9 @@ async function openConsole(page) {
   if (!page.url().startsWith(base + '/console')) {
     const resp = await page.goto(base + '/console');
     assert.equal(resp.status(), 200, 'GET /console');
+    // The stylesheet loaded and parsed as a whole: its first rule defines the colours.
+    const accent = await page.evaluate(() => getComputedStyle(document.documentElement).getPropertyValue('--accent'));
+    assert.notEqual(accent.trim(), '', 'console.css applies');
   }
   await page.click('#show-crash');
 }
@@ -255,6 +258,9 @@ const problems = [];
 page.on('pageerror', (err) => problems.push('page error: ' + err.message));
 page.on('console', (msg) => {
   if (msg.type() === 'error') problems.push('console error: ' + msg.text());
+});
+page.on('response', (resp) => {
+  if (resp.status() >= 400) problems.push(`HTTP ${resp.status()} for ${resp.request().method()} ${resp.url()}`);
 });
 
 let current = null;

@@ -679,10 +679,7 @@ function showStatus(s) {
     el('td', {}, time(d.since)),
     el('td', {}, time(d.until)))), 'No host is deny-listed.', 4);
 
-  const disk = s.caches.disk;
-  $('disk').textContent = `Disk: ${bytes(disk.used_bytes)} used`
-    + (disk.max_bytes === null || disk.max_bytes === undefined ? ', no budget set' : ` of ${bytes(disk.max_bytes)} (${percent(disk.used_bytes, disk.max_bytes)})`)
-    + (disk.measured ? `, measured ${time(disk.measured)}.` : ', not measured yet.');
+  $('disk').textContent = diskUse(s.caches.disk);
   fill($('caches').tBodies[0], s.caches.kinds.map((k) => el('tr', {},
     el('th', { scope: 'row' }, k.kind),
     el('td', {}, String(k.hits)),
@@ -695,20 +692,31 @@ function showStatus(s) {
   showCharts(s.series);
 }
 
+function diskUse(disk) {
+  if (disk.used_bytes === null || disk.used_bytes === undefined) return 'Disk: not measured yet.';
+  // A walk cut short at console.max_disk_walk_entries counted only part of the cache.
+  const used = (disk.complete === false ? 'at least ' : '') + bytes(disk.used_bytes);
+  const budget = disk.max_bytes === null || disk.max_bytes === undefined
+    ? ', no budget set'
+    : ` of ${bytes(disk.max_bytes)} (${percent(disk.used_bytes, disk.max_bytes)})`;
+  return `Disk: ${used} used${budget}` + (disk.measured ? `, measured ${time(disk.measured)}.` : '.');
+}
+
+// [key, title, whether the value counts events per interval, value of a point, format]
 const CHARTS = [
-  ['requests', 'Requests', (p) => p.requests, String],
-  ['errors', 'Errors', (p) => p.errors, String],
-  ['in_flight', 'In flight', (p) => p.in_flight, String],
-  ['downloads', 'Downloads', (p) => p.downloads, String],
-  ['hit_rate', 'Cache hit rate', (p) => (p.cache_hits + p.cache_misses > 0 ? (100 * p.cache_hits) / (p.cache_hits + p.cache_misses) : null), (v) => Math.round(v) + ' %'],
-  ['latency', 'Mean latency', (p) => p.latency_ms, (v) => ms(v)],
+  ['requests', 'Requests', true, (p) => p.requests, String],
+  ['errors', 'Errors', true, (p) => p.errors, String],
+  ['in_flight', 'In flight', false, (p) => p.in_flight, String],
+  ['downloads', 'Downloads', true, (p) => p.downloads, String],
+  ['hit_rate', 'Cache hit rate', false, (p) => (p.cache_hits + p.cache_misses > 0 ? (100 * p.cache_hits) / (p.cache_hits + p.cache_misses) : null), (v) => Math.round(v) + ' %'],
+  ['latency', 'Mean latency', false, (p) => p.latency_ms, (v) => ms(v)],
 ];
 
 function showCharts(series) {
   const points = series.points || [];
   const every = series.interval_seconds;
-  $('charts').replaceChildren(...CHARTS.map(([key, title, value, format]) =>
-    chart(key, `${title} per ${every} s`, points.map((p) => ({ t: p.time, v: value(p) })), format, every)));
+  $('charts').replaceChildren(...CHARTS.map(([key, title, counts, value, format]) =>
+    chart(key, counts ? `${title} per ${every} s` : title, points.map((p) => ({ t: p.time, v: value(p) })), format, every)));
 }
 
 /** A small line chart; gaps (null values) break the line. */
@@ -722,8 +730,9 @@ function chart(key, title, data, format, every) {
   const max = Math.max(1, ...values);
   const latest = data.length ? data[data.length - 1].v : null;
   const spanSeconds = Math.max(0, data.length - 1) * every;
+  const span = spanSeconds < 120 ? `${spanSeconds} s` : `${Math.round(spanSeconds / 60)} min`;
   const summary = `${title}: latest ${latest === null || latest === undefined ? 'no value' : format(latest)}, `
-    + `highest ${values.length ? format(Math.max(...values)) : 'no value'} over the last ${Math.round(spanSeconds / 60)} min`;
+    + `highest ${values.length ? format(Math.max(...values)) : 'no value'} over the last ${span}`;
   const x = (i) => left + (data.length > 1 ? (i * (W - left - 4)) / (data.length - 1) : 0);
   const y = (v) => top + (H - top - bottom) * (1 - v / max);
   const lines = [];
@@ -743,7 +752,7 @@ function chart(key, title, data, format, every) {
     svg('line', { x1: left, y1: top, x2: left, y2: H - bottom, class: 'axis' }),
     svg('text', { x: left - 4, y: top + 8, 'text-anchor': 'end' }, format(max)),
     svg('text', { x: left - 4, y: H - bottom, 'text-anchor': 'end' }, '0'),
-    svg('text', { x: left, y: H - 3 }, `−${Math.round(spanSeconds / 60)} min`),
+    svg('text', { x: left, y: H - 3 }, '−' + span),
     svg('text', { x: W - 4, y: H - 3, 'text-anchor': 'end' }, 'now'),
     lines.map((pts) => (pts.length === 1
       ? svg('circle', { cx: pts[0].split(',')[0], cy: pts[0].split(',')[1], r: 2, class: 'series' })
