@@ -14,7 +14,8 @@
 //            module's "Why not?" panel explain it, and every location tried is "not
 //            found", with download records matching /console/api/downloads.
 //   status   open the status view, note the recent-requests count, make a request, and
-//            see the count and the table change (expect: {max_concurrent}).
+//            see the count and the table change (expect: {max_concurrent, source}: with
+//            a source, run after `crash`, whose downloads it must list).
 // Exits non-zero on the first failure, with a full-page screenshot in --out; on success
 // each scenario leaves its own screenshot there (crash.png, candidates.png, status.png).
 
@@ -150,6 +151,14 @@ async function status(page) {
   const inFlight = await page.locator('dd[data-fact="In flight"]').innerText();
   log('in flight:', inFlight);
   if (expected.max_concurrent !== undefined) assert.match(inFlight, new RegExp(`^\\d+ of ${expected.max_concurrent}$`));
+  if (expected.source) {
+    // An earlier scenario's crash fetched from this source: its tally is listed.
+    const row = page.locator('#sources tbody tr').filter({ has: page.locator('th', { hasText: expected.source }) });
+    const cells = await row.locator('td').allInnerTexts();
+    log('source', expected.source, cells.join(' | '));
+    assert.ok(Number(cells[1]) > 0, 'the source counts its downloads');
+    assert.equal(Number(cells[1]), Number(cells[2]) + Number(cells[3]) + Number(cells[4]), 'found + not found + failed = downloads');
+  }
   const before = Number(await page.locator('#recent-count').innerText());
   log('recent requests before:', before);
 

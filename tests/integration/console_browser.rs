@@ -48,7 +48,13 @@ fn start(symbols: &Path, extra_yaml: &str) -> Server {
 }
 
 /// Runs the scenario in the browser; panics with the script's output when it fails.
-fn run_browser(test: &str, server: &Server, scenario: &str, fixture: Option<&Path>, expect: &Value) {
+fn run_browser(
+    test: &str,
+    server: &Server,
+    scenarios: &[&str],
+    fixture: Option<&Path>,
+    expect: &Value,
+) {
     ensure_node_modules();
     let out: PathBuf = root().join("target/browser-tests").join(test);
     let _ = std::fs::remove_dir_all(&out);
@@ -57,7 +63,9 @@ fn run_browser(test: &str, server: &Server, scenario: &str, fixture: Option<&Pat
     command
         .arg("console.mjs")
         .current_dir(root().join("tests/browser"))
-        .args(["--base", &server.url, "--scenario", scenario, "--out"])
+        .args(["--base", &server.url])
+        .args(scenarios.iter().flat_map(|s| ["--scenario", s]))
+        .arg("--out")
         .arg(&out)
         .args(["--expect", &expect.to_string()]);
     if let Some(fixture) = fixture {
@@ -69,7 +77,7 @@ fn run_browser(test: &str, server: &Server, scenario: &str, fixture: Option<&Pat
     println!("{stdout}{stderr}");
     assert!(
         output.status.success(),
-        "{scenario} failed ({}); screenshots in {}\n{stdout}{stderr}\nserver log (tail):\n{}",
+        "{scenarios:?} failed ({}); screenshots in {}\n{stdout}{stderr}\nserver log (tail):\n{}",
         output.status,
         out.display(),
         tail(&server.log(), 40)
@@ -107,14 +115,18 @@ fn uploading_a_minidump_shows_the_crashing_thread_symbolicated() {
     let v = minidump_variant("fp");
     let symbols = native_source(&[(&v, ALL)]);
     let server = start(symbols.path(), "");
-    let expect = json!({"thread_id": v["crash"]["thread_id"], "frames": expected_frames(&v)});
     run_browser(
         "uploading_a_minidump_shows_the_crashing_thread_symbolicated",
         &server,
-        "crash",
+        &["crash"],
         Some(&minidump_file(&v, "minidump")),
-        &expect,
+        &crash_expectations(&v),
     );
+}
+
+/// What the `crash` scenario must see for variant `v`.
+fn crash_expectations(v: &Value) -> Value {
+    json!({"thread_id": v["crash"]["thread_id"], "frames": expected_frames(v)})
 }
 
 /// A pasted stack: the fixture program (found), a library no source has, and an address
@@ -149,7 +161,8 @@ fn a_missing_module_says_why_and_lists_every_location_tried() {
         frames.push(json!({"function": f["function"]}));
     }
     text.push_str("0x7f0000001234\n0x500000\n");
-    frames.push(json!({"reason": "^Module not found on any source \\(\\d+ locations? tried\\)\\.$"}));
+    frames
+        .push(json!({"reason": "^Module not found on any source \\(\\d+ locations? tried\\)\\.$"}));
     frames.push(json!({"reason": "^The address is outside every module in the list\\.$"}));
 
     let expect = json!({"paste": {
@@ -161,22 +174,27 @@ fn a_missing_module_says_why_and_lists_every_location_tried() {
     run_browser(
         "a_missing_module_says_why_and_lists_every_location_tried",
         &server,
-        "missing",
+        &["missing"],
         None,
         &expect,
     );
 }
 
+/// After a crash went through the page, the status view lists the source's downloads,
+/// the cap from the config, and a request made from outside as it arrives.
 #[test]
 fn the_status_view_sees_a_new_request() {
     let v = minidump_variant("fp");
     let symbols = native_source(&[(&v, ALL)]);
     let server = start(symbols.path(), "max_concurrent_requests: 7\n");
+    let mut expect = crash_expectations(&v);
+    expect["max_concurrent"] = json!(7);
+    expect["source"] = json!("local");
     run_browser(
         "the_status_view_sees_a_new_request",
         &server,
-        "status",
-        None,
-        &json!({"max_concurrent": 7}),
+        &["crash", "status"],
+        Some(&minidump_file(&v, "minidump")),
+        &expect,
     );
 }

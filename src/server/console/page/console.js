@@ -671,7 +671,7 @@ function showStatus(s) {
     el('td', { class: src.failed ? 'bad' : null }, String(src.failed)),
     el('td', {}, bytes(src.bytes)),
     el('td', {}, ms(src.mean_ms)),
-    el('td', {}, src.last_error ? `${src.last_error} (${time(src.last_time)})` : '–'))), 'No sources configured.', 9);
+    el('td', {}, src.last_error ? `${src.last_error} (${time(src.last_time)})` : '–'))), 'No source has been asked for a file yet.', 9);
 
   fill($('deny').tBodies[0], s.deny_list.map((d) => el('tr', {},
     el('th', { scope: 'row' }, d.host),
