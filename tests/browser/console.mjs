@@ -16,6 +16,8 @@
 //   status   open the status view, note the recent-requests count, make a request, and
 //            see the count and the table change (expect: {max_concurrent, source}: with
 //            a source, run after `crash`, whose downloads it must list).
+// With CONSOLE_TOKEN set (the server's fronts.token), the browser signs in with HTTP
+// Basic credentials and the script's own requests send it as a Bearer token.
 // Exits non-zero on the first failure, with a full-page screenshot in --out; on success
 // each scenario leaves its own screenshot there (crash.png, candidates.png, status.png).
 
@@ -224,6 +226,11 @@ async function api(page, apiPath) {
 
 async function openConsole(page) {
   if (!page.url().startsWith(base + '/console')) {
+    if (process.env.CONSOLE_TOKEN) {
+      const bare = await fetch(base + '/console/api/status');
+      assert.equal(bare.status, 401, 'without the token the console is closed');
+      assert.match(bare.headers.get('www-authenticate') || '', /^Basic /, 'and asks for Basic credentials');
+    }
     const resp = await page.goto(base + '/console');
     assert.equal(resp.status(), 200, 'GET /console');
     // The stylesheet loaded and parsed as a whole: its first rule defines the colours.
@@ -259,7 +266,9 @@ const context = await chromium.launchPersistentContext(profile, {
   args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
     '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   viewport: { width: 1280, height: 900 },
-  extraHTTPHeaders: authHeader(),
+  // With a token, the browser answers the console's Basic challenge as a person would
+  // at its prompt: any user name, the token as the password.
+  httpCredentials: process.env.CONSOLE_TOKEN ? { username: 'someone', password: process.env.CONSOLE_TOKEN } : undefined,
 });
 const page = context.pages()[0] || await context.newPage();
 // A CSP violation or a script error is a failure even when the page looks right.

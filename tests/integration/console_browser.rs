@@ -47,13 +47,15 @@ fn start(symbols: &Path, extra_yaml: &str) -> Server {
     ))
 }
 
-/// Runs the scenario in the browser; panics with the script's output when it fails.
+/// Runs the scenarios in one browser page, signing in with `token` when the server has
+/// one (`fronts.token`); panics with the script's output when they fail.
 fn run_browser(
     test: &str,
     server: &Server,
     scenarios: &[&str],
     fixture: Option<&Path>,
     expect: &Value,
+    token: Option<&str>,
 ) {
     ensure_node_modules();
     let out: PathBuf = root().join("target/browser-tests").join(test);
@@ -70,6 +72,9 @@ fn run_browser(
         .args(["--expect", &expect.to_string()]);
     if let Some(fixture) = fixture {
         command.arg("--fixture").arg(fixture);
+    }
+    if let Some(token) = token {
+        command.env("CONSOLE_TOKEN", token);
     }
     let output = command.output().expect("node runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -121,6 +126,7 @@ fn uploading_a_minidump_shows_the_crashing_thread_symbolicated() {
         &["crash"],
         Some(&minidump_file(&v, "minidump")),
         &crash_expectations(&v),
+        None,
     );
 }
 
@@ -177,24 +183,44 @@ fn a_missing_module_says_why_and_lists_every_location_tried() {
         &["missing"],
         None,
         &expect,
+        None,
     );
 }
 
-/// After a crash went through the page, the status view lists the source's downloads,
-/// the cap from the config, and a request made from outside as it arrives.
-#[test]
-fn the_status_view_sees_a_new_request() {
+/// The fixture's crash through the page, then the status view: it lists the source's
+/// downloads, the cap from the config, and a request made from outside as it arrives.
+fn crash_then_status(test: &str, extra_yaml: &str, token: Option<&str>) {
     let v = minidump_variant("fp");
     let symbols = native_source(&[(&v, ALL)]);
-    let server = start(symbols.path(), "max_concurrent_requests: 7\n");
+    let server = start(
+        symbols.path(),
+        &format!("max_concurrent_requests: 7\n{extra_yaml}"),
+    );
     let mut expect = crash_expectations(&v);
     expect["max_concurrent"] = json!(7);
     expect["source"] = json!("local");
     run_browser(
-        "the_status_view_sees_a_new_request",
+        test,
         &server,
         &["crash", "status"],
         Some(&minidump_file(&v, "minidump")),
         &expect,
+        token,
+    );
+}
+
+#[test]
+fn the_status_view_sees_a_new_request() {
+    crash_then_status("the_status_view_sees_a_new_request", "", None);
+}
+
+/// With `fronts.token` set, the page and its API answer only to the token; the browser
+/// gives it as Basic credentials, and the whole tour works.
+#[test]
+fn behind_a_token_the_browser_signs_in_with_basic_credentials() {
+    crash_then_status(
+        "behind_a_token_the_browser_signs_in_with_basic_credentials",
+        "fronts:\n  token: console-test-token\n",
+        Some("console-test-token"),
     );
 }
