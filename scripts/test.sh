@@ -22,6 +22,13 @@ command -v kubernetes-validate >/dev/null \
   || python3 -m pip install -q kubernetes-validate==1.37.0 \
   || python3 -m pip install -q --break-system-packages kubernetes-validate==1.37.0
 
+# The console's browser tests (tests/integration/console_browser.rs) drive Debian's
+# Chromium with playwright-core from npm, which must not download a browser of its own.
+[ -x /usr/bin/chromium ] || { apt-get update -qq && apt-get install -y -qq chromium; }
+command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq nodejs npm; }
+[ -d tests/browser/node_modules ] \
+  || PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix tests/browser --no-audit --no-fund
+
 if [ ! -f ../shared/conformance/run.py ] && [ -z "${OMNISYM_CONFORMANCE:-}" ]; then
   echo "test.sh: SKIPPING the conformance corpus: ../shared/conformance/run.py is absent" >&2
   export OMNISYM_CONFORMANCE=skip

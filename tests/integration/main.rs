@@ -15,6 +15,7 @@ mod caching;
 mod cli;
 mod conformance;
 mod console_api;
+mod console_browser;
 mod deploy;
 mod docker;
 mod faults;

@@ -30,7 +30,7 @@ fn minidump(v: &Value) -> Vec<u8> {
 
 /// The debug information files a source may hold for a module.
 #[derive(Clone, Copy, Debug)]
-enum Dif {
+pub(crate) enum Dif {
     Executable,
     Debug,
     Breakpad,
@@ -61,8 +61,9 @@ fn fixture_for(dif: Dif) -> &'static str {
     }
 }
 
-/// A temp dir laid out as a `native` symbol source holding `difs` of each variant.
-fn native_source(entries: &[(&Value, &[Dif])]) -> tempfile::TempDir {
+/// A temp dir laid out as a `native` symbol source holding `difs` of each variant
+/// (console_browser.rs serves the same one to the browser console).
+pub(crate) fn native_source(entries: &[(&Value, &[Dif])]) -> tempfile::TempDir {
     let root = tempfile::tempdir().unwrap();
     for (v, difs) in entries {
         for dif in *difs {
@@ -74,7 +75,7 @@ fn native_source(entries: &[(&Value, &[Dif])]) -> tempfile::TempDir {
     root
 }
 
-const ALL: &[Dif] = &[Dif::Executable, Dif::Debug, Dif::SourceBundle];
+pub(crate) const ALL: &[Dif] = &[Dif::Executable, Dif::Debug, Dif::SourceBundle];
 
 fn sources(root: &Path) -> Value {
     json!([{"type": "filesystem", "id": "local", "path": root, "layout": {"type": "native"}}])
