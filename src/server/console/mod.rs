@@ -249,7 +249,8 @@ async fn status(State(state): State<AppState>) -> Response {
     })
 }
 
-/// Every kind that was looked up or has files, in the kinds table's order.
+/// Every kind that was looked up or has files, in the kinds table's order (each kind's
+/// directory exists from the start, so an empty one says nothing).
 fn cache_kinds(
     lookups: &[crate::telemetry::history::CacheTotals],
     disk: Option<&DiskUsage>,
@@ -258,7 +259,9 @@ fn cache_kinds(
         .iter()
         .filter_map(|kind| {
             let looked_up = lookups.iter().find(|l| l.kind == kind.name);
-            let on_disk = disk.and_then(|d| d.kinds.iter().find(|k| k.kind == kind.name));
+            let on_disk = disk
+                .and_then(|d| d.kinds.iter().find(|k| k.kind == kind.name))
+                .filter(|k| k.files > 0);
             if looked_up.is_none() && on_disk.is_none() {
                 return None;
             }
@@ -318,5 +321,14 @@ mod tests {
             (4, 1, 0)
         );
         assert!(cache_kinds(&[], None).is_empty());
+        let empty_dir = DiskUsage {
+            kinds: vec![KindUsage {
+                kind: "cficaches",
+                files: 0,
+                bytes: 0,
+            }],
+            ..disk
+        };
+        assert!(cache_kinds(&[], Some(&empty_dir)).is_empty());
     }
 }

@@ -356,9 +356,10 @@ function outcome(candidate, denyList) {
 }
 
 function deniedHost(location, denyList) {
+  // The deny list holds host names, whatever the port (as upstream's does).
   let host;
   try {
-    host = new URL(location).host;
+    host = new URL(location).hostname;
   } catch {
     return null;
   }
@@ -684,7 +685,7 @@ function showStatus(s) {
     el('th', { scope: 'row' }, k.kind),
     el('td', {}, String(k.hits)),
     el('td', {}, String(k.misses)),
-    el('td', { class: k.errors ? 'bad' : null }, String(k.errors)),
+    el('td', {}, String(k.errors)),
     el('td', {}, percent(k.hits, k.hits + k.misses)),
     el('td', {}, String(k.disk_files)),
     el('td', {}, bytes(k.disk_bytes)))), 'No cache activity yet.', 7);
@@ -723,7 +724,7 @@ function showCharts(series) {
 function chart(key, title, data, format, every) {
   const W = 300;
   const H = 90;
-  const left = 34;
+  const left = 48;
   const top = 8;
   const bottom = 16;
   const values = data.map((d) => d.v).filter((v) => v !== null && v !== undefined);
