@@ -340,7 +340,7 @@ impl<R: CacheItemRequest> Cacher<R> {
         let path = self.path_for(key);
         let entry = match self.read_disk(&path, key, request, true) {
             Some(entry) => entry,
-            None => self.read_shared(key, &path, request).await?,
+            None => Box::pin(self.read_shared(key, &path, request)).await?,
         };
         let value = entry.value.clone();
         self.inner.memory.insert(key.clone(), entry).await;
@@ -362,7 +362,7 @@ impl<R: CacheItemRequest> Cacher<R> {
                 return entry;
             }
         }
-        if let Some(entry) = self.read_shared(key, &path, &request).await {
+        if let Some(entry) = Box::pin(self.read_shared(key, &path, &request)).await {
             return entry;
         }
         self.compute(key, &path, &request).await
@@ -439,6 +439,9 @@ impl<R: CacheItemRequest> Cacher<R> {
     }
 
     /// Another replica's result, published locally; `None` when there is none usable.
+    /// Callers box it: the S3 and GCS clients' futures make it some 16 KiB, and held
+    /// inline it made every lookup's future (and each request's, which holds them) that
+    /// large, copied whenever one was moved, warm lookups that never get here included.
     async fn read_shared(
         &self,
         key: &CacheKey,

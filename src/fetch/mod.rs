@@ -171,7 +171,10 @@ impl Downloader {
             tokio::fs::File::from_std(dest.as_file().try_clone().map_err(CacheError::internal)?);
         let permit = self.source_permit(file).await?;
         let started = Instant::now();
-        let downloaded = self.backend_transfer(file, max_size, &mut out).await;
+        // Boxed: the S3 and GCS clients' futures are tens of kilobytes, and held inline
+        // they made the future of everything that may download (every cache lookup) as
+        // large, copied each time one is moved, warm lookups that download nothing too.
+        let downloaded = Box::pin(self.backend_transfer(file, max_size, &mut out)).await;
         record_download(file.source.type_name(), started, &downloaded);
         self.inner.ledger.record(
             file.source.id().as_str(),

@@ -249,30 +249,29 @@ impl NativeService {
     /// source context if asked.
     async fn run(&self, job: Job<'_>) -> CompletedSymbolicationResponse {
         let mut lookup = ModuleLookup::new(job.modules, job.rewrite_first_module);
-        // The steps' futures are boxed: held inline, each is many kilobytes (the cache
-        // lookups nest deeply), and awaiting one moved it into this future's state, two
-        // copies of 17 KiB per warm request, more than its SymCache lookups cost.
-        Box::pin(lookup.fetch_caches(
-            &self.symbfiles,
-            &self.symcaches,
-            &self.ppdb_caches,
-            job.sources,
-            job.scope,
-            &job.stacktraces,
-        ))
-        .await;
-        let (returned, mut stacktraces) =
-            Box::pin(self.symbolicate_stacktraces(lookup, job.signal, job.stacktraces)).await;
+        lookup
+            .fetch_caches(
+                &self.symbfiles,
+                &self.symcaches,
+                &self.ppdb_caches,
+                job.sources,
+                job.scope,
+                &job.stacktraces,
+            )
+            .await;
+        let (returned, mut stacktraces) = self
+            .symbolicate_stacktraces(lookup, job.signal, job.stacktraces)
+            .await;
         lookup = returned;
         if job.options.apply_source_context {
-            Box::pin(apply_source_context(
+            apply_source_context(
                 &self.objects,
                 &self.source_files,
                 job.sources,
                 job.scope,
                 &mut lookup,
                 &mut stacktraces,
-            ))
+            )
             .await;
         }
         let mut modules = lookup.into_modules();

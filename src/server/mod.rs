@@ -9,6 +9,8 @@ mod console;
 mod crash;
 mod error;
 #[cfg(test)]
+mod future_size_tests;
+#[cfg(test)]
 mod hostile_tests;
 mod js;
 mod jvm;

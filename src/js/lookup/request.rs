@@ -116,7 +116,10 @@ impl<'a> RequestLookup<'a> {
         if let Some(found) = self.files.get(key) {
             return found.clone();
         }
-        let found = self.find_file(key).await;
+        // Boxed: finding a file may ask Sentry's API, a bundle or a source, and those
+        // clients' futures held inline made every frame's future kilobytes large, copied
+        // for each frame of each request although a request finds each file once.
+        let found = Box::pin(self.find_file(key)).await;
         self.files.insert(key.clone(), found.clone());
         found
     }
@@ -529,7 +532,8 @@ impl JsLookup for RequestLookup<'_> {
         if let Some(module) = self.modules.get(abs_path) {
             return module.clone();
         }
-        let module = Arc::new(self.minified_and_sourcemap(abs_path).await);
+        // Boxed, as `file`'s search is: found once per request, not per frame.
+        let module = Arc::new(Box::pin(self.minified_and_sourcemap(abs_path)).await);
         self.modules.insert(abs_path.to_owned(), module.clone());
         module
     }

@@ -1,0 +1,55 @@
+//! The futures of the request paths stay small. A future holds every future it awaits
+//! inline, and rustc copies a future whole whenever it is moved: into its parent's
+//! state, into a `join_all` vector, into a spawned task. The S3 and GCS clients'
+//! futures are tens of kilobytes, so one inline download or shared-cache read made a
+//! warm `/symbolicate` copy 17 KiB per module and a warm `/symbolicate-js` 8 KiB per
+//! frame, although neither downloads anything. Those calls are boxed where they are
+//! made; these bounds (debug builds, whose futures are larger than release ones) fail
+//! when an unboxed one creeps back in.
+
+use std::sync::Arc;
+
+use crate::cache::Scope;
+use crate::config::Config;
+use crate::server::AppState;
+
+const BOUND: usize = 4096;
+
+fn state() -> (tempfile::TempDir, AppState) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config {
+        cache_dir: dir.path().to_owned(),
+        ..Config::default()
+    };
+    let state = AppState::new(&config).unwrap();
+    (dir, state)
+}
+
+#[tokio::test]
+async fn request_futures_stay_small() {
+    let (_dir, state) = state();
+    let native: crate::native::SymbolicateRequest =
+        serde_json::from_str(r#"{"stacktraces":[],"modules":[]}"#).unwrap();
+    let native = state
+        .native
+        .symbolicate(Scope::new("global"), Arc::from(vec![]), native);
+    let js: crate::js::JsSymbolicationRequest = serde_json::from_str(
+        r#"{"source":{"id":"s","url":"http://x/","token":"t"},"stacktraces":[],"modules":[]}"#,
+    )
+    .unwrap();
+    let js = state
+        .js
+        .symbolicate(Scope::new("global"), Arc::from(vec![]), js);
+    let http: crate::sources::HttpSourceConfig =
+        serde_json::from_str(r#"{"id":"x","url":"http://x/","layout":{"type":"native"}}"#).unwrap();
+    let file = crate::fetch::RemoteFile::whole_url(http);
+    let mut dest = tempfile::NamedTempFile::new().unwrap();
+    let download = state.downloader.fetch(&file, &mut dest, 10);
+    for (what, size) in [
+        ("native symbolicate", std::mem::size_of_val(&native)),
+        ("js symbolicate", std::mem::size_of_val(&js)),
+        ("a download", std::mem::size_of_val(&download)),
+    ] {
+        assert!(size <= BOUND, "the future of {what} is {size} bytes");
+    }
+}
