@@ -45,8 +45,20 @@ async fn request_futures_stay_small() {
     let file = crate::fetch::RemoteFile::whole_url(http);
     let mut dest = tempfile::NamedTempFile::new().unwrap();
     let download = state.downloader.fetch(&file, &mut dest, 10);
+    let id: crate::native::symbfile::FileId = "00112233445566778899aabbccddeeff".parse().unwrap();
+    let symbfile = state.symbfiles.find(id);
+    let (object_id, scope) = (crate::sources::ObjectId::default(), Scope::new("global"));
+    let symcache = state
+        .native
+        .symcaches()
+        .fetch_or_start_building(&[], &object_id, &scope);
     for (what, size) in [
         ("native symbolicate", std::mem::size_of_val(&native)),
+        (
+            "an uploaded symbfile's lookup",
+            std::mem::size_of_val(&symbfile),
+        ),
+        ("a SymCache's lookup", std::mem::size_of_val(&symcache)),
         ("js symbolicate", std::mem::size_of_val(&js)),
         ("a download", std::mem::size_of_val(&download)),
     ] {

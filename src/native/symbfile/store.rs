@@ -396,7 +396,10 @@ impl SymbfileStore {
     pub async fn symcache(&self, id: FileId) -> CacheResult<Option<OwnedSymCache>> {
         if let Some(shared) = &self.shared
             && shared.due(id)
-            && let Err(err) = self.take_from_shared(shared, id).await
+            // Boxed: the shared store's client futures are kilobytes, and held inline
+            // they made every module's lookup future as large (see server's
+            // future_size_tests), uploads or not.
+            && let Err(err) = Box::pin(self.take_from_shared(shared, id)).await
         {
             // What is stored here is still served.
             tracing::warn!(file_id = %id, error = %err, "cannot read uploaded symbols from the shared store");
