@@ -56,6 +56,56 @@ fn slow_sources(symbols: &SymbolServer, ms: u64) -> Value {
             "layout": {"type": "native"}}])
 }
 
+/// The header deadline holds for every request of a kept-alive connection, not only the
+/// first: each connection here is served a few complete requests (whose deadlines the
+/// server's timer reuses), then trickles the next head a byte at a time and must still
+/// be cut off after `header_read_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_alive_connections_that_trickle_a_later_head_are_closed_in_time() {
+    let server = Server::start("header_read_timeout: 2s\n");
+    let addr = addr(&server);
+    let request = format!("GET /healthcheck HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    let mut trickling = Vec::new();
+    for _ in 0..20 {
+        let mut stream = TcpStream::connect(&addr).await.unwrap();
+        for _ in 0..3 {
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let mut answer = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !answer.ends_with(b"ok") {
+                let n = stream.read(&mut buf).await.unwrap();
+                assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&answer));
+                answer.extend_from_slice(&buf[..n]);
+            }
+            assert!(answer.starts_with(b"HTTP/1.1 200"));
+        }
+        trickling.push(tokio::spawn(async move {
+            let started = Instant::now();
+            // A byte every 300 ms: progress, but a head that never ends.
+            for byte in b"GET /healthcheck HTTP/1.1\r\nX-Slow: ".iter().cycle() {
+                if stream.write_all(&[*byte]).await.is_err() {
+                    break;
+                }
+                if started.elapsed() > Duration::from_secs(15) {
+                    return None;
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            Some(started.elapsed())
+        }));
+    }
+    for trickle in trickling {
+        let cut = trickle
+            .await
+            .unwrap()
+            .expect("a trickled head was not cut off within 15 s");
+        assert!(cut >= Duration::from_millis(1500), "{cut:?}");
+        assert!(cut <= Duration::from_secs(6), "{cut:?}");
+    }
+    let (status, _) = server.get("/healthcheck").await;
+    assert_eq!(status, StatusCode::OK);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_open_connections_are_closed_after_their_timeouts_while_others_are_served() {
     let server = Server::start("header_read_timeout: 2s\nbody_read_timeout: 3s\n");
