@@ -146,6 +146,29 @@ async function missing(page) {
   await shot(page, 'candidates.png');
 }
 
+async function denied(page) {
+  const want = expected.denied;
+  assert.ok(want, 'expect.denied is required for the denied scenario');
+  await openConsole(page);
+  await page.fill('#crash-text', want.text);
+  await page.click('#crash-form button[type="submit"]');
+  await symbolicated(page);
+  const row = page.locator('#modules tbody tr').filter({ hasText: want.module });
+  await row.locator('button').click();
+  await page.locator('#why').waitFor({ state: 'visible' });
+  const reason = await page.locator('#why-reason').innerText();
+  log('why:', reason);
+  assert.match(reason, /deny-listed/, 'the module names the deny list');
+  const outcomes = await page.locator('#candidates tbody tr').evaluateAll((trs) => trs.map((tr) => tr.dataset.outcome));
+  log('outcomes:', JSON.stringify(outcomes));
+  assert.ok(outcomes.length > 1, 'several locations were tried');
+  assert.ok(outcomes.some((o) => o.startsWith('deny-listed until ')), 'a location is deny-listed');
+  const { deny_list: denyList } = await api(page, '/console/api/status');
+  assert.ok(denyList.some((d) => d.host === want.host), `${want.host} in ${JSON.stringify(denyList)}`);
+  await page.locator('#why').scrollIntoViewIfNeeded();
+  await shot(page, 'denied.png');
+}
+
 async function status(page) {
   await openConsole(page);
   await page.click('#show-status');
@@ -196,7 +219,7 @@ async function status(page) {
   await shot(page, 'status.png');
 }
 
-const SCENARIOS = { crash, missing, status };
+const SCENARIOS = { crash, missing, denied, status };
 
 // ---------------------------------------------------------------- helpers
 

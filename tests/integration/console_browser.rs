@@ -187,6 +187,33 @@ fn a_missing_module_says_why_and_lists_every_location_tried() {
     );
 }
 
+/// A source whose host fails: after the first failure upstream's deny list holds it back,
+/// and the page says so, with the time it is asked again.
+#[test]
+fn a_deny_listed_source_is_named_with_its_release_time() {
+    // Nothing listens on this port: every download from it fails.
+    let port = common::free_port();
+    let server = Server::start(&format!(
+        "console:\n  enabled: true\n\
+         deny_list_threshold: 1\ndeny_list_time_window: 1m\ndeny_list_bucket_size: 1s\n\
+         deny_list_block_time: 1h\n\
+         sources:\n  - {{id: dead, type: http, url: \"http://127.0.0.1:{port}/\", layout: {{type: native}}}}\n"
+    ));
+    let text = "modules\n\
+        elf 0x7f0000000000 0x10000 0b0e0c0a-0d0e-0f00-1122-334455667788 \
+        0a0c0e0b0d0e0f0011223344556677889900aabb /opt/gone/libgone.so\n\
+        frames\n0x7f0000001234\n";
+    let expect = json!({"denied": {"text": text, "module": "libgone.so", "host": "127.0.0.1"}});
+    run_browser(
+        "a_deny_listed_source_is_named_with_its_release_time",
+        &server,
+        &["denied"],
+        None,
+        &expect,
+        None,
+    );
+}
+
 /// The fixture's crash through the page, then the status view: it lists the source's
 /// downloads, the cap from the config, and a request made from outside as it arrives.
 fn crash_then_status(test: &str, extra_yaml: &str, token: Option<&str>) {
