@@ -102,29 +102,20 @@ async fn is_behind_the_fronts_token_as_bearer_or_basic_credentials() {
 
 #[tokio::test]
 async fn binds_beyond_loopback_keep_it_off_unless_enabled() {
-    let port = common::free_port();
-    let server = Server::start(&format!("bind: 0.0.0.0:{port}\n"));
-    let url = format!("http://127.0.0.1:{port}");
-    let status = client()
-        .get(format!("{url}/console"))
-        .send()
-        .await
-        .unwrap()
-        .status();
-    assert_eq!(status, StatusCode::NOT_FOUND);
-    drop(server);
-
-    let port = common::free_port();
-    let _server = Server::start(&format!(
-        "bind: 0.0.0.0:{port}\nconsole:\n  enabled: true\n"
-    ));
-    let status = client()
-        .get(format!("http://127.0.0.1:{port}/console"))
-        .send()
-        .await
-        .unwrap()
-        .status();
-    assert_eq!(status, StatusCode::OK);
+    for (extra, expected) in [
+        ("", StatusCode::NOT_FOUND),
+        ("console:\n  enabled: true\n", StatusCode::OK),
+    ] {
+        let port = common::free_port();
+        let _server = Server::start(&format!("bind: 0.0.0.0:{port}\n{extra}"));
+        let status = client()
+            .get(format!("http://127.0.0.1:{port}/console"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, expected, "{extra:?}");
+    }
 }
 
 async fn status(server: &Server) -> Value {
