@@ -83,13 +83,17 @@ async function crash(page) {
     assert.equal(shown[i].reason, null, `frame ${i} needs no explanation`);
   });
 
-  const source = thread.locator('details.source').first();
-  await source.locator('summary').click();
-  const current = await source.locator('.line.current').innerText();
-  assert.ok(current.includes(order[0].context_line.trim()), `context line: ${current}`);
+  // Source context, where the fixture's sources are on a source.
+  if (order[0].context_line) {
+    const source = thread.locator('details.source').first();
+    await source.locator('summary').click();
+    const current = await source.locator('.line.current').innerText();
+    assert.ok(current.includes(order[0].context_line.trim()), `context line: ${current}`);
+  }
 
   const rows = page.locator('#modules tbody tr');
-  assert.ok(await rows.count() > 1, 'the module table lists the modules');
+  const atLeast = expected.min_modules ?? 1;
+  assert.ok(await rows.count() >= atLeast, `the module table lists at least ${atLeast} modules`);
   const found = page.locator('#modules tbody tr[data-debug-status="found"]');
   assert.equal(await found.count(), 1, 'exactly the crashing program is found');
   await shot(page, 'crash.png');

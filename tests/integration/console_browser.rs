@@ -130,9 +130,41 @@ fn uploading_a_minidump_shows_the_crashing_thread_symbolicated() {
     );
 }
 
+/// A stored Sentry event (as Sentry keeps it: frames outermost first) dropped on the
+/// page: converted to a `/symbolicate` body, its exception's stack shown first with the
+/// functions and lines of the native fixture's crash stack.
+#[test]
+fn dropping_a_stored_sentry_event_shows_its_exception_symbolicated() {
+    let symbols = tempfile::tempdir().unwrap();
+    let path = symbols.path().join(common::elf_debug_path());
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::copy(common::elf_debug_file(), &path).unwrap();
+    let server = start(symbols.path(), "");
+    let mut frames = Vec::new();
+    for probe in common::object("elf")["crash_stack"].as_array().unwrap() {
+        let chain = probe["frames"].as_array().unwrap();
+        for (i, f) in chain.iter().enumerate() {
+            frames.push(json!({
+                "function": f["function"],
+                "lineno": f["line"],
+                "inlined": i + 1 < chain.len(),
+            }));
+        }
+    }
+    run_browser(
+        "dropping_a_stored_sentry_event_shows_its_exception_symbolicated",
+        &server,
+        &["crash"],
+        Some(&common::fixtures().join("events/native-elf.json")),
+        &json!({"frames": frames}),
+        None,
+    );
+}
+
 /// What the `crash` scenario must see for variant `v`.
 fn crash_expectations(v: &Value) -> Value {
-    json!({"thread_id": v["crash"]["thread_id"], "frames": expected_frames(v)})
+    // A minidump lists every loaded library, not only the program.
+    json!({"thread_id": v["crash"]["thread_id"], "frames": expected_frames(v), "min_modules": 2})
 }
 
 /// A pasted stack: the fixture program (found), a library no source has, and an address
