@@ -258,7 +258,11 @@ fn cache_kinds(
     CACHE_KINDS
         .iter()
         .filter_map(|kind| {
-            let looked_up = lookups.iter().find(|l| l.kind == kind.name);
+            // Every kind's counters exist from the start, at zero.
+            let looked_up = lookups
+                .iter()
+                .find(|l| l.kind == kind.name)
+                .filter(|l| l.hits + l.misses + l.errors > 0);
             let on_disk = disk
                 .and_then(|d| d.kinds.iter().find(|k| k.kind == kind.name))
                 .filter(|k| k.files > 0);
@@ -330,5 +334,10 @@ mod tests {
             ..disk
         };
         assert!(cache_kinds(&[], Some(&empty_dir)).is_empty());
+        let never_looked_up = [CacheTotals {
+            kind: "proguard".into(),
+            ..CacheTotals::default()
+        }];
+        assert!(cache_kinds(&never_looked_up, None).is_empty());
     }
 }
