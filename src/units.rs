@@ -1,10 +1,16 @@
 //! Human units in config values: durations (`1h`, `7d`, seconds, upstream's map form)
 //! and sizes (`50GB`, `512MiB`, bytes). Every part of the config that has a time or a
-//! size limit parses it here, so `config` and `cache` read them the same way.
+//! size limit parses it here, so `config` and `cache` read them the same way. Also
+//! the one way times are shown in what the server reports ([`rfc3339_millis`]).
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Deserializer};
+
+/// RFC 3339 in UTC with milliseconds, as the console's documents show times.
+pub fn rfc3339_millis(time: SystemTime) -> String {
+    humantime::format_rfc3339_millis(time).to_string()
+}
 
 /// What `null` means for a lifetime or a time limit in the config, as upstream: never.
 /// A century rather than `Duration::MAX`, so adding it to an `Instant` or a

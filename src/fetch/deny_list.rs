@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::lifetime;
 use crate::error::CacheError;
+use crate::units::rfc3339_millis;
 
 /// Config keys `deny_list_*`, with upstream's defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,8 +102,8 @@ impl HostDenyList {
             .map(|(host, (reason, since))| BlockedHost {
                 host: host.as_ref().clone(),
                 reason: reason.to_string(),
-                since: super::ledger::timestamp(since),
-                until: super::ledger::timestamp(since + self.config.block_time),
+                since: rfc3339_millis(since),
+                until: rfc3339_millis(since + self.config.block_time),
             })
             .collect();
         hosts.sort_by(|a, b| a.host.cmp(&b.host));

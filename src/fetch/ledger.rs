@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use crate::error::CacheResult;
+use crate::units::rfc3339_millis as timestamp;
 
 /// Sources tallied at once; a new one past this replaces the one idle longest (ids
 /// come from requests, so they are not bounded by the config).
@@ -205,11 +206,6 @@ impl DownloadLedger {
             })
             .collect()
     }
-}
-
-/// RFC 3339 in UTC with milliseconds, as the console shows times.
-pub fn timestamp(time: SystemTime) -> String {
-    humantime::format_rfc3339_millis(time).to_string()
 }
 
 #[cfg(test)]

@@ -49,7 +49,7 @@ pub(crate) use gcs::{
     GcsAccess, build_gcs_client, gcs_bucket, gcs_credentials, gcs_key_file_credentials,
 };
 pub use http::{Certificates, HttpOptions};
-pub use ledger::{DownloadLedger, DownloadRecord, SourceTally, timestamp};
+pub use ledger::{DownloadLedger, DownloadRecord, SourceTally};
 pub use progress::{DownloadObserver, DownloadOutcome, DownloadState};
 pub use remote::RemoteFile;
 pub(crate) use s3::{build_client as build_s3_client, http_client as s3_http_client};

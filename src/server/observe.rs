@@ -122,7 +122,7 @@ pub fn recent_requests() -> Vec<AnsweredRequest> {
     ring.iter()
         .rev()
         .map(|a| AnsweredRequest {
-            time: crate::fetch::timestamp(a.time),
+            time: crate::units::rfc3339_millis(a.time),
             method: a.method.to_string(),
             endpoint: a.endpoint,
             status: a.status,

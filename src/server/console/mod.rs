@@ -25,8 +25,9 @@ use super::observe::{AnsweredRequest, recent_requests};
 use crate::cache::kinds::ALL as CACHE_KINDS;
 use crate::cache::usage::{DiskUsage, measure};
 use crate::config::{Config, ConsoleConfig};
-use crate::fetch::{BlockedHost, DownloadRecord, SourceTally, timestamp};
+use crate::fetch::{BlockedHost, DownloadRecord, SourceTally};
 use crate::telemetry::history::{History, Point};
+use crate::units::rfc3339_millis as timestamp;
 
 const INDEX: &str = include_str!("page/index.html");
 const SCRIPT: &str = include_str!("page/console.js");
