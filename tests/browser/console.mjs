@@ -102,10 +102,7 @@ async function crash(page) {
 async function missing(page) {
   const paste = expected.paste;
   assert.ok(paste, 'expect.paste is required for the missing scenario');
-  await openConsole(page);
-  await page.fill('#crash-text', paste.text);
-  await page.click('#crash-form button[type="submit"]');
-  await symbolicated(page);
+  await symbolicatePasted(page, paste.text);
 
   const frames = page.locator('#threads .frame');
   const reasons = await frames.evaluateAll((items) => items.map((li) => ({
@@ -153,10 +150,7 @@ async function missing(page) {
 async function denied(page) {
   const want = expected.denied;
   assert.ok(want, 'expect.denied is required for the denied scenario');
-  await openConsole(page);
-  await page.fill('#crash-text', want.text);
-  await page.click('#crash-form button[type="submit"]');
-  await symbolicated(page);
+  await symbolicatePasted(page, want.text);
   const row = page.locator('#modules tbody tr').filter({ hasText: want.module });
   await row.locator('button').click();
   await page.locator('#why').waitFor({ state: 'visible' });
@@ -265,6 +259,14 @@ async function openConsole(page) {
     assert.notEqual(accent.trim(), '', 'console.css applies');
   }
   await page.click('#show-crash');
+}
+
+/** Opens the console, pastes `text` and waits for its answer. */
+async function symbolicatePasted(page, text) {
+  await openConsole(page);
+  await page.fill('#crash-text', text);
+  await page.click('#crash-form button[type="submit"]');
+  await symbolicated(page);
 }
 
 async function symbolicated(page) {
