@@ -105,7 +105,9 @@ impl<F: DerivedFormat> CacheItemRequest for DerivedRequest<F> {
             // dependencies that can panic: that costs this one cache, as `malformed`.
             let result = isolate_blocking(F::KIND.name, move || {
                 let mut writer = BufWriter::new(file);
-                F::convert(input, &mut writer)?;
+                let converted = F::convert(input, &mut writer);
+                super::budget::return_freed_heap();
+                converted?;
                 writer.into_inner().map_err(CacheError::internal)?;
                 Ok(())
             })

@@ -21,7 +21,7 @@ pub mod kinds;
 mod shared;
 pub mod usage;
 
-pub use budget::{BudgetPermit, ConversionBudget};
+pub use budget::{BudgetPermit, ConversionBudget, release_mapped_pages, return_freed_heap};
 pub use cacher::{CacheItemRequest, Cacher};
 pub use caches::Caches;
 pub use config::{CacheConfig, CachesConfig, DiagnosticsCacheConfig, InMemoryConfig};

@@ -115,6 +115,9 @@ pub struct ObjectHandle {
     srcsrv_urls: Mutex<HashMap<String, Option<String>>>,
     /// Files of a source bundle or portable PDB, as read for earlier requests.
     bundled: Mutex<BundledFiles>,
+    /// Whether `inner`'s bytes are a read-only mapping of a whole cache file, whose
+    /// pages can be dropped and read again (see [`ObjectHandle::release_pages`]).
+    file_mapping: bool,
 }
 
 /// A file as a source bundle or portable PDB has it: its text, or where it links to,
@@ -147,7 +150,11 @@ impl Drop for BundledFiles {
 }
 
 impl ObjectHandle {
-    fn parse(data: ByteView<'static>, limits: ObjectLimits) -> CacheResult<Self> {
+    fn parse(
+        data: ByteView<'static>,
+        limits: ObjectLimits,
+        file_mapping: bool,
+    ) -> CacheResult<Self> {
         let options = limits.parse_options();
         let inner = SelfCell::try_new(data, |bytes| {
             Object::parse_with_opts(unsafe { &*bytes }, options)
@@ -168,13 +175,28 @@ impl ObjectHandle {
             srcsrv: OnceLock::new(),
             srcsrv_urls: Mutex::new(HashMap::new()),
             bundled: Mutex::default(),
+            file_mapping,
         })
     }
 
     /// A handle on a file outside the caches (the large-file check in `examples/`, tests that
     /// start from a file).
     pub fn from_bytes(data: ByteView<'static>, limits: ObjectLimits) -> CacheResult<Self> {
-        Self::parse(data, limits)
+        Self::parse(data, limits, false)
+    }
+
+    /// Drops this process's resident pages of the file once a conversion has read it.
+    /// The handle outlives its conversions in the in-memory cache, and a SymCache or CFI
+    /// conversion touches every page: a crash of large modules kept each whole file in
+    /// the process's RSS (150 MiB of four Breakpad files, for nothing: warm requests
+    /// read the derived caches). The kernel keeps the pages in its page cache, so a
+    /// reader that comes later, or one still running, faults them back in cheaply.
+    pub fn release_pages(&self) {
+        if self.file_mapping {
+            // SAFETY: `file_mapping` is set only for the cacher's read-only mappings of
+            // cache files, which are replaced by renames, never written in place.
+            unsafe { crate::cache::release_mapped_pages(self.inner.owner()) };
+        }
     }
 
     /// Bytes of the file (decompressed, as downloaded).
@@ -447,7 +469,8 @@ impl FileFormat for ObjectFile {
     }
 
     fn load(data: ByteView<'static>, hint: &ObjectHint) -> CacheResult<Self::Item> {
-        ObjectHandle::parse(data, hint.limits).map(Arc::new)
+        // The cacher hands every item a mapping of its file (`ByteView::map_file`).
+        ObjectHandle::parse(data, hint.limits, true).map(Arc::new)
     }
 }
 
@@ -511,7 +534,7 @@ mod tests {
     #[test]
     fn compressed_sections_are_read_up_to_the_configured_size() {
         let data = compressed_debug_file();
-        let roomy = ObjectHandle::parse(data.clone(), ObjectLimits::default()).unwrap();
+        let roomy = ObjectHandle::parse(data.clone(), ObjectLimits::default(), false).unwrap();
         assert!(functions_with_lines(&roomy) > 0);
         assert!(roomy.inflated_size(Some(&["debug_info"])) > 0);
         assert!(
@@ -522,7 +545,7 @@ mod tests {
             ..ObjectLimits::default()
         };
         // Over the limit the file is malformed before any section is inflated.
-        match ObjectHandle::parse(data, tight) {
+        match ObjectHandle::parse(data, tight, false) {
             Err(CacheError::Malformed(msg)) => {
                 assert!(
                     msg.contains("object_file_max_decompressed_section_size"),

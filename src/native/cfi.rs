@@ -79,8 +79,9 @@ impl DerivedFormat for CfiFormat {
 
     fn convert(input: Arc<ObjectHandle>, out: &mut BufWriter<File>) -> CacheResult<()> {
         let object = input.object();
-        let cache = CfiCache::from_object_with_opts(object, input.limits().cfi_options())
-            .map_err(|e| CacheError::Malformed(e.to_string()))?;
+        let cache = CfiCache::from_object_with_opts(object, input.limits().cfi_options());
+        input.release_pages();
+        let cache = cache.map_err(|e| CacheError::Malformed(e.to_string()))?;
         cache.write_to(out).map_err(CacheError::internal)
     }
 

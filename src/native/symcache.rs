@@ -84,9 +84,9 @@ impl DerivedFormat for SymCacheFormat {
         crate::error::delay_if_marked("convert", object.data());
         let mut converter = SymCacheConverter::new();
         input.secondary.apply(&mut converter)?;
-        converter
-            .process_object(object)
-            .map_err(|e| CacheError::Malformed(e.to_string()))?;
+        let processed = converter.process_object(object);
+        input.object.release_pages();
+        processed.map_err(|e| CacheError::Malformed(e.to_string()))?;
         converter.serialize(out).map_err(CacheError::internal)
     }
 

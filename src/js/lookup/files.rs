@@ -15,6 +15,7 @@ use serde::Deserialize;
 use crate::cache::kinds;
 use crate::cache::{
     CacheKey, CacheKind, Caches, ConversionBudget, DerivedCache, DerivedFormat, Scope,
+    return_freed_heap,
 };
 use crate::error::{CacheError, CacheResult, isolate_blocking};
 use crate::fetch::{Downloader, RemoteFile};
@@ -377,6 +378,8 @@ async fn decode_directly(
     let text = minified.clone();
     let scopes = isolate_blocking(SourceMapCacheFormat::KIND.name, move || {
         let scopes = DirectMap::scopes(text.as_str());
+        // The file's syntax tree (about 30 times its size) was freed just now.
+        return_freed_heap();
         Ok((scopes, started.elapsed()))
     });
     let (map, scopes) = tokio::join!(map, scopes);
