@@ -80,8 +80,8 @@ pub const SYMCACHES: CacheKind = kind("symcaches", Family::Derived, (1, &[]), 41
 /// only them.
 pub const SYMBFILE_SYMCACHES: CacheKind = kind("symbfile_symcaches", Family::Derived, (1, &[]), 30);
 /// More than its files' share of the disk would say: a SymCache that falls out of
-/// memory is mapped again for next to nothing, a CFI cache is parsed again, every
-/// request that walks through its module (about 5 ms per MiB of rules).
+/// memory is mapped again for next to nothing, a CFI cache is indexed again, every
+/// request that walks through its module (about 1 ms per MiB of rules).
 pub const CFICACHES: CacheKind = kind("cficaches", Family::Derived, (1, &[]), 150);
 /// .NET portable PDBs, converted.
 pub const PPDB_CACHES: CacheKind = kind("ppdb_caches", Family::Derived, (1, &[]), 50);
