@@ -420,6 +420,7 @@ impl<R: CacheItemRequest> Cacher<R> {
                 return None;
             }
         };
+        release_loaded_pages(&view);
         // An item with a maximum age is judged by its mtime: touching would keep it forever.
         if age >= TOUCH_INTERVAL && R::MAX_AGE.is_none() {
             touch(path);
@@ -553,6 +554,7 @@ impl<R: CacheItemRequest> Cacher<R> {
         // The mapping stays valid across the rename.
         let view = ByteView::map_file_ref(temp.as_file()).map_err(CacheError::internal)?;
         let item = isolate(self.inner.kind.name, || request.load(view.clone()))?;
+        release_loaded_pages(&view);
         temp.persist(path)
             .map_err(|err| CacheError::internal(err.error))?;
         Ok((item, view))
@@ -585,6 +587,15 @@ impl<R: CacheItemRequest> Cacher<R> {
             ttl: Some(ttl),
         }
     }
+}
+
+/// Lets go of the pages loading an item read. Loading reads what requests mostly do not
+/// (headers, or a CFI cache's whole text to index it), and requests fault in their own;
+/// kept, a large crash's caches held their whole files in the process's RSS.
+fn release_loaded_pages(view: &ByteView<'static>) {
+    // SAFETY: every view the cacher loads is its own read-only mapping of a cache file
+    // (`ByteView::map_file`), and cache files are replaced by renames, never written.
+    unsafe { super::budget::release_mapped_pages(view) }
 }
 
 /// What an entry costs in memory besides its file: the memory layer's node, the key
