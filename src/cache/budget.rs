@@ -1,6 +1,7 @@
 //! The conversion budget (`caches.conversion_budget`): how many bytes of input files
-//! are being turned into caches, or read lazily, at once. (The in-memory budget's split
-//! between kinds is in the table of `kinds`.)
+//! are being turned into caches, or read lazily, at once; and giving back what a
+//! conversion leaves in memory once it is done (its freed heap, the pages of the files
+//! it read). (The in-memory budget's split between kinds is in the table of `kinds`.)
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -67,7 +68,8 @@ impl ConversionBudget {
 /// but mimalloc returns freed pages only as the owning thread allocates again, and a
 /// blocking-pool thread that converted once may sit idle: its pages stayed resident,
 /// the process's RSS grew with every large conversion's peak instead of falling back.
-/// Call it at the end of a large job, on the thread that ran it. Under another global
+/// Call it at the end of a conversion (or another job that allocates in proportion to
+/// a file), on the thread that ran it; after a small one it finds little to do. Under another global
 /// allocator (the tests') it tidies mimalloc's unused heap of this thread and nothing
 /// else.
 pub fn return_freed_heap() {

@@ -23,7 +23,7 @@ use symbolic::cfi::CfiCache;
 use symbolic::common::{ByteView, DebugId};
 use symbolic::debuginfo::breakpad::BreakpadModuleRecord;
 
-use self::index::CfiIndex;
+use self::index::{CfiIndex, WinKind};
 use crate::cache::kinds;
 use crate::cache::{CacheKind, DerivedFormat};
 use crate::error::{CacheError, CacheResult};
@@ -89,10 +89,7 @@ impl CfiModule {
 /// their own: the frame data entry or else the FPO one, and the CFI block. `None` when
 /// there is none, where the whole file's walk gives `None` without touching the walker.
 fn records_at(text: &[u8], index: &CfiIndex, relative: u64) -> Option<SymbolFile> {
-    let win = match index.framedata.find(relative) {
-        Some(span) => Some((WinKind::FrameData, span)),
-        None => index.fpo.find(relative).map(|span| (WinKind::Fpo, span)),
-    };
+    let win = index.win(relative);
     let cfi = index.cfi.find(relative);
     let mut symbols = match win {
         Some((kind, span)) => {
@@ -123,12 +120,6 @@ fn records_at(text: &[u8], index: &CfiIndex, relative: u64) -> Option<SymbolFile
             .cfi_stack_info;
     }
     Some(symbols)
-}
-
-#[derive(Clone, Copy)]
-enum WinKind {
-    FrameData,
-    Fpo,
 }
 
 /// `None` when the module's file has no unwind information at all.

@@ -94,6 +94,15 @@ pub(super) struct CfiIndex {
 }
 
 impl CfiIndex {
+    /// The `STACK WIN` record the walk uses at `addr`: frame data before FPO, as
+    /// `SymbolFile::walk_frame` prefers it (breakpad's heuristic).
+    pub fn win(&self, addr: u64) -> Option<(WinKind, Span)> {
+        match self.framedata.find(addr) {
+            Some(span) => Some((WinKind::FrameData, span)),
+            None => self.fpo.find(addr).map(|span| (WinKind::Fpo, span)),
+        }
+    }
+
     #[cfg(test)]
     pub fn heap_bytes(&self) -> usize {
         self.cfi.heap_bytes() + self.framedata.heap_bytes() + self.fpo.heap_bytes()
@@ -178,9 +187,11 @@ pub(super) fn build(text: &[u8]) -> Option<CfiIndex> {
                 len,
             };
             match kind {
-                WinKind::FrameData => insert_win(&mut framedata, record),
-                WinKind::Fpo => insert_win(&mut fpo, record),
-                WinKind::Unhandled => {}
+                Some(WinKind::FrameData) => insert_win(&mut framedata, record),
+                Some(WinKind::Fpo) => insert_win(&mut fpo, record),
+                // Another type, or one whose program-string flag contradicts its
+                // type: the parser reads it and keeps nothing.
+                None => {}
             }
         } else if line_offset == 0 && line.starts_with(b"MODULE") {
             // Only the first line may be a MODULE record; the parser reads it alone as
@@ -247,12 +258,11 @@ fn into_index(mut records: Vec<Record>) -> RangeIndex {
     }
 }
 
-enum WinKind {
+/// The two kinds of `STACK WIN` record the walker uses, each in a range map of its own.
+#[derive(Clone, Copy)]
+pub(super) enum WinKind {
     FrameData,
     Fpo,
-    /// Another type, or one whose program-string flag contradicts its type: the parser
-    /// reads it and keeps nothing.
-    Unhandled,
 }
 
 /// nom's `space1`: one or more spaces or tabs.
@@ -303,7 +313,8 @@ fn is_cfi_delta(line: &[u8]) -> bool {
 }
 
 /// After `STACK WIN`: the parser's `stack_win_line`, what decides where the record goes.
-fn stack_win(rest: &[u8]) -> Option<(WinKind, u64, u32)> {
+/// The kind is `None` for a record the parser keeps nowhere.
+fn stack_win(rest: &[u8]) -> Option<(Option<WinKind>, u64, u32)> {
     let rest = space1(rest)?;
     let (&ty, rest) = rest.split_first()?;
     if !ty.is_ascii_hexdigit() {
@@ -321,9 +332,9 @@ fn stack_win(rest: &[u8]) -> Option<(WinKind, u64, u32)> {
     }
     space1(rest)?;
     let kind = match (ty, has_program_string == b'1') {
-        (b'4', true) => WinKind::FrameData,
-        (b'0', false) => WinKind::Fpo,
-        _ => WinKind::Unhandled,
+        (b'4', true) => Some(WinKind::FrameData),
+        (b'0', false) => Some(WinKind::Fpo),
+        _ => None,
     };
     Some((kind, start, size))
 }
