@@ -53,7 +53,13 @@ async fn start_with(cache_dir: &Path, more: &str) -> SocketAddr {
     let app = router(state, &config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let limits = crate::server::ConnectionLimits::of(&config);
+    tokio::spawn(crate::server::serve(
+        listener,
+        app,
+        limits,
+        std::future::pending(),
+    ));
     addr
 }
 

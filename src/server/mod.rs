@@ -31,7 +31,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use bytes::Bytes;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
@@ -243,8 +243,48 @@ impl AppState {
     }
 }
 
-pub fn router(state: AppState, config: &Config) -> Router {
-    let router = Router::new()
+/// The whole service: the router inside the one service every request passes through
+/// (`observe`).
+pub type App = observe::Observe<Router>;
+
+/// A router and the patterns of its routes, which name each request's endpoint in the
+/// metrics: axum keeps its patterns to itself, so each route is added here.
+pub struct Routes {
+    router: Router<AppState>,
+    patterns: Vec<&'static str>,
+}
+
+impl Default for Routes {
+    fn default() -> Self {
+        Routes {
+            router: Router::new(),
+            patterns: Vec::new(),
+        }
+    }
+}
+
+impl Routes {
+    pub fn route(mut self, pattern: &'static str, route: MethodRouter<AppState>) -> Self {
+        self.router = self.router.route(pattern, route);
+        self.patterns.push(pattern);
+        self
+    }
+
+    pub fn merge(mut self, other: Routes) -> Self {
+        self.router = self.router.merge(other.router);
+        self.patterns.extend(other.patterns);
+        self
+    }
+
+    /// The same routes with `wrap` applied to the router: a layer, say.
+    pub fn map(mut self, wrap: impl FnOnce(Router<AppState>) -> Router<AppState>) -> Self {
+        self.router = wrap(self.router);
+        self
+    }
+}
+
+pub fn router(state: AppState, config: &Config) -> App {
+    let routes = Routes::default()
         .route("/healthcheck", get(|| async { "ok" }))
         .route("/ready", get(ready))
         .route("/metrics", get(prometheus::render))
@@ -254,7 +294,7 @@ pub fn router(state: AppState, config: &Config) -> Router {
         .route("/symbolicate-js", post(js::symbolicate_js))
         .route("/requests/{id}", get(requests::poll))
         .merge(guard(
-            Router::new().route(
+            Routes::default().route(
                 "/proxy/{*path}",
                 get(compat::proxy::proxy).head(compat::proxy::proxy),
             ),
@@ -262,7 +302,7 @@ pub fn router(state: AppState, config: &Config) -> Router {
             &config.fronts,
         ))
         .merge(guard(
-            Router::new().route("/symcache/{*path}", get(compat::symcache_http::symcache)),
+            Routes::default().route("/symcache/{*path}", get(compat::symcache_http::symcache)),
             Front::Symcache,
             &config.fronts,
         ))
@@ -273,7 +313,7 @@ pub fn router(state: AppState, config: &Config) -> Router {
         ))
         .merge(match &state.console {
             Some(_) => guard(console::routes(), Front::Console, &config.fronts),
-            None => Router::new(),
+            None => Routes::default(),
         })
         // Uploads count their own bytes against `max_crash_file_size` as they stream.
         .route("/minidump", post(crash::minidump))
@@ -286,23 +326,22 @@ pub fn router(state: AppState, config: &Config) -> Router {
         );
     // Only with `sentry_dsn`: a request's errors carry its scope, and a sampled share
     // of requests become traces named by route. Without it, nothing on the path.
-    let router = if config.sentry_dsn.is_some() {
-        router
-            .layer(sentry::integrations::tower::SentryHttpLayer::new().enable_transaction())
-            .layer(sentry::integrations::tower::NewSentryLayer::<
-                axum::extract::Request,
-            >::new_from_top())
+    let routes = if config.sentry_dsn.is_some() {
+        routes.map(|router| {
+            router
+                .layer(sentry::integrations::tower::SentryHttpLayer::new().enable_transaction())
+                .layer(sentry::integrations::tower::NewSentryLayer::<
+                    axum::extract::Request,
+                >::new_from_top())
+        })
     } else {
-        router
+        routes
     };
     // Outermost: every request, rejected ones and 404s included, gets its id, log line
-    // and metrics. Without `sentry_dsn` the only layer on every route: each one
-    // `Router::layer` adds boxes every route once more, and a boxed route is cloned and
-    // its future allocated on every request. (Body limits are set by the extractors that
-    // read bodies: `RequestBody`, `CrashUpload`.)
-    router
-        .layer(observe::ObserveLayer::new(state.console.is_some()))
-        .with_state(state)
+    // and metrics. (Body limits are set by the extractors that read bodies:
+    // `RequestBody`, `CrashUpload`.)
+    let watch = state.console.is_some();
+    observe::Observe::new(routes.router.with_state(state), &routes.patterns, watch)
 }
 
 /// Query parameters every symbolication endpoint takes.

@@ -1,4 +1,4 @@
-//! What every request leaves behind, in one layer around every route: a request id, a
+//! What every request leaves behind, in one service around the router: a request id, a
 //! log line and its metrics.
 //!
 //! - **Id.** The client's `x-request-id` when it sent a usable one (so a proxy's id
@@ -28,12 +28,12 @@ use std::sync::{Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
-use axum::extract::{MatchedPath, Request};
+use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue, Method};
 use axum::response::Response;
 use metrics::{Counter, Histogram};
 use rustc_hash::FxHashMap;
-use tower::{Layer, Service};
+use tower::Service;
 
 use crate::telemetry::history::is_service_endpoint;
 use crate::telemetry::{HTTP_IN_FLIGHT, HTTP_REQUEST_DURATION, HTTP_REQUESTS};
@@ -50,40 +50,73 @@ const UNMATCHED: &str = "unmatched";
 /// Requests of the service's endpoints kept for the console.
 const RECENT_REQUESTS: usize = 100;
 
-/// The layer; add it with `Router::layer`, so that each route's requests carry their
-/// `MatchedPath` (the fallback's carry none and count as [`UNMATCHED`]).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ObserveLayer {
+/// Wraps the finished router from outside: every request passes through once, where
+/// `Router::layer` would box every route once more (a boxed route is cloned and its
+/// future allocated on every request). The router's route patterns, which it does not
+/// expose, come in beside it to label the metrics.
+#[derive(Clone)]
+pub struct Observe<S> {
+    inner: S,
+    labels: &'static Labels,
+}
+
+impl<S> Observe<S> {
+    /// `watch`: whether the last requests are kept (the console is on). The labels are
+    /// made once per router and kept for the life of the process (a server makes one).
+    pub fn new(inner: S, patterns: &[&'static str], watch: bool) -> Self {
+        let labels = Box::leak(Box::new(Labels::new(patterns, watch)));
+        Observe { inner, labels }
+    }
+}
+
+/// Which endpoint a path is, as the router matches it: the pattern's own path for
+/// routes without parameters (one hash), else the router's matcher on the patterns
+/// with parameters (`/requests/{id}`); a path that matches neither is [`UNMATCHED`].
+struct Labels {
+    exact: FxHashMap<&'static str, &'static Endpoint>,
+    params: matchit::Router<&'static Endpoint>,
+    unmatched: &'static Endpoint,
     /// Whether the last requests are kept (the console is on).
     watch: bool,
 }
 
-impl ObserveLayer {
-    pub fn new(watch: bool) -> Self {
-        ObserveLayer { watch }
-    }
-}
-
-impl<S> Layer<S> for ObserveLayer {
-    type Service = Observe<S>;
-
-    fn layer(&self, inner: S) -> Observe<S> {
-        Observe {
-            inner,
-            watch: self.watch,
+impl Labels {
+    fn new(patterns: &[&'static str], watch: bool) -> Self {
+        let mut exact = FxHashMap::default();
+        let mut params = matchit::Router::new();
+        for &pattern in patterns {
+            let endpoint = Endpoint::intern(pattern);
+            if pattern.contains('{') {
+                // Every pattern was routed by axum, whose matcher this is: it cannot
+                // be refused here.
+                params
+                    .insert(pattern, endpoint)
+                    .expect("axum accepted the pattern");
+            } else {
+                exact.insert(pattern, endpoint);
+            }
+        }
+        Labels {
+            exact,
+            params,
+            unmatched: Endpoint::intern(UNMATCHED),
+            watch,
         }
     }
-}
 
-#[derive(Clone, Debug)]
-pub struct Observe<S> {
-    inner: S,
-    watch: bool,
+    fn of(&self, path: &str) -> &'static Endpoint {
+        if let Some(endpoint) = self.exact.get(path) {
+            return endpoint;
+        }
+        self.params
+            .at(path)
+            .map_or(self.unmatched, |matched| *matched.value)
+    }
 }
 
 /// The last requests answered, newest last. One per process, as the metrics are: the
-/// layer is cloned for every request, and a flag costs nothing to clone where a shared
-/// pointer would move a count between cores each time.
+/// service is cloned for every request, and a borrowed reference costs nothing to clone
+/// where a shared pointer would move a count between cores each time.
 static RECENT: Mutex<VecDeque<Answered>> = Mutex::new(VecDeque::new());
 
 #[derive(Debug)]
@@ -147,18 +180,13 @@ where
     fn call(&mut self, mut request: Request) -> Self::Future {
         let started = Instant::now();
         let id = request_id(&mut request);
-        let endpoint = Endpoint::of(
-            request
-                .extensions()
-                .get::<MatchedPath>()
-                .map_or(UNMATCHED, MatchedPath::as_str),
-        );
+        let endpoint = self.labels.of(request.uri().path());
         HTTP_IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
         // The line's parts are copied out of the request before it is handed on; when
         // no one reads the line, that copying is all it would cost.
         let line = tracing::enabled!(target: "omnisym::access", tracing::Level::INFO)
             .then(|| (request.method().clone(), request.uri().path().to_owned()));
-        let watch = (self.watch && endpoint.watched).then(|| request.method().clone());
+        let watch = (self.labels.watch && endpoint.watched).then(|| request.method().clone());
         Observed {
             inner: self.inner.call(request),
             record: Some(Record {
@@ -289,26 +317,12 @@ struct Endpoint {
 }
 
 thread_local! {
-    /// Each worker's own way to the endpoints, without a lock. Keys are short route
-    /// patterns, hashed with a fast non-cryptographic hash: they come from the router,
-    /// never from clients.
-    static ENDPOINTS: RefCell<FxHashMap<&'static str, &'static Endpoint>> =
-        RefCell::default();
     /// Request counters by endpoint (its address) and status; statuses are what
     /// handlers answer, so these are bounded too.
     static COUNTS: RefCell<FxHashMap<(usize, u16), Counter>> = RefCell::default();
 }
 
 impl Endpoint {
-    fn of(pattern: &str) -> &'static Endpoint {
-        if let Some(found) = ENDPOINTS.with_borrow(|endpoints| endpoints.get(pattern).copied()) {
-            return found;
-        }
-        let made = Endpoint::intern(pattern);
-        ENDPOINTS.with_borrow_mut(|endpoints| endpoints.insert(made.label, made));
-        made
-    }
-
     /// The one endpoint of `pattern`, shared by every thread.
     fn intern(pattern: &str) -> &'static Endpoint {
         static ALL: Mutex<BTreeMap<&'static str, &'static Endpoint>> = Mutex::new(BTreeMap::new());
@@ -345,6 +359,35 @@ impl Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_are_labelled_by_the_pattern_the_router_matches() {
+        let labels = Labels::new(
+            &[
+                "/healthcheck",
+                "/requests/{id}",
+                "/proxy/{*path}",
+                "/symbolicate/v5",
+            ],
+            false,
+        );
+        let label = |path| labels.of(path).label;
+        assert_eq!(label("/healthcheck"), "/healthcheck");
+        assert_eq!(label("/requests/3f2a"), "/requests/{id}");
+        assert_eq!(label("/proxy/a/b/c.pdb"), "/proxy/{*path}");
+        assert_eq!(label("/symbolicate/v5"), "/symbolicate/v5");
+        // What axum answers 404 to is one label, whatever the client sent.
+        for path in [
+            "/healthcheck/",
+            "/requests/",
+            "/requests/a/b",
+            "/proxy/",
+            "/x",
+            "/",
+        ] {
+            assert_eq!(label(path), UNMATCHED, "{path}");
+        }
+    }
 
     #[test]
     fn client_ids_are_kept_only_when_safe_to_log() {

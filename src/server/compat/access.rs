@@ -8,7 +8,6 @@
 //! by address, it also takes HTTP Basic credentials with the token as the password,
 //! which the browser asks for and then sends with the page's own requests.
 
-use axum::Router;
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
@@ -17,25 +16,27 @@ use std::time::Duration;
 use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
 use crate::config::{Front, FrontsConfig};
-use crate::server::AppState;
+use crate::server::Routes;
 use crate::sources::Secret;
 
 /// `router` (the routes of `front`) behind the token, unless that front is open, and
 /// for the Mozilla API the configured CORS policy outside it, so that a preflight,
 /// which carries no credentials, is answered without one.
-pub fn guard(router: Router<AppState>, front: Front, config: &FrontsConfig) -> Router<AppState> {
-    let router = match &config.token {
+pub fn guard(routes: Routes, front: Front, config: &FrontsConfig) -> Routes {
+    let routes = match &config.token {
         Some(token) if !config.open.contains(&front) => {
             let token = token.clone();
-            router.route_layer(axum::middleware::from_fn(move |request, next| {
-                require_token(token.clone(), front, request, next)
-            }))
+            routes.map(|router| {
+                router.route_layer(axum::middleware::from_fn(move |request, next| {
+                    require_token(token.clone(), front, request, next)
+                }))
+            })
         }
-        _ => router,
+        _ => routes,
     };
     match cors(front, config) {
-        Some(cors) => router.layer(cors),
-        None => router,
+        Some(cors) => routes.map(|router| router.layer(cors)),
+        None => routes,
     }
 }
 

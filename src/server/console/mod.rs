@@ -13,15 +13,14 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Serialize;
 
-use super::AppState;
 use super::observe::{AnsweredRequest, recent_requests};
+use super::{AppState, Routes};
 use crate::cache::kinds::ALL as CACHE_KINDS;
 use crate::cache::usage::{DiskUsage, measure};
 use crate::config::{Config, ConsoleConfig};
@@ -114,8 +113,8 @@ impl Console {
 }
 
 /// The console's routes; the caller puts them behind the token (`Front::Console`).
-pub fn routes() -> Router<AppState> {
-    Router::new()
+pub fn routes() -> Routes {
+    Routes::default()
         .route(
             "/console",
             get(|| async { page(INDEX, "text/html; charset=utf-8") }),

@@ -21,7 +21,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::{Extension, Json, Router};
+use axum::{Extension, Json};
 use serde::de::{self, Deserializer};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
@@ -36,7 +36,7 @@ use crate::native::interface::{
     ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, RequestOptions, SymbolicatedFrame,
 };
 use crate::server::error::RequestBody;
-use crate::server::{ApiError, AppState, RequestSlot, parse_json};
+use crate::server::{ApiError, AppState, RequestSlot, Routes, parse_json};
 use crate::service::Outcome;
 use crate::sources::ObjectType;
 use crate::telemetry::{RequestStats, RequestStatsData};
@@ -48,8 +48,8 @@ const UNKNOWN_MODULE: &str = "<unknown>";
 
 /// The two routes, with the `mozilla` config section (who may call them is
 /// `access`'s).
-pub fn routes(config: MozillaConfig) -> Router<AppState> {
-    Router::new()
+pub fn routes(config: MozillaConfig) -> Routes {
+    Routes::default()
         .route(
             "/symbolicate/v5",
             post(symbolicate_v5).fallback(wrong_method),
@@ -58,7 +58,7 @@ pub fn routes(config: MozillaConfig) -> Router<AppState> {
             "/symbolicate/v4",
             post(symbolicate_v4).fallback(wrong_method),
         )
-        .layer(Extension(config))
+        .map(|router| router.layer(Extension(config)))
 }
 
 /// Any method but `POST`: 405, with a JSON body as every other answer of these routes
