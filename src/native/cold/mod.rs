@@ -20,6 +20,8 @@ use crate::lookup::{ObjectHandle, Progress, join_build};
 mod breakpad;
 #[cfg(test)]
 mod differential;
+#[cfg(test)]
+mod differential_breakpad;
 mod dwarf;
 #[cfg(test)]
 mod fixtures;
