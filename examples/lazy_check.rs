@@ -58,8 +58,21 @@ fn main() -> anyhow::Result<()> {
         .filter(|s| s.size > 0)
         .map(|s| (s.address, s.size))
         .collect();
+    if functions.is_empty() {
+        // Breakpad text: its PUBLIC records have no size, its FUNC records do.
+        let session = object.debug_session()?;
+        functions = session
+            .functions()
+            .filter_map(Result::ok)
+            .filter(|f| f.size > 0)
+            .map(|f| (f.address, f.size))
+            .collect();
+    }
     functions.sort_unstable();
-    anyhow::ensure!(!functions.is_empty(), "{path} has no sized symbols");
+    anyhow::ensure!(
+        !functions.is_empty(),
+        "{path} has no sized symbols or functions"
+    );
     let mut rng = Rng(0x5eed);
     let mut pick = |n: usize| -> Vec<u64> {
         (0..n)

@@ -2,7 +2,9 @@
 //! lazy reader must answer each address exactly as the SymCache built from the same
 //! file does (whole inline chain: names, languages, entry addresses, paths, lines).
 //! Addresses: every call's return address minus one from `fixtures/lazy/manifest.json`,
-//! every symbol's start and the byte after it, and pseudo-random ones across the code.
+//! every symbol's start and the byte after it, and pseudo-random ones across the code;
+//! for Breakpad text, every record's start, middle and end and the bytes around them
+//! (`differential_breakpad.rs`, which also checks generated, hostile and damaged text).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -48,6 +50,11 @@ fn fixture_files() -> Vec<(PathBuf, Vec<u64>)> {
         "mozilla/libinline.so",
         "lazy/macho/prog",
         "lazy/elf/prog-dwarf4",
+        "native/breakpad/crash.sym",
+        "native/breakpad/crash_pe.sym",
+        "minidump/fp/crash.sym",
+        "minidump/nofp/crash.sym",
+        "mozilla/libinline.so.sym",
     ] {
         files.push((root().join(path), Vec::new()));
     }
@@ -94,6 +101,11 @@ fn check_file(path: &Path, return_addresses: &[u64]) -> Result<Checked, Vec<Stri
     }
     let lo = symbols.iter().copied().min().unwrap_or(0);
     let hi = symbols.iter().copied().max().unwrap_or(0x10000) + 0x100;
+    if object.file_format() == FileFormat::Breakpad {
+        addrs.extend(super::differential_breakpad::breakpad_addresses(
+            object.data(),
+        ));
+    }
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ path.as_os_str().len() as u64);
     for _ in 0..2000 {
         addrs.push(lo + rng.next() % (hi - lo).max(1));
@@ -135,7 +147,11 @@ fn check_file(path: &Path, return_addresses: &[u64]) -> Result<Checked, Vec<Stri
 fn has_lazy_reader(format: FileFormat) -> bool {
     matches!(
         format,
-        FileFormat::Elf | FileFormat::MachO | FileFormat::Wasm | FileFormat::Pdb
+        FileFormat::Elf
+            | FileFormat::MachO
+            | FileFormat::Wasm
+            | FileFormat::Pdb
+            | FileFormat::Breakpad
     )
 }
 
@@ -169,7 +185,7 @@ fn lazy_readers_answer_as_the_symcache_does() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    for format in ["elf", "macho", "wasm", "pdb"] {
+    for format in ["elf", "macho", "wasm", "pdb", "breakpad"] {
         assert!(formats.contains(format), "no {format} file was checked");
     }
 }

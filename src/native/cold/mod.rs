@@ -2,9 +2,10 @@
 //! request that finds it so starts the build in the background
 //! (`ObjectDerived::fetch_or_start_building`) and, rather than wait for it, answers
 //! straight from the downloaded file with a lazy reader that parses only what its
-//! addresses need: symbols from DWARF (`dwarf.rs`) or a PDB (`pdb.rs`), opened by
-//! `open.rs` and held to the SymCache's answers (`reader.rs`), and unwind rules from an
-//! ELF file's own CFI (`unwind.rs`). A file without a reader waits for its build.
+//! addresses need: symbols from DWARF (`dwarf.rs`), a PDB (`pdb.rs`) or Breakpad text
+//! (`breakpad.rs`), opened by `open.rs` and held to the SymCache's answers
+//! (`reader.rs`), and unwind rules from an ELF file's own CFI (`unwind.rs`). A file
+//! without a reader waits for its build.
 //!
 //! [`answer_from`] is that choice, made in one place for all three callers: native
 //! symbolication (symbols), and the minidump stack walker (unwind rules, and symbols for
@@ -16,8 +17,11 @@ use std::sync::Arc;
 use crate::error::CacheResult;
 use crate::lookup::{ObjectHandle, Progress, join_build};
 
+mod breakpad;
 #[cfg(test)]
 mod differential;
+#[cfg(test)]
+mod differential_breakpad;
 mod dwarf;
 #[cfg(test)]
 mod fixtures;

@@ -9,7 +9,7 @@ use symbolic::debuginfo::FileFormat;
 
 use super::LAZY_READ_SHARE;
 use super::reader::{LazySymbolizer, OwnedLazySymbolizer};
-use super::{dwarf, pdb};
+use super::{breakpad, dwarf, pdb};
 use crate::cache::ConversionBudget;
 use crate::error::isolate_blocking;
 use crate::lookup::ObjectHandle;
@@ -17,8 +17,9 @@ use crate::lookup::ObjectHandle;
 /// What a lazy reader of `object` holds in memory, for the conversion budget: its share
 /// of the file, and every section it inflates in full (DWARF in ELF). A PDB reader copies
 /// the streams it reads out of the file (type and id information, symbols, module
-/// lists), which make up most of a PDB, so it counts the whole file. 0 for formats
-/// without a lazy reader.
+/// lists), which make up most of a PDB, so it counts the whole file. A Breakpad reader
+/// holds an index of the text's records, well under its share. 0 for formats without a
+/// lazy reader.
 pub fn budget_weight(object: &ObjectHandle) -> u64 {
     match object.object().file_format() {
         FileFormat::Elf | FileFormat::MachO | FileFormat::Wasm => {
@@ -26,6 +27,7 @@ pub fn budget_weight(object: &ObjectHandle) -> u64 {
             (object.size() / LAZY_READ_SHARE).saturating_add(object.inflated_size(Some(&names)))
         }
         FileFormat::Pdb => object.size(),
+        FileFormat::Breakpad => object.size() / LAZY_READ_SHARE,
         _ => 0,
     }
 }
@@ -58,7 +60,11 @@ pub async fn open_within(
 fn has_reader(object: &ObjectHandle) -> bool {
     matches!(
         object.object().file_format(),
-        FileFormat::Elf | FileFormat::MachO | FileFormat::Wasm | FileFormat::Pdb
+        FileFormat::Elf
+            | FileFormat::MachO
+            | FileFormat::Wasm
+            | FileFormat::Pdb
+            | FileFormat::Breakpad
     )
 }
 
@@ -92,6 +98,7 @@ pub fn open(object: &Arc<ObjectHandle>) -> Option<OwnedLazySymbolizer> {
     let reader = match object.object().file_format() {
         FileFormat::Elf | FileFormat::MachO | FileFormat::Wasm => dwarf::open(object)?,
         FileFormat::Pdb => pdb::open(object)?,
+        FileFormat::Breakpad => breakpad::open(object)?,
         _ => return None,
     };
     *slot = Some(Arc::downgrade(&reader));
@@ -146,6 +153,10 @@ mod tests {
         let data = ByteView::open(fixture("native/pe/crash.exe")).unwrap();
         let pe = Arc::new(ObjectHandle::from_bytes(data, ObjectLimits::default()).unwrap());
         assert_eq!(budget_weight(&pe), 0);
+        let data = ByteView::open(fixture("native/breakpad/crash.sym")).unwrap();
+        let sym = ObjectHandle::from_bytes(data, ObjectLimits::default()).unwrap();
+        assert_eq!(budget_weight(&sym), sym.size() / LAZY_READ_SHARE);
+        assert!(budget_weight(&sym) > 0);
     }
 
     #[tokio::test]
