@@ -388,8 +388,13 @@ async fn debug_header_reports_cache_lookups_downloads_and_modules() {
     let sym_size = std::fs::metadata(fixture("libinline.so.sym"))
         .unwrap()
         .len();
-    // One SymCache, built: the other module has no file to build one from.
-    assert_eq!(debug["cache_lookups"]["count"], 1, "{debug:#}");
+    // One SymCache, built: the other module has no file to build one from. The answer
+    // may come from the `.sym` itself while the SymCache is built (the lazy Breakpad
+    // reader); the lookup is counted once it ends, which may be after the answer.
+    assert!(
+        debug["cache_lookups"]["count"].as_u64().unwrap() <= 1,
+        "{debug:#}"
+    );
     assert_eq!(debug["cache_lookups"]["hits"], 0, "{debug:#}");
     assert_eq!(
         debug["cache_lookups"]["by_kind"]["symcaches"]["computed"],
@@ -413,7 +418,16 @@ async fn debug_header_reports_cache_lookups_downloads_and_modules() {
     );
     assert_eq!(debug["stacks"], json!({"count": 2, "frames": 3}));
 
-    let warm = send().await;
+    // Warm once the SymCache built in the background is there.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let warm = loop {
+        let warm = send().await;
+        if warm["debug"]["cache_lookups"]["hits"] == 1 {
+            break warm;
+        }
+        assert!(std::time::Instant::now() < deadline, "never warm: {warm:#}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
     assert_eq!(warm["results"], cold["results"]);
     let debug = &warm["debug"];
     assert_eq!(debug["cache_lookups"]["count"], 1, "{debug:#}");
