@@ -472,7 +472,7 @@ fn damaged_breakpad_texts_never_panic_or_answer_differently() {
                     t
                 }
                 1 => text[..at.min(text.len())].to_vec(),
-                2 | 3 | 4 | 5 => {
+                2..=5 => {
                     let mut lines = lines.iter().map(|l| l.to_vec()).collect::<Vec<_>>();
                     match rng.below(4) {
                         0 => drop(lines.remove(pick)),
