@@ -14,7 +14,7 @@
 #   2. warm: on one server, after the cold request and one more, N (50) sequential
 #      requests: median and p90 latency (curl's time_total), and the peak RSS over the
 #      warm ones (the kernel's high-water mark is reset after the two requests before
-#      them, whose conversions are the cold step's).
+#      them, whose conversions are the cold step's, once the server is idle).
 # Each answer of the first cold run is checked against the generator's expected.json
 # (every thread's frames, functions, lines and trusts; every module's status): a wrong
 # omnisym answer ends the script, a wrong upstream answer is noted.
@@ -121,6 +121,9 @@ for name in "${SERVERS[@]}"; do
     done
     [ -z "${SKIP[$name]:-}" ] || continue
     echo "$name: warm-up answered in $LAST_MS ms"
+    # A cold request answered from lazy readers leaves its conversions running; the
+    # warm requests are measured once they are done.
+    wait_idle "$name"
     # VmHWM from here on (Linux >= 4.0): what the warm requests take.
     echo 5 >"/proc/${PID_OF[$name]}/clear_refs"
 done

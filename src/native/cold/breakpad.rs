@@ -133,7 +133,12 @@ pub fn open(handle: &Arc<ObjectHandle>) -> Option<OwnedLazySymbolizer> {
     let Object::Breakpad(object) = handle.object() else {
         return None;
     };
-    let index = Index::build(object.data())?;
+    let index = Index::build(object.data());
+    // The pass touched the whole symbol part, which lookups read a few pages of. A
+    // conversion that finished before this open had already given its pages back, and
+    // the handle outlives both in the in-memory cache.
+    handle.release_pages();
+    let index = index?;
     if index.starts.is_empty() {
         return None;
     }
