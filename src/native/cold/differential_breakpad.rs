@@ -12,6 +12,7 @@ use symbolic::common::ByteView;
 use symbolic::debuginfo::FileFormat;
 use symbolic::symcache::{SymCache, SymCacheConverter};
 
+use super::differential::Rng;
 use super::{open, symcache_answer};
 use crate::lookup::{ObjectHandle, ObjectLimits};
 
@@ -114,22 +115,6 @@ pub(super) fn compare(name: &str, text: &[u8]) -> Result<Outcome, Vec<String>> {
         })
     } else {
         Err(differences)
-    }
-}
-
-/// Fixed-seed xorshift64*.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
     }
 }
 
