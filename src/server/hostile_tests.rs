@@ -231,8 +231,13 @@ async fn a_cache_file_that_panics_when_loaded_is_computed_again() {
         .filter(|path| std::fs::read(path).unwrap() == elf)
         .collect();
     assert!(!published.is_empty(), "the download was not published");
+    // Replaced, not rewritten in place: the first server may still be converting the
+    // file it answered from lazily, through a mapping that truncating the file under it
+    // would turn into SIGBUS.
     for path in &published {
-        std::fs::write(path, &hostile).unwrap();
+        let damaged = path.with_extension("damaged");
+        std::fs::write(&damaged, &hostile).unwrap();
+        std::fs::rename(&damaged, path).unwrap();
     }
     // Without a SymCache the debug file itself must be loaded again.
     std::fs::remove_dir_all(cache.path().join("symcaches")).unwrap();
