@@ -39,7 +39,7 @@ use crate::server::error::RequestBody;
 use crate::server::{ApiError, AppState, RequestSlot, Routes, parse_json};
 use crate::service::Outcome;
 use crate::sources::ObjectType;
-use crate::telemetry::{RequestStats, RequestStatsData};
+use crate::telemetry::{CacheLookupStats, RequestStats, RequestStatsData};
 use crate::types::ObjectDownloadInfo;
 use count::{Version, count_first};
 
@@ -773,6 +773,10 @@ fn debug_info(
     time: Duration,
 ) -> DebugInfo {
     let symcaches = stats.cache.get(SYMCACHES.name).copied().unwrap_or_default();
+    // A lookup is noted when it ends, a computation when it starts: a cold module answered
+    // from its file while its cache is built (`native/cold/`) has a computation and, until
+    // the build ends (often after the answer), no lookup. It was looked up all the same.
+    let lookups = |s: &CacheLookupStats| s.lookups.max(s.computed);
     let mut stacks_per_module: BTreeMap<String, usize> = BTreeMap::new();
     let mut looked_up = 0;
     for (job, result) in jobs.iter().zip(results) {
@@ -797,15 +801,15 @@ fn debug_info(
     DebugInfo {
         time: time.as_secs_f64(),
         cache_lookups: CacheLookups {
-            count: symcaches.lookups,
-            hits: symcaches.lookups - symcaches.computed.min(symcaches.lookups),
+            count: lookups(&symcaches),
+            hits: lookups(&symcaches) - symcaches.computed,
             time: symcaches.time.as_secs_f64(),
             by_kind: stats
                 .cache
                 .iter()
                 .map(|(kind, s)| {
                     let lookups = KindLookups {
-                        count: s.lookups,
+                        count: lookups(s),
                         computed: s.computed,
                         time: s.time.as_secs_f64(),
                     };
