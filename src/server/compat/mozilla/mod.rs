@@ -776,7 +776,7 @@ fn debug_info(
     // A lookup is noted when it ends, a computation when it starts: a cold module answered
     // from its file while its cache is built (`native/cold/`) has a computation and, until
     // the build ends (often after the answer), no lookup. It was looked up all the same.
-    let lookups = |s: &CacheLookupStats| s.lookups.max(s.computed);
+    let lookup_count = |s: &CacheLookupStats| s.lookups.max(s.computed);
     let mut stacks_per_module: BTreeMap<String, usize> = BTreeMap::new();
     let mut looked_up = 0;
     for (job, result) in jobs.iter().zip(results) {
@@ -801,15 +801,15 @@ fn debug_info(
     DebugInfo {
         time: time.as_secs_f64(),
         cache_lookups: CacheLookups {
-            count: lookups(&symcaches),
-            hits: lookups(&symcaches) - symcaches.computed,
+            count: lookup_count(&symcaches),
+            hits: lookup_count(&symcaches) - symcaches.computed,
             time: symcaches.time.as_secs_f64(),
             by_kind: stats
                 .cache
                 .iter()
                 .map(|(kind, s)| {
                     let lookups = KindLookups {
-                        count: lookups(s),
+                        count: lookup_count(s),
                         computed: s.computed,
                         time: s.time.as_secs_f64(),
                     };
