@@ -4,6 +4,7 @@
 //! candidate whether it could be used.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
@@ -15,7 +16,7 @@ use crate::cache::{
 };
 use crate::error::{CacheError, CacheResult};
 use crate::sources::{FileType, ObjectId, ObjectType, SourceConfig};
-use crate::telemetry::RequestStats;
+use crate::telemetry::{self, RequestStats};
 use crate::types::{AllObjectCandidates, ObjectFeatures, ObjectUseInfo};
 
 /// A derived cache (or why there is none), every candidate consulted, and the features
@@ -147,10 +148,19 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
         let cache = match self.cache.cached(&parents(&keys)).await {
             Some(cached) => cached.map(Progress::Ready),
             None => {
+                // A build the answer may not wait for: this request notes its lookup (one
+                // that computes) now, and the build notes it nowhere.
+                let noted_here = from_object_alone.then_some(F::KIND.name);
+                if let Some(kind) = noted_here {
+                    telemetry::note_cache_compute(kind);
+                    telemetry::note_cache_lookup(kind, Duration::ZERO);
+                }
                 let build = tokio::spawn({
                     let cache = self.cache.clone();
                     let input = self.download(&chosen.found, id, secondary);
-                    RequestStats::carried(async move { cache.get(&parents(&keys), input).await })
+                    RequestStats::carried_except(noted_here, async move {
+                        cache.get(&parents(&keys), input).await
+                    })
                 });
                 // The same download the build waits for: one fetch, shared by both.
                 let object = match from_object_alone {

@@ -406,6 +406,9 @@ pub struct DownloadStats {
 
 tokio::task_local! {
     static REQUEST_STATS: Arc<RequestStats>;
+    /// A cache kind whose lookups the carrying request noted itself (see
+    /// [`RequestStats::carried_except`]).
+    static NOTED_ELSEWHERE: Option<&'static str>;
 }
 
 impl RequestStats {
@@ -421,10 +424,25 @@ impl RequestStats {
     /// `work` recording into the current request's stats, for work a request starts on
     /// a task of its own (a cache build it would otherwise have run itself).
     pub fn carried<F: Future>(work: F) -> impl Future<Output = F::Output> {
+        Self::carried_except(None, work)
+    }
+
+    /// [`carried`](Self::carried), but lookups in the cache `kind` are not noted: the
+    /// request noted that lookup itself, because it answers without waiting for `work`,
+    /// which may note it only after the answer has been written (or before: the count
+    /// would then depend on which came first).
+    pub fn carried_except<F: Future>(
+        kind: Option<&'static str>,
+        work: F,
+    ) -> impl Future<Output = F::Output> {
         let current = REQUEST_STATS.try_with(Arc::clone).ok();
         async move {
             match current {
-                Some(stats) => REQUEST_STATS.scope(stats, work).await,
+                Some(stats) => {
+                    REQUEST_STATS
+                        .scope(stats, NOTED_ELSEWHERE.scope(kind, work))
+                        .await
+                }
                 None => work.await,
             }
         }
@@ -435,8 +453,17 @@ fn in_request(record: impl FnOnce(&mut RequestStatsData)) {
     let _ = REQUEST_STATS.try_with(|stats| record(&mut stats.0.lock().unwrap()));
 }
 
+fn noted_elsewhere(kind: &'static str) -> bool {
+    NOTED_ELSEWHERE
+        .try_with(|noted| *noted == Some(kind))
+        .unwrap_or(false)
+}
+
 /// A lookup in the cache `kind` that took `elapsed`.
 pub fn note_cache_lookup(kind: &'static str, elapsed: Duration) {
+    if noted_elsewhere(kind) {
+        return;
+    }
     in_request(|stats| {
         let kind = stats.cache.entry(kind).or_default();
         kind.lookups += 1;
@@ -446,6 +473,9 @@ pub fn note_cache_lookup(kind: &'static str, elapsed: Duration) {
 
 /// A lookup in the cache `kind` that computes its item.
 pub fn note_cache_compute(kind: &'static str) {
+    if noted_elsewhere(kind) {
+        return;
+    }
     in_request(|stats| stats.cache.entry(kind).or_default().computed += 1);
 }
 
@@ -528,6 +558,45 @@ mod tests {
             environment: Some("prod".into()),
             platform: None,
         }
+    }
+
+    #[tokio::test]
+    async fn work_carried_except_a_kind_notes_everything_but_that_kind() {
+        let stats = Arc::new(RequestStats::default());
+        stats
+            .scope(async {
+                let build = tokio::spawn(RequestStats::carried_except(Some("symcaches"), async {
+                    note_cache_compute("symcaches");
+                    note_cache_lookup("symcaches", Duration::from_millis(4));
+                    note_cache_lookup("objects", Duration::from_millis(2));
+                    note_download(Some(40), Duration::from_millis(3));
+                    // Work it carries on in turn notes as usual.
+                    RequestStats::carried(async {
+                        note_cache_lookup("cficaches", Duration::from_millis(1));
+                    })
+                    .await;
+                }));
+                build.await.unwrap();
+                // Carried as a whole, the same work counts everything.
+                tokio::spawn(RequestStats::carried(async {
+                    note_cache_lookup("symcaches", Duration::from_millis(5));
+                }))
+                .await
+                .unwrap();
+            })
+            .await;
+        let data = stats.snapshot();
+        assert_eq!(
+            data.cache["symcaches"],
+            CacheLookupStats {
+                lookups: 1,
+                computed: 0,
+                time: Duration::from_millis(5),
+            }
+        );
+        assert_eq!(data.cache["objects"].lookups, 1);
+        assert_eq!(data.cache["cficaches"].lookups, 1);
+        assert_eq!(data.downloads.count, 1);
     }
 
     #[tokio::test]

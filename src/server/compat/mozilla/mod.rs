@@ -39,7 +39,7 @@ use crate::server::error::RequestBody;
 use crate::server::{ApiError, AppState, RequestSlot, Routes, parse_json};
 use crate::service::Outcome;
 use crate::sources::ObjectType;
-use crate::telemetry::{CacheLookupStats, RequestStats, RequestStatsData};
+use crate::telemetry::{RequestStats, RequestStatsData};
 use crate::types::ObjectDownloadInfo;
 use count::{Version, count_first};
 
@@ -773,10 +773,6 @@ fn debug_info(
     time: Duration,
 ) -> DebugInfo {
     let symcaches = stats.cache.get(SYMCACHES.name).copied().unwrap_or_default();
-    // A lookup is noted when it ends, a computation when it starts: a cold module answered
-    // from its file while its cache is built (`native/cold/`) has a computation and, until
-    // the build ends (often after the answer), no lookup. It was looked up all the same.
-    let lookup_count = |s: &CacheLookupStats| s.lookups.max(s.computed);
     let mut stacks_per_module: BTreeMap<String, usize> = BTreeMap::new();
     let mut looked_up = 0;
     for (job, result) in jobs.iter().zip(results) {
@@ -801,15 +797,15 @@ fn debug_info(
     DebugInfo {
         time: time.as_secs_f64(),
         cache_lookups: CacheLookups {
-            count: lookup_count(&symcaches),
-            hits: lookup_count(&symcaches) - symcaches.computed,
+            count: symcaches.lookups,
+            hits: symcaches.lookups - symcaches.computed.min(symcaches.lookups),
             time: symcaches.time.as_secs_f64(),
             by_kind: stats
                 .cache
                 .iter()
                 .map(|(kind, s)| {
                     let lookups = KindLookups {
-                        count: lookup_count(s),
+                        count: s.lookups,
                         computed: s.computed,
                         time: s.time.as_secs_f64(),
                     };
