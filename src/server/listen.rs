@@ -220,8 +220,11 @@ async fn accept_failed(err: std::io::Error) {
 /// per `header_read_timeout` instead of once per request.
 #[derive(Clone, Default)]
 struct HeadTimer {
-    alarm: Arc<Mutex<Option<Pin<Box<Sleep>>>>>,
+    alarm: Alarm,
 }
+
+/// A connection's one tokio sleep, set on first use.
+type Alarm = Arc<Mutex<Option<Pin<Box<Sleep>>>>>;
 
 impl hyper::rt::Timer for HeadTimer {
     fn sleep(&self, duration: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
@@ -240,7 +243,7 @@ impl hyper::rt::Timer for HeadTimer {
 /// polls it (the lock is never contended).
 struct HeadDeadline {
     deadline: tokio::time::Instant,
-    alarm: Arc<Mutex<Option<Pin<Box<Sleep>>>>>,
+    alarm: Alarm,
 }
 
 impl Future for HeadDeadline {
@@ -425,38 +428,38 @@ mod tests {
         std::future::poll_fn(|cx| Poll::Ready(sleep.as_mut().poll(cx).is_ready())).await
     }
 
+    /// A head that completes in time: its sleep is polled once, then dropped with the
+    /// alarm set.
+    async fn head_in_time(timer: &HeadTimer, within: Duration) {
+        let mut sleep = timer.sleep(within);
+        assert!(!poll_once(&mut sleep).await);
+    }
+
+    /// Waits for a head's deadline `after` from now, and checks it came then.
+    async fn deadline_comes_after(timer: &HeadTimer, after: Duration) {
+        let started = Instant::now();
+        timer.sleep(after).await;
+        let waited = started.elapsed();
+        assert!(waited >= after - Duration::from_millis(10), "{waited:?}");
+        assert!(waited < Duration::from_secs(3), "{waited:?}");
+    }
+
     #[tokio::test]
     async fn each_head_gets_its_own_deadline_from_the_shared_alarm() {
         let timer = HeadTimer::default();
-        // A head that completes in time: its sleep is dropped with the alarm set.
-        let mut first = timer.sleep(Duration::from_millis(200));
-        assert!(!poll_once(&mut first).await);
-        drop(first);
+        head_in_time(&timer, Duration::from_millis(200)).await;
         // The next head's deadline is later than the alarm: the alarm rings early and
         // is aimed again, so the head is not cut off before its own deadline.
-        let started = Instant::now();
-        let second = timer.sleep(Duration::from_millis(500));
-        second.await;
-        let waited = started.elapsed();
-        assert!(waited >= Duration::from_millis(490), "{waited:?}");
-        assert!(waited < Duration::from_secs(3), "{waited:?}");
+        deadline_comes_after(&timer, Duration::from_millis(500)).await;
         // An earlier deadline than the alarm's moves the alarm forward.
-        let mut late = timer.sleep(Duration::from_secs(30));
-        assert!(!poll_once(&mut late).await);
-        drop(late);
-        let started = Instant::now();
-        timer.sleep(Duration::from_millis(100)).await;
-        let waited = started.elapsed();
-        assert!(waited >= Duration::from_millis(90), "{waited:?}");
-        assert!(waited < Duration::from_secs(3), "{waited:?}");
+        head_in_time(&timer, Duration::from_secs(30)).await;
+        deadline_comes_after(&timer, Duration::from_millis(100)).await;
     }
 
     #[tokio::test]
     async fn a_deadline_that_passed_while_the_alarm_rang_for_another_is_ready() {
         let timer = HeadTimer::default();
-        let mut first = timer.sleep(Duration::from_millis(50));
-        assert!(!poll_once(&mut first).await);
-        drop(first);
+        head_in_time(&timer, Duration::from_millis(50)).await;
         let mut second = timer.sleep(Duration::from_millis(60));
         tokio::time::sleep(Duration::from_millis(150)).await;
         assert!(poll_once(&mut second).await);

@@ -249,18 +249,10 @@ pub type App = observe::Observe<Router>;
 
 /// A router and the patterns of its routes, which name each request's endpoint in the
 /// metrics: axum keeps its patterns to itself, so each route is added here.
+#[derive(Default)]
 pub struct Routes {
     router: Router<AppState>,
     patterns: Vec<&'static str>,
-}
-
-impl Default for Routes {
-    fn default() -> Self {
-        Routes {
-            router: Router::new(),
-            patterns: Vec::new(),
-        }
-    }
 }
 
 impl Routes {
