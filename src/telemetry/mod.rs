@@ -453,30 +453,30 @@ fn in_request(record: impl FnOnce(&mut RequestStatsData)) {
     let _ = REQUEST_STATS.try_with(|stats| record(&mut stats.0.lock().unwrap()));
 }
 
-fn noted_elsewhere(kind: &'static str) -> bool {
-    NOTED_ELSEWHERE
-        .try_with(|noted| *noted == Some(kind))
-        .unwrap_or(false)
+/// `record` for a lookup in the cache `kind`, unless the request noted it itself. Only
+/// requests with stats look further than the first task-local: most have none.
+fn in_request_for(kind: &'static str, record: impl FnOnce(&mut CacheLookupStats)) {
+    in_request(|stats| {
+        let noted_elsewhere = NOTED_ELSEWHERE
+            .try_with(|noted| *noted == Some(kind))
+            .unwrap_or(false);
+        if !noted_elsewhere {
+            record(stats.cache.entry(kind).or_default());
+        }
+    });
 }
 
 /// A lookup in the cache `kind` that took `elapsed`.
 pub fn note_cache_lookup(kind: &'static str, elapsed: Duration) {
-    if noted_elsewhere(kind) {
-        return;
-    }
-    in_request(|stats| {
-        let kind = stats.cache.entry(kind).or_default();
-        kind.lookups += 1;
-        kind.time += elapsed;
+    in_request_for(kind, |stats| {
+        stats.lookups += 1;
+        stats.time += elapsed;
     });
 }
 
 /// A lookup in the cache `kind` that computes its item.
 pub fn note_cache_compute(kind: &'static str) {
-    if noted_elsewhere(kind) {
-        return;
-    }
-    in_request(|stats| stats.cache.entry(kind).or_default().computed += 1);
+    in_request_for(kind, |stats| stats.computed += 1);
 }
 
 /// A download that took `elapsed`: its bytes, or `None` when it failed.
