@@ -110,12 +110,12 @@ fn positions(minified: &str, count: usize) -> Vec<SourcePosition> {
 /// The map decoded and the file's scopes parsed at once, as a cold request does.
 fn direct(minified: &str, map: &[u8]) -> JsMapping {
     let (decoded, scopes) = std::thread::scope(|threads| {
-        let decoded = threads.spawn(|| DirectMap::decode(map).expect("the map decodes"));
+        let text = SourceText::from(minified.to_owned());
+        let decoded = threads.spawn(|| DirectMap::decode(map, text).expect("the map decodes"));
         let scopes = DirectMap::scopes(minified);
         (decoded.join().expect("decoding does not panic"), scopes)
     });
-    let direct = DirectMap::new(decoded, SourceText::from(minified.to_owned()), scopes)
-        .expect("a map the direct answer covers");
+    let direct = DirectMap::new(decoded, scopes.into()).expect("a map the direct answer covers");
     JsMapping::Direct(std::sync::Arc::new(direct))
 }
 

@@ -11,7 +11,7 @@
 //! over every position of the fixture maps and of generated ones.
 
 use std::ops::Range;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use js_source_scopes::{NameResolver, ScopeIndex, ScopeName, SourceContext, extract_scope_names};
 use sourcemap::DecodedMap;
@@ -21,11 +21,14 @@ use super::sourcemap_cache::OwnedSourceMapCache;
 use super::text::{SourceText, indexed_line, line_starts, without_line_ending};
 use crate::error::{CacheError, CacheResult};
 
+/// A minified file's function scopes: byte range and name, as the writer takes them.
+pub type Scopes = Vec<(Range<u32>, Option<ScopeName>)>;
+
 /// A source map ready to resolve positions.
 #[derive(Clone)]
 pub enum JsMapping {
     Cache(OwnedSourceMapCache),
-    Direct(std::sync::Arc<DirectMap>),
+    Direct(Arc<DirectMap>),
 }
 
 impl JsMapping {
@@ -145,7 +148,7 @@ pub struct DirectMap {
     /// Always `DecodedMap::Regular` (an indexed map flattened, as the writer does).
     map: DecodedMap,
     minified: SourceContext<SourceText>,
-    scopes: Vec<(Range<u32>, Option<ScopeName>)>,
+    scopes: Arc<Scopes>,
     /// The writer's scope index (scope starts as positions in the minified file).
     index: Vec<(SourcePosition, ScopeSlot)>,
     /// The original name of each of `scopes`, once asked for.
@@ -177,15 +180,18 @@ struct TokenLocation<'a> {
     scope: ScopeLookupResult<'a>,
 }
 
-/// What the map's thread hands over: the decoded, flattened map, or `None` when a
-/// `DirectMap` could not answer as the cache does and the cache must be built first.
-pub struct DecodedForDirect(Option<DecodedMap>);
+/// What the map's thread hands over: the decoded, flattened map and the minified file's
+/// line index (built there, while the other thread still parses the file's scopes), or
+/// `None` when a `DirectMap` could not answer as the cache does and the cache must be
+/// built first.
+pub struct DecodedForDirect(Option<(DecodedMap, SourceContext<SourceText>)>);
 
 impl DirectMap {
     /// Decodes a source map as symbolic's writer does. Hermes maps (scopes from the
     /// map, not the file) and maps with two tokens at one minified position (where the
-    /// cache's binary search may land on either) are left to the cache.
-    pub fn decode(sourcemap: &[u8]) -> CacheResult<DecodedForDirect> {
+    /// cache's binary search may land on either) are left to the cache, as is a minified
+    /// file the writer refuses.
+    pub fn decode(sourcemap: &[u8], minified: SourceText) -> CacheResult<DecodedForDirect> {
         let map =
             sourcemap::decode_slice(sourcemap).map_err(|e| CacheError::Malformed(e.to_string()))?;
         let map = match map {
@@ -201,26 +207,25 @@ impl DirectMap {
             .tokens()
             .zip(map.tokens().skip(1))
             .all(|(a, b)| a.get_dst() < b.get_dst());
+        if !strictly_increasing {
+            return Ok(DecodedForDirect(None));
+        }
+        let minified = SourceContext::new(minified).ok();
         Ok(DecodedForDirect(
-            strictly_increasing.then_some(DecodedMap::Regular(map)),
+            minified.map(|minified| (DecodedMap::Regular(map), minified)),
         ))
     }
 
     /// The scopes of the minified file; a file that does not parse has none, as in the
     /// writer.
-    pub fn scopes(minified: &str) -> Vec<(Range<u32>, Option<ScopeName>)> {
+    pub fn scopes(minified: &str) -> Scopes {
         extract_scope_names(minified).unwrap_or_default()
     }
 
     /// Puts the two halves together; `None` when the cache must answer (see
     /// [`DirectMap::decode`], and inputs the writer refuses).
-    pub fn new(
-        map: DecodedForDirect,
-        minified: SourceText,
-        scopes: Vec<(Range<u32>, Option<ScopeName>)>,
-    ) -> Option<DirectMap> {
-        let map = map.0?;
-        let minified = SourceContext::new(minified).ok()?;
+    pub fn new(decoded: DecodedForDirect, scopes: Arc<Scopes>) -> Option<DirectMap> {
+        let (map, minified) = decoded.0?;
         // The writer's index, built by the same code from the same ranges. Names do not
         // shape it, so each named scope stands in as its own number, resolved later.
         let placeholders = scopes
@@ -416,10 +421,10 @@ mod tests {
     }
 
     fn direct(minified: &str, map: &str) -> Option<JsMapping> {
-        let decoded = DirectMap::decode(map.as_bytes()).unwrap();
+        let decoded =
+            DirectMap::decode(map.as_bytes(), SourceText::from(minified.to_owned())).unwrap();
         let scopes = DirectMap::scopes(minified);
-        DirectMap::new(decoded, SourceText::from(minified.to_owned()), scopes)
-            .map(|direct| JsMapping::Direct(std::sync::Arc::new(direct)))
+        DirectMap::new(decoded, scopes.into()).map(|direct| JsMapping::Direct(Arc::new(direct)))
     }
 
     /// Every position of `minified` (and a few past each line's end and past the last
@@ -602,7 +607,7 @@ mod tests {
     fn two_tokens_at_one_position_are_left_to_the_cache() {
         let map = r#"{"version":3,"sources":["a.js"],"names":[],"mappings":"AAAA,AACA"}"#;
         assert!(direct("x", map).is_none());
-        assert!(DirectMap::decode(b"{").is_err());
+        assert!(DirectMap::decode(b"{", SourceText::from(String::new())).is_err());
     }
 
     #[test]

@@ -67,6 +67,9 @@ pub const LAZY_ANSWERS: &str = "symbolication.lazy_answers";
 /// Source maps decoded to answer cold `/symbolicate-js` requests directly while their
 /// SourceMapCache did not exist yet.
 pub const SOURCEMAP_DIRECT_ANSWERS: &str = "sourcemap.direct_answers";
+/// Scope parses of minified files for direct answers, by `started`: `ahead` (as soon as
+/// a bundled file was read, before its map was found) or `with_map`.
+pub const SOURCEMAP_SCOPE_PARSES: &str = "sourcemap.scope_parses";
 /// Minidump frames unwound from their module's own DWARF CFI while its CFI cache was
 /// still being built (cold walks).
 pub const LAZY_UNWINDS: &str = "stackwalk.lazy_unwinds";
@@ -320,6 +323,10 @@ fn describe() {
         (
             SOURCEMAP_DIRECT_ANSWERS,
             "source maps decoded to answer cold requests before their SourceMapCache existed",
+        ),
+        (
+            SOURCEMAP_SCOPE_PARSES,
+            "minified files parsed for their scopes to answer cold requests, by when it started",
         ),
         (
             LAZY_UNWINDS,

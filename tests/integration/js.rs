@@ -218,6 +218,43 @@ async fn cold_requests_answered_from_the_map_itself_answer_as_its_cache_does_lat
         1,
         "one cache for one map"
     );
+    // The bundled file was parsed once, from the moment it was read: the map's decoding
+    // joined that parse rather than starting its own.
+    let metrics = server.scrape().await;
+    let parses = |started| metrics.get("sourcemap_scope_parses_total", &[("started", started)]);
+    assert_eq!(parses("ahead"), Some(1.0));
+    assert_eq!(parses("with_map"), None);
+}
+
+#[tokio::test]
+async fn a_bundled_file_whose_map_is_nowhere_is_not_parsed_on_every_request() {
+    let id = debug_id();
+    let headers = [("debug-id", id.as_str())];
+    let minified = js_fixture("dist/debugid.min.js");
+    let entries = [BundleEntry {
+        url: "~/assets/debugid.min.js",
+        ty: SourceFileType::MinifiedSource,
+        contents: &minified,
+        headers: &headers,
+    }];
+    let (base, _sentry) = start_sentry_with(write_bundle(&entries).unwrap().to_vec()).await;
+    let server = Server::start("");
+    let body = request(
+        raw_frames(BASE, "debugid.min.js"),
+        json!({"source": {"type": "sentry", "id": "sentry:project", "url": format!("{base}/lookup"), "token": "t"}}),
+    );
+    for _ in 0..3 {
+        let (status, response) = server.post("/symbolicate-js", &body).await;
+        assert_eq!(status, StatusCode::OK, "{response}");
+        let frame = &response["stacktraces"][0]["frames"][0];
+        assert_ne!(frame["data"]["symbolicated"], true, "{frame:#}");
+    }
+    // The first request guessed the map was beside the file; from then on the bundle is
+    // known not to have it.
+    let metrics = server.scrape().await;
+    let parses = |started| metrics.get("sourcemap_scope_parses_total", &[("started", started)]);
+    assert_eq!(parses("ahead"), Some(1.0));
+    assert_eq!(parses("with_map"), None);
 }
 
 /// [`artifact_bundle`] with its source map replaced by `inflated` zero bytes, deflated

@@ -12,10 +12,10 @@ use url::Url;
 
 use serde::Deserialize;
 
+use super::scopes::{ScopeParse, ScopeParses};
 use crate::cache::kinds;
 use crate::cache::{
     CacheKey, CacheKind, Caches, ConversionBudget, DerivedCache, DerivedFormat, Scope,
-    return_freed_heap,
 };
 use crate::error::{CacheError, CacheResult, isolate_blocking};
 use crate::fetch::{Downloader, RemoteFile};
@@ -62,6 +62,7 @@ pub struct JsFiles {
     files: Downloads<Plain<JsFile>>,
     smcaches: DerivedCache<SourceMapCacheFormat>,
     cold: ColdMaps,
+    scopes: ScopeParses,
     /// Per lookup URL and token, so two projects never see each other's answers.
     lookups: LookupAnswers,
     opened: OpenedBundles,
@@ -82,6 +83,7 @@ impl JsFiles {
             files: Downloads::new(caches, downloader.clone()),
             smcaches: DerivedCache::new(caches),
             cold: ColdMaps::default(),
+            scopes: ScopeParses::default(),
             lookups,
             downloader,
             budget: caches.conversions(),
@@ -157,6 +159,30 @@ impl JsFiles {
         self.downloader.config().connect_to_reserved_ips
     }
 
+    /// Starts parsing the scopes of `minified` (the text of the file keyed `minified`)
+    /// now, when the SourceMapCache of it and the map keyed `sourcemap` does not exist,
+    /// and no request answers that map directly or builds its cache yet: the parse is
+    /// the longest step of the first answer, and finding and decoding the map can run
+    /// beside it. `sourcemap` is where the map will most likely be found; a wrong guess
+    /// costs an unused parse, never a different answer (scopes depend on the minified
+    /// text alone). The caller holds what this returns until the map is resolved.
+    pub(super) async fn parse_scopes_ahead(
+        &self,
+        minified: &CacheKey,
+        sourcemap: &CacheKey,
+        text: &SourceText,
+    ) -> Option<Arc<ScopeParse>> {
+        let parents = [minified, sourcemap];
+        let key = DerivedCache::<SourceMapCacheFormat>::key(&parents);
+        if self.cold.contains(&key) || self.smcaches.cached(&parents).await.is_some() {
+            return None;
+        }
+        Some(
+            self.scopes
+                .start_or_join(minified, text, &self.budget, "ahead"),
+        )
+    }
+
     /// What resolves frames of `minified` with `sourcemap`: their SourceMapCache, or
     /// while it does not exist yet, the map itself (see [`ColdMaps`]).
     pub(super) async fn sourcemap_mapping(
@@ -178,6 +204,7 @@ impl JsFiles {
                 &parents,
                 &self.smcaches,
                 &self.budget,
+                &self.scopes,
                 &input,
                 minified_text,
             )
@@ -262,15 +289,22 @@ impl ColdMaps {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Whether a request answers `key`'s map directly, or its cache is being built.
+    fn contains(&self, key: &CacheKey) -> bool {
+        self.lock().contains_key(key)
+    }
+
     /// The map answered directly, or `None` when the cache answers instead: it is being
     /// built already, or the map is one only the cache answers exactly (which starts
     /// its build).
+    #[allow(clippy::too_many_arguments)]
     async fn answer(
         &self,
         key: &CacheKey,
         parents: &[&CacheKey; 2],
         smcaches: &DerivedCache<SourceMapCacheFormat>,
         budget: &Arc<ConversionBudget>,
+        scopes: &ScopeParses,
         input: &SourceMapCacheInput,
         minified: &SourceText,
     ) -> Option<Arc<DirectMap>> {
@@ -294,7 +328,7 @@ impl ColdMaps {
             key,
             slot: &slot,
         };
-        let direct = decode_directly(budget, input, minified).await;
+        let direct = decode_directly(budget, scopes, parents[0], input, minified).await;
         std::mem::forget(unanswered);
         let build = self.build_later(key, parents, smcaches, input);
         let Some(direct) = direct else {
@@ -358,35 +392,36 @@ impl Drop for ForgetUnanswered<'_> {
     }
 }
 
-/// Decodes the map and the minified file's scopes at once, within the conversion
-/// budget, isolated as conversions are; `None` when only the cache answers exactly
+/// Decodes the map while the minified file's scopes are parsed (or joins a parse
+/// started ahead, see [`JsFiles::parse_scopes_ahead`]), each within the conversion
+/// budget and isolated as conversions are; `None` when only the cache answers exactly
 /// (or the inputs are unusable: the build says how).
 async fn decode_directly(
-    budget: &ConversionBudget,
+    budget: &Arc<ConversionBudget>,
+    parses: &ScopeParses,
+    minified_key: &CacheKey,
     input: &SourceMapCacheInput,
     minified: &SourceText,
 ) -> Option<DirectMap> {
-    let _permit = budget
-        .acquire(SourceMapCacheFormat::input_size(input))
-        .await;
     let started = Instant::now();
-    let sourcemap = input.sourcemap.clone();
+    let parse = parses.start_or_join(minified_key, minified, budget, "with_map");
+    // Holding the map's share while the parse still waits for its own could stall
+    // every decode once such shares filled the budget; a running parse waits for none.
+    parse.running().await;
+    let _permit = budget.acquire(input.sourcemap.len() as u64).await;
+    let (sourcemap, text) = (input.sourcemap.clone(), minified.clone());
     let map = isolate_blocking(SourceMapCacheFormat::KIND.name, move || {
-        let map = DirectMap::decode(&sourcemap)?;
+        let map = DirectMap::decode(&sourcemap, text)?;
         Ok((map, started.elapsed()))
     });
-    let text = minified.clone();
-    let scopes = isolate_blocking(SourceMapCacheFormat::KIND.name, move || {
-        let scopes = DirectMap::scopes(text.as_str());
-        // The file's syntax tree (about 30 times its size) was freed just now.
-        return_freed_heap();
-        Ok((scopes, started.elapsed()))
-    });
-    let (map, scopes) = tokio::join!(map, scopes);
-    let ((map, decode_took), (scopes, parse_took)) = (map.ok()?, scopes.ok()?);
-    let minified = minified.clone();
+    let scopes = async {
+        let scopes = parse.scopes().await;
+        (scopes, started.elapsed())
+    };
+    let (map, (scopes, scopes_waited)) = tokio::join!(map, scopes);
+    let ((map, decode_took), scopes) = (map.ok()?, scopes?);
     let direct = isolate_blocking(SourceMapCacheFormat::KIND.name, move || {
-        Ok(DirectMap::new(map, minified, scopes))
+        Ok(DirectMap::new(map, scopes))
     })
     .await
     .ok()
@@ -394,7 +429,7 @@ async fn decode_directly(
     tracing::debug!(
         input_bytes = SourceMapCacheFormat::input_size(input),
         decode_ms = decode_took.as_millis() as u64,
-        scopes_ms = parse_took.as_millis() as u64,
+        scopes_ms = scopes_waited.as_millis() as u64,
         took_ms = started.elapsed().as_millis() as u64,
         direct = direct.is_some(),
         "source map decoded to answer directly"

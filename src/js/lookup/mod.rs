@@ -9,6 +9,7 @@
 
 mod files;
 mod request;
+mod scopes;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -16,11 +16,12 @@ use symbolic::common::{ByteView, DebugId};
 use url::Url;
 
 use super::files::{JsFiles, LookupResult};
+use super::scopes::ScopeParse;
 use super::{FileError, Found, JsLookup, JsModuleFiles, MinifiedSource, SourceText};
 use crate::cache::{CacheKey, Scope};
 use crate::error::CacheError;
 use crate::fetch::RemoteFile;
-use crate::js::bundle::ArtifactBundles;
+use crate::js::bundle::{ArtifactBundles, NotRemembered};
 use crate::js::discovery::{
     SourceMapUrl, discover_debug_id, resolve_sourcemap_url, sourcemap_comment,
 };
@@ -458,8 +459,15 @@ impl<'a> RequestLookup<'a> {
                 mapping: None,
             };
         }
-        let sourcemap = match sourcemap_url {
-            Some(SourceMapUrl::Data(data)) => Found {
+        // Held until the map is resolved, so that its decoding joins the parse.
+        let mut ahead = None;
+        let (embedded, abs_path) = match sourcemap_url {
+            Some(SourceMapUrl::Data(data)) => (Some(data), None),
+            Some(SourceMapUrl::Remote(url)) => (None, Some(url)),
+            None => (None, None),
+        };
+        let sourcemap = if let Some(data) = embedded {
+            Found {
                 uri: Some(CachedFileUri::Embedded),
                 entry: Ok(CachedFile {
                     contents: SourceText::from(data),
@@ -467,23 +475,14 @@ impl<'a> RequestLookup<'a> {
                     debug_id,
                 }),
                 resolved_with: minified.resolved_with,
-            },
-            Some(SourceMapUrl::Remote(url)) => {
-                self.file(&FileKey::SourceMap {
-                    abs_path: Some(url),
-                    debug_id,
-                })
-                .await
             }
-            None => {
-                self.file(&FileKey::SourceMap {
-                    abs_path: None,
-                    debug_id,
-                })
-                .await
-            }
+        } else {
+            let key = FileKey::SourceMap { abs_path, debug_id };
+            ahead = self.parse_scopes_ahead(&minified, &key).await;
+            self.file(&key).await
         };
         let mapping = self.mapping(&minified, &sourcemap).await;
+        drop(ahead);
         JsModuleFiles {
             minified_source,
             mapping: Some(Found {
@@ -517,13 +516,47 @@ impl<'a> RequestLookup<'a> {
     /// may serve anything tomorrow) a hash of the contents, as upstream keys them. A
     /// file without a URI never has contents, but would be known by its hash alike.
     fn content_key(&self, uri: Option<&CachedFileUri>, contents: &SourceText) -> CacheKey {
+        uri.and_then(|uri| self.uri_key(uri)).unwrap_or_else(|| {
+            let hash = hex::encode(Sha256::digest(contents.bytes().as_slice()));
+            CacheKey::new(self.scope.clone(), &["scraped", &hash])
+        })
+    }
+
+    /// [`Self::content_key`] of a file known by its URI alone: `None` for a scraped one.
+    fn uri_key(&self, uri: &CachedFileUri) -> Option<CacheKey> {
         match uri {
-            Some(CachedFileUri::ScrapedFile(_)) | None => {
-                let hash = hex::encode(Sha256::digest(contents.bytes().as_slice()));
-                CacheKey::new(self.scope.clone(), &["scraped", &hash])
-            }
-            Some(uri) => CacheKey::new(self.scope.clone(), &["uri", &uri.to_string()]),
+            CachedFileUri::ScrapedFile(_) => None,
+            uri => Some(CacheKey::new(
+                self.scope.clone(),
+                &["uri", &uri.to_string()],
+            )),
         }
+    }
+
+    /// Starts the scope parse of a minified file found in an artifact bundle while its
+    /// map (`map_key`) is still to be found (see [`JsFiles::parse_scopes_ahead`]). Where
+    /// the bundles' memo knows where the map is, that is its key; where it knows that no
+    /// bundle has the map, nothing starts, so a file whose map is elsewhere or nowhere
+    /// is not parsed on every request for nothing. Otherwise the guess is the minified
+    /// file's own bundle, where the tools that write bundles put its map. Files from
+    /// elsewhere are parsed once their map is found.
+    async fn parse_scopes_ahead(
+        &self,
+        minified: &FileEntry,
+        map_key: &FileKey,
+    ) -> Option<Arc<ScopeParse>> {
+        let Some(uri @ CachedFileUri::Bundled(bundle, _)) = &minified.uri else {
+            return None;
+        };
+        let file = minified.entry.as_ref().ok()?;
+        let map_uri = match self.bundles.find_remembered(map_key) {
+            Ok(found) => found?.uri,
+            Err(NotRemembered) => CachedFileUri::Bundled(bundle.clone(), map_key.clone()),
+        };
+        let (source_key, map_key) = (self.uri_key(uri)?, self.uri_key(&map_uri)?);
+        self.shared
+            .parse_scopes_ahead(&source_key, &map_key, &file.contents)
+            .await
     }
 }
 
