@@ -149,8 +149,12 @@ pub struct DirectMap {
     map: DecodedMap,
     minified: SourceContext<SourceText>,
     scopes: Arc<Scopes>,
-    /// The writer's scope index (scope starts as positions in the minified file).
-    index: Vec<(SourcePosition, ScopeSlot)>,
+    /// The writer's scope index, by byte offset in the minified file: the writer keys
+    /// it by each offset's position, and so does [`DirectMap::scope_at`], converting
+    /// only the offsets its search looks at (converting all of them was most of what
+    /// building a `DirectMap` took). Offsets past the file's last character, which have
+    /// no position and which the writer drops, are left out.
+    index: Vec<(u32, ScopeSlot)>,
     /// The original name of each of `scopes`, once asked for.
     resolved: Box<[OnceLock<Option<String>>]>,
     /// Line starts of each source's text, once asked for.
@@ -184,7 +188,7 @@ struct TokenLocation<'a> {
 /// line index (built there, while the other thread still parses the file's scopes), or
 /// `None` when a `DirectMap` could not answer as the cache does and the cache must be
 /// built first.
-pub struct DecodedForDirect(Option<(DecodedMap, SourceContext<SourceText>)>);
+pub struct DecodedForDirect(Option<(DecodedMap, SourceContext<SourceText>, Option<u32>)>);
 
 impl DirectMap {
     /// Decodes a source map as symbolic's writer does. Hermes maps (scopes from the
@@ -210,10 +214,13 @@ impl DirectMap {
         if !strictly_increasing {
             return Ok(DecodedForDirect(None));
         }
+        // The last offset with a position: where the file's last character starts.
+        let last = (minified.as_str().char_indices().next_back())
+            .and_then(|(offset, _)| u32::try_from(offset).ok());
         let minified = SourceContext::new(minified).ok();
-        Ok(DecodedForDirect(
-            minified.map(|minified| (DecodedMap::Regular(map), minified)),
-        ))
+        Ok(DecodedForDirect(minified.map(|minified| {
+            (DecodedMap::Regular(map), minified, last)
+        })))
     }
 
     /// The scopes of the minified file; a file that does not parse has none, as in the
@@ -225,7 +232,7 @@ impl DirectMap {
     /// Puts the two halves together; `None` when the cache must answer (see
     /// [`DirectMap::decode`], and inputs the writer refuses).
     pub fn new(decoded: DecodedForDirect, scopes: Arc<Scopes>) -> Option<DirectMap> {
-        let (map, minified) = decoded.0?;
+        let (map, minified, last) = decoded.0?;
         // The writer's index, built by the same code from the same ranges. Names do not
         // shape it, so each named scope stands in as its own number, resolved later.
         let placeholders = scopes
@@ -236,8 +243,8 @@ impl DirectMap {
         let scope_index = ScopeIndex::new(placeholders).ok()?;
         let index = scope_index
             .iter()
-            .filter_map(|(offset, scope)| {
-                let position = minified.offset_to_position(offset)?;
+            .filter(|&(offset, _)| last.is_some_and(|last| offset <= last))
+            .map(|(offset, scope)| {
                 let slot = match scope {
                     ScopeLookupResult::NamedScope(i) => {
                         i.parse().map_or(ScopeSlot::Unknown, ScopeSlot::Named)
@@ -245,7 +252,7 @@ impl DirectMap {
                     ScopeLookupResult::AnonymousScope => ScopeSlot::Anonymous,
                     ScopeLookupResult::Unknown => ScopeSlot::Unknown,
                 };
-                Some((position, slot))
+                (offset, slot)
             })
             .collect();
         let sources = match &map {
@@ -347,9 +354,14 @@ impl DirectMap {
         })
     }
 
-    /// The writer's `lookup_scope`.
+    /// The writer's `lookup_scope`: the same binary search, over the same keys.
     fn scope_at(&self, sp: SourcePosition) -> ScopeLookupResult<'_> {
-        let idx = match self.index.binary_search_by_key(&sp, |entry| entry.0) {
+        let position = |offset| self.minified.offset_to_position(offset);
+        // Every offset kept has a position (see `index`).
+        let found = self
+            .index
+            .binary_search_by(|entry| position(entry.0).cmp(&Some(sp)));
+        let idx = match found {
             Ok(idx) => idx,
             Err(0) => 0,
             Err(idx) => idx - 1,
@@ -498,6 +510,8 @@ mod tests {
                     open += 1;
                     format!("function n{i}(b){{")
                 }
+                // Characters of two and four bytes, one and two UTF-16 units.
+                6 if i % 2 == 0 => format!("var s{i}=function(){{return 'é😀'}};"),
                 _ if open > 0 => {
                     open -= 1;
                     "}".to_owned()
