@@ -25,7 +25,67 @@ use omnisym::server::{AppState, ConnectionLimits, router, serve};
 /// glibc's allocator spent a fifth of a warm request in malloc/free and heap
 /// consolidation under load; mimalloc's thread-local free lists avoid most of it.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: Mimalloc = Mimalloc;
+
+/// mimalloc, entered through its plain functions for what asks no more than a word's
+/// alignment, which every block it hands out has. The `mimalloc` crate always takes the
+/// aligned entry points, which look for a block that happens to be aligned before the
+/// plain path: half as much again per allocation, on the sixteen allocations of every
+/// `GET /healthcheck` and the hundreds of a warm symbolication.
+struct Mimalloc;
+
+/// What every mimalloc block is aligned to.
+const WORD: usize = std::mem::size_of::<usize>();
+
+// SAFETY: each function hands the layout's size (and, above a word, its alignment) to
+// the mimalloc function of the same contract; mimalloc's blocks are word-aligned, and
+// `mi_free` takes blocks from either entry point.
+unsafe impl std::alloc::GlobalAlloc for Mimalloc {
+    #[inline]
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        use libmimalloc_sys::{mi_malloc, mi_malloc_aligned};
+        // SAFETY: see the impl.
+        unsafe {
+            if layout.align() <= WORD {
+                mi_malloc(layout.size()).cast()
+            } else {
+                mi_malloc_aligned(layout.size(), layout.align()).cast()
+            }
+        }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        use libmimalloc_sys::{mi_zalloc, mi_zalloc_aligned};
+        // SAFETY: see the impl.
+        unsafe {
+            if layout.align() <= WORD {
+                mi_zalloc(layout.size()).cast()
+            } else {
+                mi_zalloc_aligned(layout.size(), layout.align()).cast()
+            }
+        }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, _layout: std::alloc::Layout) {
+        // SAFETY: see the impl.
+        unsafe { libmimalloc_sys::mi_free(ptr.cast()) }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        use libmimalloc_sys::{mi_realloc, mi_realloc_aligned};
+        // SAFETY: see the impl.
+        unsafe {
+            if layout.align() <= WORD {
+                mi_realloc(ptr.cast(), new_size).cast()
+            } else {
+                mi_realloc_aligned(ptr.cast(), new_size, layout.align()).cast()
+            }
+        }
+    }
+}
 
 #[derive(Parser)]
 #[command(
@@ -524,6 +584,33 @@ fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_allocation_has_the_alignment_it_asks_for_and_keeps_its_bytes() {
+        use std::alloc::{GlobalAlloc, Layout};
+        for align in [1, 2, 4, 8, 16, 32, 64, 4096] {
+            for size in [1, 7, 8, 16, 24, 40, 100, 5000] {
+                let layout = Layout::from_size_align(size, align).unwrap();
+                // SAFETY: every layout has a non-zero size; each block is freed with
+                // the layout it was made with (after realloc, its new size).
+                unsafe {
+                    let zeroed = GLOBAL.alloc_zeroed(layout);
+                    assert_eq!(zeroed as usize % align, 0, "{layout:?}");
+                    assert!((0..size).all(|i| *zeroed.add(i) == 0), "{layout:?}");
+                    GLOBAL.dealloc(zeroed, layout);
+                    let block = GLOBAL.alloc(layout);
+                    assert_eq!(block as usize % align, 0, "{layout:?}");
+                    for i in 0..size {
+                        *block.add(i) = i as u8;
+                    }
+                    let grown = GLOBAL.realloc(block, layout, size * 3);
+                    assert_eq!(grown as usize % align, 0, "{layout:?} grown");
+                    assert!((0..size).all(|i| *grown.add(i) == i as u8), "{layout:?}");
+                    GLOBAL.dealloc(grown, Layout::from_size_align(size * 3, align).unwrap());
+                }
+            }
+        }
+    }
 
     #[test]
     fn bare_levels_read_as_upstream_reads_them() {
