@@ -94,6 +94,11 @@ pub async fn serve(
 ) {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.header_read_timeout(limits.header_read_timeout);
+    // One `write` of head and body copied together rather than a `writev` of both: on
+    // loopback `GET /healthcheck` ran about 4 % faster (alternating wrk rounds), and the
+    // warm `/symbolicate` rate did not change; the copy is of an answer already
+    // serialised once, small beside that.
+    http.writev(false);
     let mut health_http = http.clone();
     health_http.keep_alive(false);
     let graceful = GracefulShutdown::new();
