@@ -13,16 +13,14 @@
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
-use js_source_scopes::{NameResolver, ScopeIndex, ScopeName, SourceContext, extract_scope_names};
+pub use js_source_scopes::Scopes;
+use js_source_scopes::{NameResolver, ScopeIndex, SourceContext, extract_scope_names};
 use sourcemap::DecodedMap;
 use symbolic::sourcemapcache::{File, ScopeLookupResult, SourcePosition};
 
 use super::sourcemap_cache::OwnedSourceMapCache;
 use super::text::{SourceText, indexed_line, line_starts, without_line_ending};
 use crate::error::{CacheError, CacheResult};
-
-/// A minified file's function scopes: byte range and name, as the writer takes them.
-pub type Scopes = Vec<(Range<u32>, Option<ScopeName>)>;
 
 /// A source map ready to resolve positions.
 #[derive(Clone)]
