@@ -34,8 +34,10 @@ static GLOBAL: Mimalloc = Mimalloc;
 /// `GET /healthcheck` and the hundreds of a warm symbolication.
 struct Mimalloc;
 
-/// What every mimalloc block is aligned to.
-const WORD: usize = std::mem::size_of::<usize>();
+/// Whether every mimalloc block suits `layout`: all are aligned to a word.
+fn word_aligned(layout: std::alloc::Layout) -> bool {
+    layout.align() <= std::mem::size_of::<usize>()
+}
 
 // SAFETY: each function hands the layout's size (and, above a word, its alignment) to
 // the mimalloc function of the same contract; mimalloc's blocks are word-aligned, and
@@ -46,7 +48,7 @@ unsafe impl std::alloc::GlobalAlloc for Mimalloc {
         use libmimalloc_sys::{mi_malloc, mi_malloc_aligned};
         // SAFETY: see the impl.
         unsafe {
-            if layout.align() <= WORD {
+            if word_aligned(layout) {
                 mi_malloc(layout.size()).cast()
             } else {
                 mi_malloc_aligned(layout.size(), layout.align()).cast()
@@ -59,7 +61,7 @@ unsafe impl std::alloc::GlobalAlloc for Mimalloc {
         use libmimalloc_sys::{mi_zalloc, mi_zalloc_aligned};
         // SAFETY: see the impl.
         unsafe {
-            if layout.align() <= WORD {
+            if word_aligned(layout) {
                 mi_zalloc(layout.size()).cast()
             } else {
                 mi_zalloc_aligned(layout.size(), layout.align()).cast()
@@ -78,7 +80,7 @@ unsafe impl std::alloc::GlobalAlloc for Mimalloc {
         use libmimalloc_sys::{mi_realloc, mi_realloc_aligned};
         // SAFETY: see the impl.
         unsafe {
-            if layout.align() <= WORD {
+            if word_aligned(layout) {
                 mi_realloc(ptr.cast(), new_size).cast()
             } else {
                 mi_realloc_aligned(ptr.cast(), new_size, layout.align()).cast()
