@@ -159,28 +159,35 @@ impl JsFiles {
         self.downloader.config().connect_to_reserved_ips
     }
 
-    /// Starts parsing the scopes of `minified` (the text of the file keyed `minified`)
-    /// now, when the SourceMapCache of it and the map keyed `sourcemap` does not exist,
-    /// and no request answers that map directly or builds its cache yet: the parse is
-    /// the longest step of the first answer, and finding and decoding the map can run
-    /// beside it. `sourcemap` is where the map will most likely be found; a wrong guess
-    /// costs an unused parse, never a different answer (scopes depend on the minified
-    /// text alone). The caller holds what this returns until the map is resolved.
-    pub(super) async fn parse_scopes_ahead(
+    /// Looks at the SourceMapCache of `minified` (the text of the file keyed `minified`)
+    /// and the map keyed `sourcemap` before the map is searched for: the cache when it
+    /// exists (the request then does not look it up again), else a parse of the file's
+    /// scopes started now, unless a request answers that map directly or builds its
+    /// cache already. The parse is the longest step of the first answer, and finding
+    /// and decoding the map can run beside it. `sourcemap` is where the map will most
+    /// likely be found; a wrong guess costs an unused parse or lookup, never a different
+    /// answer (scopes depend on the minified text alone). The caller holds what this
+    /// returns until the map is resolved.
+    pub(super) async fn look_ahead(
         &self,
         minified: &CacheKey,
         sourcemap: &CacheKey,
         text: &SourceText,
-    ) -> Option<Arc<ScopeParse>> {
+    ) -> Option<Ahead> {
         let parents = [minified, sourcemap];
-        let key = DerivedCache::<SourceMapCacheFormat>::key(&parents);
-        if self.cold.contains(&key) || self.smcaches.cached(&parents).await.is_some() {
+        if let Some(cached) = self.smcaches.cached(&parents).await {
+            return Some(Ahead::Cached(cached.map(JsMapping::Cache)));
+        }
+        if self
+            .cold
+            .contains(&DerivedCache::<SourceMapCacheFormat>::key(&parents))
+        {
             return None;
         }
-        Some(
-            self.scopes
-                .start_or_join(minified, text, &self.budget, "ahead"),
-        )
+        let parse = self
+            .scopes
+            .start_or_join(minified, text, &self.budget, "ahead");
+        Some(Ahead::Parsing { _parse: parse })
     }
 
     /// What resolves frames of `minified` with `sourcemap`: their SourceMapCache, or
@@ -263,6 +270,14 @@ impl JsFiles {
             .await
             .map_err(|err: Arc<CacheError>| (*err).clone())
     }
+}
+
+/// What [`JsFiles::look_ahead`] found for a minified file before its map was searched.
+pub(super) enum Ahead {
+    /// The cache of the file and its expected map (or why it cannot be had).
+    Cached(CacheResult<JsMapping>),
+    /// The file's scopes, being parsed: held, so that the map's decoding joins them.
+    Parsing { _parse: Arc<ScopeParse> },
 }
 
 /// Source maps asked for before their SourceMapCache exists, by the cache's key. The

@@ -15,8 +15,7 @@ use sha2::{Digest, Sha256};
 use symbolic::common::{ByteView, DebugId};
 use url::Url;
 
-use super::files::{JsFiles, LookupResult};
-use super::scopes::ScopeParse;
+use super::files::{Ahead, JsFiles, LookupResult};
 use super::{FileError, Found, JsLookup, JsModuleFiles, MinifiedSource, SourceText};
 use crate::cache::{CacheKey, Scope};
 use crate::error::CacheError;
@@ -478,10 +477,10 @@ impl<'a> RequestLookup<'a> {
             }
         } else {
             let key = FileKey::SourceMap { abs_path, debug_id };
-            ahead = self.parse_scopes_ahead(&minified, &key).await;
+            ahead = self.look_ahead(&minified, &key).await;
             self.file(&key).await
         };
-        let mapping = self.mapping(&minified, &sourcemap).await;
+        let mapping = self.mapping(&minified, &sourcemap, ahead.as_ref()).await;
         drop(ahead);
         JsModuleFiles {
             minified_source,
@@ -493,13 +492,21 @@ impl<'a> RequestLookup<'a> {
         }
     }
 
+    /// The mapping of `minified` with `sourcemap`: what looking `ahead` found, when the
+    /// map is where it was expected, else looked up (or answered directly) now.
     async fn mapping(
         &self,
         minified: &FileEntry,
         sourcemap: &FileEntry,
+        ahead: Option<&(CachedFileUri, Ahead)>,
     ) -> Result<JsMapping, FileError> {
         let source = minified.entry.as_ref().map_err(Clone::clone)?;
         let map = sourcemap.entry.as_ref().map_err(Clone::clone)?;
+        if let Some((expected, Ahead::Cached(cached))) = ahead
+            && sourcemap.uri.as_ref() == Some(expected)
+        {
+            return Ok(cached.clone()?);
+        }
         let source_key = self.content_key(minified.uri.as_ref(), &source.contents);
         let map_key = self.content_key(sourcemap.uri.as_ref(), &map.contents);
         let input = SourceMapCacheInput {
@@ -533,18 +540,19 @@ impl<'a> RequestLookup<'a> {
         }
     }
 
-    /// Starts the scope parse of a minified file found in an artifact bundle while its
-    /// map (`map_key`) is still to be found (see [`JsFiles::parse_scopes_ahead`]). Where
-    /// the bundles' memo knows where the map is, that is its key; where it knows that no
-    /// bundle has the map, nothing starts, so a file whose map is elsewhere or nowhere
-    /// is not parsed on every request for nothing. Otherwise the guess is the minified
-    /// file's own bundle, where the tools that write bundles put its map. Files from
-    /// elsewhere are parsed once their map is found.
-    async fn parse_scopes_ahead(
+    /// Looks ahead (see [`JsFiles::look_ahead`]) for a minified file found in an
+    /// artifact bundle while its map (`map_key`) is still to be found, and says where
+    /// the map was expected. Where the bundles' memo knows where the map is, that is its
+    /// key; where it knows that no bundle has the map, nothing is done, so a file whose
+    /// map is elsewhere or nowhere is not parsed on every request for nothing.
+    /// Otherwise the guess is the minified file's own bundle, where the tools that
+    /// write bundles put its map. Files from elsewhere are parsed once their map is
+    /// found.
+    async fn look_ahead(
         &self,
         minified: &FileEntry,
         map_key: &FileKey,
-    ) -> Option<Arc<ScopeParse>> {
+    ) -> Option<(CachedFileUri, Ahead)> {
         let Some(uri @ CachedFileUri::Bundled(bundle, _)) = &minified.uri else {
             return None;
         };
@@ -554,9 +562,11 @@ impl<'a> RequestLookup<'a> {
             Err(NotRemembered) => CachedFileUri::Bundled(bundle.clone(), map_key.clone()),
         };
         let (source_key, map_key) = (self.uri_key(uri)?, self.uri_key(&map_uri)?);
-        self.shared
-            .parse_scopes_ahead(&source_key, &map_key, &file.contents)
-            .await
+        let ahead = self
+            .shared
+            .look_ahead(&source_key, &map_key, &file.contents)
+            .await?;
+        Some((map_uri, ahead))
     }
 }
 
