@@ -1,6 +1,7 @@
 //! The HTTP/1 listener: accepts at most `max_connections` connections at once, closes
-//! a connection whose request headers take longer than `header_read_timeout` (idle
-//! keep-alive connections included), fails a request body that takes longer than
+//! a connection that has gone `header_read_timeout` without a request (one that trickles
+//! its head, or sits idle between requests; checked four times per timeout, so cut off
+//! within a quarter more), fails a request body that takes longer than
 //! `body_read_timeout` to arrive, and drops a connection whose answer makes no progress
 //! for `write_timeout` (a client that stopped reading). Without these, a client that
 //! opens connections and sends half a request, or reads none of its answer, holds a
@@ -12,11 +13,13 @@
 //! On shutdown, requests in progress get `shutdown_timeout` to finish; then the
 //! remaining connections are dropped.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -93,7 +96,10 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) {
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.header_read_timeout(limits.header_read_timeout);
+    // The header deadline is the socket's (`ClientIo`): hyper's own, with a timer, made
+    // it try to read the next head once more per request, about 900 instructions
+    // (6 %) of a health check.
+    http.header_read_timeout(None);
     // One `write` of head and body copied together rather than a `writev` of both: on
     // loopback `GET /healthcheck` ran about 4 % faster (alternating wrk rounds), and the
     // warm `/symbolicate` rate did not change; the copy is of an answer already
@@ -127,7 +133,13 @@ pub async fn serve(
         };
         // Answers are written whole; Nagle's delay would only hold back their last packet.
         let _ = stream.set_nodelay(true);
-        let io = TokioIo::new(WriteDeadline::new(stream, limits.write_timeout));
+        let exchanges = Arc::new(Exchanges::default());
+        let io = TokioIo::new(ClientIo::new(
+            stream,
+            exchanges.clone(),
+            limits.header_read_timeout,
+            limits.write_timeout,
+        ));
         let app = app.clone();
         let body_timeout = limits.body_read_timeout;
         let (permit, health_only) = match admission {
@@ -139,9 +151,10 @@ pub async fn serve(
         };
         let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
             let app = app.clone();
+            let exchange = Exchange::begin(&exchanges);
             async move {
                 if health_only && !is_healthcheck(&request) {
-                    return Ok(connections_exhausted());
+                    return Ok::<_, Infallible>(connections_exhausted());
                 }
                 // A request without a body (every GET) has no deadline to keep.
                 let request = request.map(|body| {
@@ -151,17 +164,17 @@ pub async fn serve(
                         Body::new(DeadlineBody::new(body, body_timeout))
                     }
                 });
-                app.oneshot(request).await
+                let Ok(response) = app.oneshot(request).await;
+                // The exchange lasts until hyper has taken the whole answer.
+                Ok(response.map(|body| {
+                    Body::new(Answer {
+                        body,
+                        _exchange: exchange,
+                    })
+                }))
             }
         });
-        // A builder per connection, for the connection's own timer (a clone is a copy
-        // of a few settings).
-        let mut builder = if health_only {
-            health_http.clone()
-        } else {
-            http.clone()
-        };
-        builder.timer(HeadTimer::default());
+        let builder = if health_only { &health_http } else { &http };
         let connection = graceful.watch(builder.serve_connection(io, service));
         tokio::spawn(async move {
             if let Err(err) = connection.await {
@@ -215,89 +228,164 @@ async fn accept_failed(err: std::io::Error) {
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
-/// hyper's timer for one connection, whose only use is the header deadline: hyper asks
-/// for a new sleep at every request head and drops it once the head is parsed. Each of
-/// those as a tokio sleep went into the runtime's timer wheel and out again per request,
-/// a measurable share of the cheapest requests. Here the connection keeps one tokio
-/// sleep, the alarm, that may ring early but never late: a request's sleep only
-/// records its deadline, the alarm is moved only when it would ring after that
-/// deadline or has rung before it, so a busy connection touches the wheel about once
-/// per `header_read_timeout` instead of once per request.
-#[derive(Clone, Default)]
-struct HeadTimer {
-    alarm: Alarm,
+/// How many checks of a waiting head make `header_read_timeout`: a connection is
+/// closed between 1 and 1 + 1/HEAD_CHECKS of the timeout after its last answer was
+/// taken (or it was accepted) when no request head has come since.
+const HEAD_CHECKS: u32 = 4;
+
+/// A connection's requests: how many began (their heads were parsed) and how many
+/// ended (hyper took the whole answer, or the request was dropped). While they differ
+/// the connection is busy; otherwise it waits for a head. Only the connection's task
+/// changes them.
+#[derive(Default)]
+struct Exchanges {
+    begun: AtomicU64,
+    ended: AtomicU64,
 }
 
-/// A connection's one tokio sleep, set on first use.
-type Alarm = Arc<Mutex<Option<Pin<Box<Sleep>>>>>;
+/// One request of a connection, from its head until hyper has taken its answer.
+struct Exchange(Arc<Exchanges>);
 
-impl hyper::rt::Timer for HeadTimer {
-    fn sleep(&self, duration: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
-        self.sleep_until(std::time::Instant::now() + duration)
-    }
-
-    fn sleep_until(&self, deadline: std::time::Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
-        Box::pin(HeadDeadline {
-            deadline: tokio::time::Instant::from_std(deadline),
-            alarm: self.alarm.clone(),
-        })
+impl Exchange {
+    fn begin(exchanges: &Arc<Exchanges>) -> Self {
+        exchanges.begun.fetch_add(1, Ordering::Relaxed);
+        Exchange(exchanges.clone())
     }
 }
 
-/// One request head's deadline, on its connection's alarm. Only the connection's task
-/// polls it (the lock is never contended).
-struct HeadDeadline {
-    deadline: tokio::time::Instant,
-    alarm: Alarm,
-}
-
-impl Future for HeadDeadline {
-    type Output = ();
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let deadline = self.deadline;
-        let mut alarm = self.alarm.lock().unwrap_or_else(PoisonError::into_inner);
-        let alarm = alarm.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-        if alarm.deadline() > deadline {
-            alarm.as_mut().reset(deadline);
-        }
-        // No clock is read while the alarm has not rung: the timer wheel keeps time.
-        if alarm.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
-        }
-        if alarm.deadline() == deadline {
-            return Poll::Ready(());
-        }
-        // It rang for an earlier head: aim it at this one, which is Ready at once if
-        // this deadline has passed too.
-        alarm.as_mut().reset(deadline);
-        alarm.as_mut().poll(cx)
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        self.0.ended.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-impl hyper::rt::Sleep for HeadDeadline {}
+/// An answer's body, which ends its exchange when hyper drops it: after its last
+/// frame, or with the connection.
+struct Answer {
+    body: Body,
+    _exchange: Exchange,
+}
 
-/// A socket whose writes fail once they have made no progress for `timeout`: the
-/// client's receive window stayed shut that long, so it is not reading its answer.
-/// Only a write that waits counts; an answer still being computed writes nothing and
-/// is never cut off by this.
-struct WriteDeadline {
+impl http_body::Body for Answer {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A client's socket with the connection's deadlines:
+/// - **Head.** A read that waits fails once the connection has been without a request
+///   for `header_read_timeout`: a client that sends no head, or trickles one, or sits
+///   idle between requests. The check runs when a read waits, on a sleep that rings a
+///   few times per timeout; a connection busy with a request is never cut off by it,
+///   whatever it reads.
+/// - **Write.** A write fails once it has made no progress for `write_timeout`: the
+///   client's receive window stayed shut that long, so it is not reading its answer.
+///   Only a write that waits counts; an answer still being computed writes nothing and
+///   is never cut off by this.
+struct ClientIo {
     inner: TcpStream,
-    timeout: Duration,
+    exchanges: Arc<Exchanges>,
+    check_every: Duration,
+    /// Rings every `check_every` once a read has waited.
+    check: Option<Pin<Box<Sleep>>>,
+    /// The waker `check` was last polled with: until it is moved, the timer wheel
+    /// holds it, and a read that waits with the same one (every read of the
+    /// connection's task) need not poll `check` again.
+    registered: Option<Waker>,
+    /// The requests begun and ended as of the last check (their sum), and how many
+    /// checks in a row found the connection idle since.
+    seen: u64,
+    quiet: u32,
+    write_timeout: Duration,
     /// Set when a write first waited, cleared by any progress.
     stalled: Option<Pin<Box<Sleep>>>,
 }
 
-impl WriteDeadline {
-    fn new(inner: TcpStream, timeout: Duration) -> Self {
-        WriteDeadline {
+impl ClientIo {
+    fn new(
+        inner: TcpStream,
+        exchanges: Arc<Exchanges>,
+        header_read_timeout: Duration,
+        write_timeout: Duration,
+    ) -> Self {
+        ClientIo {
             inner,
-            timeout,
+            exchanges,
+            // At least a millisecond, so that a check never rings again at once.
+            check_every: (header_read_timeout / HEAD_CHECKS).max(Duration::from_millis(1)),
+            check: None,
+            registered: None,
+            seen: 0,
+            quiet: 0,
+            write_timeout,
             stalled: None,
         }
     }
 
-    fn progress<T>(
+    /// What a read that waits answers: still waiting, or the head deadline's error.
+    fn head_deadline(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let every = self.check_every;
+        let check = self
+            .check
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(every)));
+        loop {
+            if !check.is_elapsed()
+                && self
+                    .registered
+                    .as_ref()
+                    .is_some_and(|waker| waker.will_wake(cx.waker()))
+            {
+                return Poll::Pending;
+            }
+            if check.as_mut().poll(cx).is_pending() {
+                self.registered = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+            let begun = self.exchanges.begun.load(Ordering::Relaxed);
+            let ended = self.exchanges.ended.load(Ordering::Relaxed);
+            // A write that waits is `write_timeout`'s to judge.
+            let busy = begun != ended || self.stalled.is_some();
+            // Both only grow: their sum changes whenever a request began or ended.
+            let activity = begun.wrapping_add(ended);
+            if busy || activity != self.seen {
+                // Idle (if at all) only since the last check: counted from here.
+                self.seen = activity;
+                self.quiet = 0;
+            } else {
+                self.quiet += 1;
+                if self.quiet >= HEAD_CHECKS {
+                    metrics::counter!(crate::telemetry::HEAD_TIMEOUTS).increment(1);
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "no request head within {}s (header_read_timeout)",
+                            (every * HEAD_CHECKS).as_secs_f64()
+                        ),
+                    )));
+                }
+            }
+            // From now, not from when it rang: a connection whose task was busy must
+            // not have its checks counted at once.
+            check.as_mut().reset(tokio::time::Instant::now() + every);
+            self.registered = None;
+        }
+    }
+
+    fn write_progress<T>(
         &mut self,
         cx: &mut Context<'_>,
         poll: Poll<io::Result<T>>,
@@ -306,7 +394,7 @@ impl WriteDeadline {
             self.stalled = None;
             return poll;
         }
-        let timeout = self.timeout;
+        let timeout = self.write_timeout;
         let stalled = self
             .stalled
             .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
@@ -326,24 +414,27 @@ impl WriteDeadline {
     }
 }
 
-impl AsyncRead for WriteDeadline {
+impl AsyncRead for ClientIo {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Pending => self.head_deadline(cx),
+            ready => ready,
+        }
     }
 }
 
-impl AsyncWrite for WriteDeadline {
+impl AsyncWrite for ClientIo {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
-        self.progress(cx, poll)
+        self.write_progress(cx, poll)
     }
 
     fn poll_write_vectored(
@@ -352,7 +443,7 @@ impl AsyncWrite for WriteDeadline {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        self.progress(cx, poll)
+        self.write_progress(cx, poll)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -361,14 +452,15 @@ impl AsyncWrite for WriteDeadline {
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let poll = Pin::new(&mut self.inner).poll_flush(cx);
-        self.progress(cx, poll)
+        self.write_progress(cx, poll)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let poll = Pin::new(&mut self.inner).poll_shutdown(cx);
-        self.progress(cx, poll)
+        self.write_progress(cx, poll)
     }
 }
+
 /// The error of a body that did not arrive in time.
 #[derive(Debug, thiserror::Error)]
 #[error("the request body did not arrive within {}s (body_read_timeout)", .0.as_secs_f64())]
@@ -424,49 +516,87 @@ impl http_body::Body for DeadlineBody {
 mod tests {
     use std::time::Instant;
 
-    use hyper::rt::Timer;
+    use tokio::io::AsyncReadExt;
 
     use super::*;
 
-    /// Polls `sleep` once, as hyper does when a head is not complete yet.
-    async fn poll_once(sleep: &mut Pin<Box<dyn hyper::rt::Sleep>>) -> bool {
-        std::future::poll_fn(|cx| Poll::Ready(sleep.as_mut().poll(cx).is_ready())).await
+    /// A server-side socket in a `ClientIo` with a `timeout` head deadline, its
+    /// requests, and the client's end (kept open, sending nothing).
+    async fn connection(timeout: Duration) -> (ClientIo, Arc<Exchanges>, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let exchanges = Arc::new(Exchanges::default());
+        let io = ClientIo::new(server, exchanges.clone(), timeout, Duration::from_secs(60));
+        (io, exchanges, client)
     }
 
-    /// A head that completes in time: its sleep is polled once, then dropped with the
-    /// alarm set.
-    async fn head_in_time(timer: &HeadTimer, within: Duration) {
-        let mut sleep = timer.sleep(within);
-        assert!(!poll_once(&mut sleep).await);
-    }
-
-    /// Waits for a head's deadline `after` from now, and checks it came then.
-    async fn deadline_comes_after(timer: &HeadTimer, after: Duration) {
+    /// Reads until the read fails or `limit` passes; how long it took, if it failed
+    /// with the head deadline's error.
+    async fn read_fails_within(io: &mut ClientIo, limit: Duration) -> Option<Duration> {
         let started = Instant::now();
-        timer.sleep(after).await;
-        let waited = started.elapsed();
-        assert!(waited >= after - Duration::from_millis(10), "{waited:?}");
-        assert!(waited < Duration::from_secs(3), "{waited:?}");
+        let mut buf = [0u8; 64];
+        match tokio::time::timeout(limit, io.read(&mut buf)).await {
+            Ok(Err(err)) => {
+                assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+                assert!(err.to_string().contains("header_read_timeout"), "{err}");
+                Some(started.elapsed())
+            }
+            Ok(Ok(n)) => panic!("read {n} bytes from a silent client"),
+            Err(_) => None,
+        }
     }
 
     #[tokio::test]
-    async fn each_head_gets_its_own_deadline_from_the_shared_alarm() {
-        let timer = HeadTimer::default();
-        head_in_time(&timer, Duration::from_millis(200)).await;
-        // The next head's deadline is later than the alarm: the alarm rings early and
-        // is aimed again, so the head is not cut off before its own deadline.
-        deadline_comes_after(&timer, Duration::from_millis(500)).await;
-        // An earlier deadline than the alarm's moves the alarm forward.
-        head_in_time(&timer, Duration::from_secs(30)).await;
-        deadline_comes_after(&timer, Duration::from_millis(100)).await;
+    async fn a_connection_without_a_request_head_fails_its_read_after_the_timeout() {
+        let timeout = Duration::from_millis(400);
+        let (mut io, _exchanges, _client) = connection(timeout).await;
+        let failed = read_fails_within(&mut io, Duration::from_secs(5))
+            .await
+            .expect("the read did not fail");
+        assert!(failed >= timeout, "{failed:?}");
+        // The documented bound, with room for a loaded machine.
+        assert!(
+            failed < timeout * 5 / 4 + Duration::from_millis(300),
+            "{failed:?}"
+        );
     }
 
     #[tokio::test]
-    async fn a_deadline_that_passed_while_the_alarm_rang_for_another_is_ready() {
-        let timer = HeadTimer::default();
-        head_in_time(&timer, Duration::from_millis(50)).await;
-        let mut second = timer.sleep(Duration::from_millis(60));
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        assert!(poll_once(&mut second).await);
+    async fn reads_during_a_request_never_time_out() {
+        // A request in progress (its body read, its answer computed or written) reads as
+        // long as it needs to; the body has its own deadline.
+        let timeout = Duration::from_millis(200);
+        let (mut io, exchanges, _client) = connection(timeout).await;
+        let request = Exchange::begin(&exchanges);
+        assert_eq!(read_fails_within(&mut io, timeout * 4).await, None);
+        // Idle from when its answer was taken.
+        drop(request);
+        let ended = Instant::now();
+        read_fails_within(&mut io, Duration::from_secs(5))
+            .await
+            .expect("the read did not fail");
+        assert!(ended.elapsed() >= timeout, "{:?}", ended.elapsed());
+    }
+
+    #[tokio::test]
+    async fn each_request_gives_the_next_head_the_whole_timeout() {
+        // Requests that each come within the timeout keep the connection, however long
+        // it lives.
+        let timeout = Duration::from_millis(400);
+        let (mut io, exchanges, _client) = connection(timeout).await;
+        let started = Instant::now();
+        for _ in 0..4 {
+            assert_eq!(read_fails_within(&mut io, timeout * 3 / 4).await, None);
+            drop(Exchange::begin(&exchanges));
+        }
+        assert!(started.elapsed() > timeout * 2);
+        assert!(
+            read_fails_within(&mut io, Duration::from_secs(5))
+                .await
+                .is_some()
+        );
     }
 }

@@ -76,6 +76,9 @@ pub const LAZY_UNWINDS: &str = "stackwalk.lazy_unwinds";
 /// Connections dropped because their client read nothing of the answer for
 /// `write_timeout`.
 pub const WRITE_TIMEOUTS: &str = "connections.write_timeouts";
+/// Connections closed because no request head arrived within `header_read_timeout`
+/// (idle kept-alive connections included).
+pub const HEAD_TIMEOUTS: &str = "connections.head_timeouts";
 /// Connections accepted past `max_connections` that may only ask for `/healthcheck`.
 pub const HEALTH_ONLY_CONNECTIONS: &str = "connections.health_only";
 
@@ -335,6 +338,10 @@ fn describe() {
         (
             WRITE_TIMEOUTS,
             "connections dropped: the client read nothing of its answer for write_timeout",
+        ),
+        (
+            HEAD_TIMEOUTS,
+            "connections closed: no request head arrived within header_read_timeout",
         ),
         (
             HEALTH_ONLY_CONNECTIONS,

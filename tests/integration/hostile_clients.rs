@@ -50,6 +50,19 @@ async fn closed_within(mut stream: TcpStream, limit: Duration) -> Option<(Vec<u8
     .ok()
 }
 
+/// Sends `request` (a `GET /healthcheck`) on a kept-alive connection and reads its answer.
+async fn ask_healthcheck(stream: &mut TcpStream, request: &str) {
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !answer.ends_with(b"ok") {
+        let n = stream.read(&mut buf).await.unwrap();
+        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&answer));
+        answer.extend_from_slice(&buf[..n]);
+    }
+    assert!(answer.starts_with(b"HTTP/1.1 200"));
+}
+
 /// A slow symbol source: every file it is asked for is missing, after `ms`.
 fn slow_sources(symbols: &SymbolServer, ms: u64) -> Value {
     json!([{"type": "http", "id": "slow", "url": format!("{}slow/{ms}/", symbols.url),
@@ -69,15 +82,7 @@ async fn kept_alive_connections_that_trickle_a_later_head_are_closed_in_time() {
     for _ in 0..20 {
         let mut stream = TcpStream::connect(&addr).await.unwrap();
         for _ in 0..3 {
-            stream.write_all(request.as_bytes()).await.unwrap();
-            let mut answer = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !answer.ends_with(b"ok") {
-                let n = stream.read(&mut buf).await.unwrap();
-                assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&answer));
-                answer.extend_from_slice(&buf[..n]);
-            }
-            assert!(answer.starts_with(b"HTTP/1.1 200"));
+            ask_healthcheck(&mut stream, &request).await;
         }
         trickling.push(tokio::spawn(async move {
             let started = Instant::now();
@@ -104,6 +109,30 @@ async fn kept_alive_connections_that_trickle_a_later_head_are_closed_in_time() {
     }
     let (status, _) = server.get("/healthcheck").await;
     assert_eq!(status, StatusCode::OK);
+}
+
+/// A kept-alive connection that goes quiet after its answers is closed
+/// `header_read_timeout` after the last one (within the quarter the checks allow), and
+/// not before: the deadline counts from when hyper took the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_alive_connections_that_go_quiet_are_closed_after_the_header_timeout() {
+    let server = Server::start("header_read_timeout: 2s\n");
+    let addr = addr(&server);
+    let request = format!("GET /healthcheck HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    let mut stream = TcpStream::connect(&addr).await.unwrap();
+    for _ in 0..3 {
+        ask_healthcheck(&mut stream, &request).await;
+        // Quiet for most of the timeout between requests: each answer starts it again.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    let answered = Instant::now() - Duration::from_millis(1500);
+    let (rest, closed) = closed_within(stream, Duration::from_secs(10))
+        .await
+        .expect("a quiet connection was not closed within 10 s");
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    let quiet = closed - answered;
+    assert!(quiet >= Duration::from_millis(1900), "{quiet:?}");
+    assert!(quiet <= Duration::from_millis(3500), "{quiet:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
