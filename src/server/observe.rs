@@ -40,6 +40,9 @@ use crate::telemetry::{HTTP_IN_FLIGHT, HTTP_REQUEST_DURATION, HTTP_REQUESTS};
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
+/// Requests with at most this many headers are searched for an id by name.
+const SCANNED_HEADERS: usize = 16;
+
 /// Longest client-sent id kept; a longer one is replaced, not truncated.
 const MAX_CLIENT_ID_LEN: usize = 128;
 
@@ -202,14 +205,28 @@ where
 
 /// The client's id when [usable](is_usable_id), else a new one.
 fn request_id(request: &mut Request) -> HeaderValue {
-    let sent = request.headers().get(&REQUEST_ID);
+    let headers = request.headers();
+    // A request carries a few headers (and most no id): comparing their names costs
+    // less than hashing this one to look it up.
+    let sent = if headers.len() <= SCANNED_HEADERS {
+        headers
+            .iter()
+            .find_map(|(name, value)| (*name == REQUEST_ID).then_some(value))
+    } else {
+        headers.get(&REQUEST_ID)
+    };
     if let Some(id) = sent
         && id.to_str().is_ok_and(is_usable_id)
     {
         return id.clone();
     }
     let mut buffer = uuid::Uuid::encode_buffer();
-    let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buffer);
+    // Random bits from the thread's fast generator rather than a cryptographic one: an
+    // id names a request in logs, it guards nothing.
+    let id = uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes())
+        .into_uuid()
+        .hyphenated()
+        .encode_lower(&mut buffer);
     let id = HeaderValue::from_str(id).expect("a UUID is a valid header value");
     // Handlers never see an id unfit for a log line. A new id is not added to the
     // request: no handler reads it, and the insert (and the copy it needs) was a
@@ -398,6 +415,38 @@ mod tests {
             "/",
         ] {
             assert_eq!(label(path), UNMATCHED, "{path}");
+        }
+    }
+
+    #[test]
+    fn new_ids_are_distinct_v4_uuids_and_sent_ids_are_found_among_any_headers() {
+        let new_id = || {
+            let id = request_id(&mut Request::new(axum::body::Body::empty()));
+            uuid::Uuid::parse_str(id.to_str().unwrap()).unwrap()
+        };
+        let (a, b) = (new_id(), new_id());
+        assert_ne!(a, b);
+        for id in [a, b] {
+            assert_eq!(id.get_version(), Some(uuid::Version::Random), "{id}");
+            assert_eq!(id.get_variant(), uuid::Variant::RFC4122, "{id}");
+        }
+        // Searched by comparing names up to SCANNED_HEADERS, looked up past it.
+        for others in [0, 3, SCANNED_HEADERS - 1, SCANNED_HEADERS, 40] {
+            let mut request = Request::new(axum::body::Body::empty());
+            for i in 0..others {
+                let name = HeaderName::try_from(format!("x-other-{i}")).unwrap();
+                request
+                    .headers_mut()
+                    .insert(name, HeaderValue::from_static("v"));
+            }
+            request
+                .headers_mut()
+                .insert(&REQUEST_ID, HeaderValue::from_static("trace-7"));
+            assert_eq!(
+                request_id(&mut request),
+                "trace-7",
+                "{others} other headers"
+            );
         }
     }
 
