@@ -153,24 +153,26 @@ pub async fn serve(
             let app = app.clone();
             let exchange = Exchange::begin(&exchanges);
             async move {
-                if health_only && !is_healthcheck(&request) {
-                    return Ok::<_, Infallible>(connections_exhausted());
-                }
-                // A request without a body (every GET) has no deadline to keep.
-                let request = request.map(|body| {
-                    if http_body::Body::is_end_stream(&body) {
-                        Body::new(body)
-                    } else {
-                        Body::new(DeadlineBody::new(body, body_timeout))
-                    }
-                });
-                let Ok(response) = app.oneshot(request).await;
-                // The exchange lasts until hyper has taken the whole answer.
-                Ok(response.map(|body| {
-                    Body::new(Answer {
-                        body,
-                        _exchange: exchange,
-                    })
+                let response = if health_only && !is_healthcheck(&request) {
+                    connections_exhausted()
+                } else {
+                    // A request without a body (every GET) has no deadline to keep.
+                    let request = request.map(|body| {
+                        if http_body::Body::is_end_stream(&body) {
+                            Body::new(body)
+                        } else {
+                            Body::new(DeadlineBody::new(body, body_timeout))
+                        }
+                    });
+                    let Ok(response) = app.oneshot(request).await;
+                    response
+                };
+                // The exchange lasts until hyper has taken the whole answer. hyper takes
+                // the wrapper as it is (boxing it into a `Body` again cost an allocation
+                // per request).
+                Ok::<_, Infallible>(response.map(|body| Answer {
+                    body,
+                    _exchange: exchange,
                 }))
             }
         });
