@@ -34,9 +34,19 @@ static GLOBAL: Mimalloc = Mimalloc;
 /// `GET /healthcheck` and the hundreds of a warm symbolication.
 struct Mimalloc;
 
-/// Whether every mimalloc block suits `layout`: all are aligned to a word.
-fn word_aligned(layout: std::alloc::Layout) -> bool {
-    layout.align() <= std::mem::size_of::<usize>()
+/// `plain` when every mimalloc block suits `layout` (all are aligned to a word), else
+/// `aligned` with the layout's alignment.
+#[inline(always)]
+fn by_alignment(
+    layout: std::alloc::Layout,
+    plain: impl FnOnce() -> *mut std::ffi::c_void,
+    aligned: impl FnOnce(usize) -> *mut std::ffi::c_void,
+) -> *mut u8 {
+    if layout.align() <= std::mem::size_of::<usize>() {
+        plain().cast()
+    } else {
+        aligned(layout.align()).cast()
+    }
 }
 
 // SAFETY: each function hands the layout's size (and, above a word, its alignment) to
@@ -46,26 +56,28 @@ unsafe impl std::alloc::GlobalAlloc for Mimalloc {
     #[inline]
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
         use libmimalloc_sys::{mi_malloc, mi_malloc_aligned};
+        let size = layout.size();
         // SAFETY: see the impl.
         unsafe {
-            if word_aligned(layout) {
-                mi_malloc(layout.size()).cast()
-            } else {
-                mi_malloc_aligned(layout.size(), layout.align()).cast()
-            }
+            by_alignment(
+                layout,
+                || mi_malloc(size),
+                |align| mi_malloc_aligned(size, align),
+            )
         }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
         use libmimalloc_sys::{mi_zalloc, mi_zalloc_aligned};
+        let size = layout.size();
         // SAFETY: see the impl.
         unsafe {
-            if word_aligned(layout) {
-                mi_zalloc(layout.size()).cast()
-            } else {
-                mi_zalloc_aligned(layout.size(), layout.align()).cast()
-            }
+            by_alignment(
+                layout,
+                || mi_zalloc(size),
+                |align| mi_zalloc_aligned(size, align),
+            )
         }
     }
 
@@ -78,13 +90,14 @@ unsafe impl std::alloc::GlobalAlloc for Mimalloc {
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
         use libmimalloc_sys::{mi_realloc, mi_realloc_aligned};
+        let ptr = ptr.cast();
         // SAFETY: see the impl.
         unsafe {
-            if word_aligned(layout) {
-                mi_realloc(ptr.cast(), new_size).cast()
-            } else {
-                mi_realloc_aligned(ptr.cast(), new_size, layout.align()).cast()
-            }
+            by_alignment(
+                layout,
+                || mi_realloc(ptr, new_size),
+                |align| mi_realloc_aligned(ptr, new_size, align),
+            )
         }
     }
 }
