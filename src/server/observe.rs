@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -331,9 +331,6 @@ struct Endpoint {
     /// Whether the console keeps its requests (see `is_service_endpoint`).
     watched: bool,
     duration: Histogram,
-    /// Its `200` counter, the status of nearly every request, kept here: the
-    /// thread's map below cost more than the rest of the request's metrics.
-    ok: OnceLock<Counter>,
 }
 
 thread_local! {
@@ -355,33 +352,24 @@ impl Endpoint {
             label,
             watched: is_service_endpoint(label),
             duration: metrics::histogram!(HTTP_REQUEST_DURATION, "endpoint" => label),
-            ok: OnceLock::new(),
         }));
         all.insert(label, made);
         made
     }
 
     fn count(&'static self, status: u16) {
-        if status == 200 {
-            // Made on the first, as every other status's: a route never answered has
-            // no series.
-            self.ok.get_or_init(|| self.counter(status)).increment(1);
-            return;
-        }
         COUNTS.with_borrow_mut(|counts| {
             counts
                 .entry((std::ptr::from_ref(self) as usize, status))
-                .or_insert_with(|| self.counter(status))
+                .or_insert_with(|| {
+                    metrics::counter!(
+                        HTTP_REQUESTS,
+                        "endpoint" => self.label,
+                        "status" => status.to_string()
+                    )
+                })
                 .increment(1);
         });
-    }
-
-    fn counter(&self, status: u16) -> Counter {
-        metrics::counter!(
-            HTTP_REQUESTS,
-            "endpoint" => self.label,
-            "status" => status.to_string()
-        )
     }
 }
 
