@@ -19,17 +19,16 @@
 //! metric by name and labels per request. On two cores that per-request work halved
 //! the rate of `GET /healthcheck`, the floor of every request.
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::extract::Request;
-use axum::http::{HeaderName, HeaderValue, Method};
+use axum::http::{HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use metrics::{Counter, Histogram};
 use rustc_hash::FxHashMap;
@@ -262,7 +261,7 @@ impl Record {
         let status = response.status().as_u16();
         let elapsed = self.started.elapsed();
         self.endpoint.duration.record(elapsed);
-        self.endpoint.count(status);
+        self.endpoint.count(response.status());
         if let Some((method, path)) = &self.line {
             tracing::info!(
                 target: "omnisym::access",
@@ -331,12 +330,10 @@ struct Endpoint {
     /// Whether the console keeps its requests (see `is_service_endpoint`).
     watched: bool,
     duration: Histogram,
-}
-
-thread_local! {
-    /// Request counters by endpoint (its address) and status; statuses are what
-    /// handlers answer, so these are bounded too.
-    static COUNTS: RefCell<FxHashMap<(usize, u16), Counter>> = RefCell::default();
+    /// Request counters by status: a row per hundred (`2xx`), made when its class is
+    /// first answered, a slot per status in it, made when that status is. Indexing
+    /// costs less than hashing, and only the statuses answered take memory.
+    counts: [OnceLock<Box<[OnceLock<Counter>; 100]>>; 9],
 }
 
 impl Endpoint {
@@ -352,24 +349,25 @@ impl Endpoint {
             label,
             watched: is_service_endpoint(label),
             duration: metrics::histogram!(HTTP_REQUEST_DURATION, "endpoint" => label),
+            counts: Default::default(),
         }));
         all.insert(label, made);
         made
     }
 
-    fn count(&'static self, status: u16) {
-        COUNTS.with_borrow_mut(|counts| {
-            counts
-                .entry((std::ptr::from_ref(self) as usize, status))
-                .or_insert_with(|| {
-                    metrics::counter!(
-                        HTTP_REQUESTS,
-                        "endpoint" => self.label,
-                        "status" => status.to_string()
-                    )
-                })
-                .increment(1);
-        });
+    fn count(&self, status: StatusCode) {
+        // `StatusCode` is 100..=999, so both indexes are in bounds.
+        let status = status.as_u16();
+        let (class, slot) = (usize::from(status / 100 - 1), usize::from(status % 100));
+        self.counts[class].get_or_init(|| Box::new(std::array::from_fn(|_| OnceLock::new())))[slot]
+            .get_or_init(|| {
+                metrics::counter!(
+                    HTTP_REQUESTS,
+                    "endpoint" => self.label,
+                    "status" => status.to_string()
+                )
+            })
+            .increment(1);
     }
 }
 
@@ -435,6 +433,32 @@ mod tests {
                 "trace-7",
                 "{others} other headers"
             );
+        }
+    }
+
+    #[test]
+    fn every_status_is_counted_on_its_own_series() {
+        let answered = [(100, 1), (200, 3), (201, 1), (299, 2), (404, 1), (999, 1)];
+        let ((), recorded) = crate::telemetry::recorded(|| {
+            let endpoint = Endpoint {
+                label: "/t",
+                watched: false,
+                duration: metrics::histogram!(HTTP_REQUEST_DURATION),
+                counts: Default::default(),
+            };
+            for (status, times) in answered {
+                for _ in 0..times {
+                    endpoint.count(StatusCode::from_u16(status).unwrap());
+                }
+            }
+        });
+        for (status, times) in answered {
+            let labels = [("endpoint", "/t"), ("status", &*status.to_string())];
+            assert_eq!(recorded.counter(HTTP_REQUESTS, &labels), times, "{status}");
+        }
+        for status in ["202", "300", "500"] {
+            let labels = [("endpoint", "/t"), ("status", status)];
+            assert_eq!(recorded.counter(HTTP_REQUESTS, &labels), 0, "{status}");
         }
     }
 

@@ -227,30 +227,36 @@ pub fn install(config: &MetricsConfig) -> PrometheusHandle {
 }
 
 /// The recorder to install (Prometheus, and StatsD when configured and reachable) and
-/// the handle that renders the Prometheus text.
+/// the handle that renders the Prometheus text. Prometheus alone is installed as it is:
+/// a fanout of one would put its own handle in front of every count and timing.
 fn build(
     config: &MetricsConfig,
     tags: TagSources,
-) -> (metrics_util::layers::Fanout, PrometheusHandle) {
+) -> (Box<dyn metrics::Recorder + Sync>, PrometheusHandle) {
     let prometheus = PrometheusBuilder::new()
         .with_recommended_naming(true)
         .set_buckets_for_metric(Matcher::Suffix("duration_seconds".into()), DURATION_BUCKETS)
         .expect("the buckets are not empty")
         .build_recorder();
     let handle = prometheus.handle();
-    let mut fanout = FanoutBuilder::default().add_recorder(prometheus);
-    if let Some(addr) = &config.statsd {
-        match statsd_recorder(config, addr, tags) {
-            Ok(statsd) => {
-                tracing::info!(%addr, prefix = %config.prefix, "sending metrics to StatsD");
-                fanout = fanout.add_recorder(statsd);
-            }
-            // A metrics sink that is down or misnamed must not keep the server from
-            // symbolicating.
-            Err(err) => tracing::warn!(%addr, error = %err, "cannot send metrics to StatsD"),
+    let Some(addr) = &config.statsd else {
+        return (Box::new(prometheus), handle);
+    };
+    match statsd_recorder(config, addr, tags) {
+        Ok(statsd) => {
+            tracing::info!(%addr, prefix = %config.prefix, "sending metrics to StatsD");
+            let fanout = FanoutBuilder::default()
+                .add_recorder(prometheus)
+                .add_recorder(statsd);
+            (Box::new(fanout.build()), handle)
+        }
+        // A metrics sink that is down or misnamed must not keep the server from
+        // symbolicating.
+        Err(err) => {
+            tracing::warn!(%addr, error = %err, "cannot send metrics to StatsD");
+            (Box::new(prometheus), handle)
         }
     }
-    (fanout.build(), handle)
 }
 
 fn statsd_recorder(
