@@ -258,10 +258,11 @@ struct Record {
 
 impl Record {
     fn finish(mut self, response: &mut Response) {
-        let status = response.status().as_u16();
+        let status = response.status();
         let elapsed = self.started.elapsed();
         self.endpoint.duration.record(elapsed);
-        self.endpoint.count(response.status());
+        self.endpoint.count(status);
+        let status = status.as_u16();
         if let Some((method, path)) = &self.line {
             tracing::info!(
                 target: "omnisym::access",

@@ -239,24 +239,30 @@ fn build(
         .expect("the buckets are not empty")
         .build_recorder();
     let handle = prometheus.handle();
-    let Some(addr) = &config.statsd else {
-        return (Box::new(prometheus), handle);
-    };
-    match statsd_recorder(config, addr, tags) {
-        Ok(statsd) => {
-            tracing::info!(%addr, prefix = %config.prefix, "sending metrics to StatsD");
-            let fanout = FanoutBuilder::default()
+    let statsd = config.statsd.as_ref().and_then(|addr| {
+        match statsd_recorder(config, addr, tags) {
+            Ok(statsd) => {
+                tracing::info!(%addr, prefix = %config.prefix, "sending metrics to StatsD");
+                Some(statsd)
+            }
+            // A metrics sink that is down or misnamed must not keep the server from
+            // symbolicating.
+            Err(err) => {
+                tracing::warn!(%addr, error = %err, "cannot send metrics to StatsD");
+                None
+            }
+        }
+    });
+    let recorder: Box<dyn metrics::Recorder + Sync> = match statsd {
+        Some(statsd) => Box::new(
+            FanoutBuilder::default()
                 .add_recorder(prometheus)
-                .add_recorder(statsd);
-            (Box::new(fanout.build()), handle)
-        }
-        // A metrics sink that is down or misnamed must not keep the server from
-        // symbolicating.
-        Err(err) => {
-            tracing::warn!(%addr, error = %err, "cannot send metrics to StatsD");
-            (Box::new(prometheus), handle)
-        }
-    }
+                .add_recorder(statsd)
+                .build(),
+        ),
+        None => Box::new(prometheus),
+    };
+    (recorder, handle)
 }
 
 fn statsd_recorder(
