@@ -5,8 +5,13 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::{Deserialize, Deserializer};
 use sha2::{Digest, Sha256};
+
+/// Bytes a scope's directory name keeps as they are (`A-Za-z0-9-_`); every other byte is
+/// `%XX`, so no name is `.`, `..`, holds a separator, or starts with `~`.
+const DIR_NAME_KEEPS: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_');
 
 /// The cache scope of a request. Files from public sources and everything a request
 /// without a scope computes live in `Global`; a scoped request sees `Global` files and
@@ -41,14 +46,7 @@ impl Scope {
     /// collide with `Global` because `Scope::new` maps that name to `Global` itself.
     fn dir_name(&self) -> String {
         let raw = self.as_str();
-        let mut out = String::with_capacity(raw.len());
-        for b in raw.bytes() {
-            if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
-                out.push(b as char);
-            } else {
-                out.push_str(&format!("%{b:02X}"));
-            }
-        }
+        let out = utf8_percent_encode(raw, DIR_NAME_KEEPS).to_string();
         if out.len() > 100 {
             format!("~h-{}", hex::encode(Sha256::digest(raw.as_bytes())))
         } else {
