@@ -982,8 +982,9 @@ struct Joined {
     is_new: bool,
 }
 
-/// Removes the SymCaches that builds before the `symbfile_symcaches` cache kind kept
-/// beside the symbfiles (`index-<digest>.symcache`): nothing reads them any more.
+/// Removes `index-<digest>.symcache` files beside the symbfiles, which an older
+/// omnisym's store may hold: SymCaches of uploads are the `symbfile_symcaches` cache
+/// kind, so nothing reads these.
 fn remove_old_indexes(target: &Path) {
     for entry in fs::read_dir(target).into_iter().flatten().flatten() {
         if entry.file_name().to_string_lossy().starts_with("index-") {
