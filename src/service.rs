@@ -428,7 +428,7 @@ fn plain_body(response: &SymbolicationResponse) -> Bytes {
 /// brace becomes the comma. The offline CLI answers with the same bytes.
 ///
 /// sonic-rs writes the same bytes as serde_json (the tests compare them) but escapes
-/// strings with SIMD; serde_json's byte-by-byte escaping was the largest single cost
+/// strings with SIMD; serde_json's byte-by-byte escaping is the largest single cost
 /// of a warm answer, which is mostly strings.
 pub fn completed_body<T: Serialize>(value: &T) -> Bytes {
     const HEAD: &[u8] = br#"{"status":"completed""#;

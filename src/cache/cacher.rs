@@ -297,7 +297,7 @@ impl<R: CacheItemRequest> Cacher<R> {
     pub async fn get(&self, key: CacheKey, request: R) -> CacheResult<R::Item> {
         let started = Instant::now();
         // A warm entry without building (and boxing) the load future, which is large
-        // and was most of a memory hit's cost.
+        // and would be most of a memory hit's cost.
         if let Some(value) = self.in_memory(&key, started).await {
             return value;
         }
@@ -441,8 +441,9 @@ impl<R: CacheItemRequest> Cacher<R> {
 
     /// Another replica's result, published locally; `None` when there is none usable.
     /// Callers box it: the S3 and GCS clients' futures make it some 16 KiB, and held
-    /// inline it made every lookup's future (and each request's, which holds them) that
-    /// large, copied whenever one was moved, warm lookups that never get here included.
+    /// inline it would make every lookup's future (and each request's, which holds them)
+    /// that large, copied whenever one is moved, warm lookups that never get here
+    /// included.
     async fn read_shared(
         &self,
         key: &CacheKey,

@@ -1,6 +1,6 @@
 //! Deleting cache files: `omnisym cleanup` and the server's periodic task. It applies
 //! the time rules (`max_unused_for`, placeholder lifetimes), removes stray temp files,
-//! files of cache versions no kind can read any more, and then, over the disk budget,
+//! files of cache versions no kind reads, and then, over the disk budget,
 //! the least recently used files, originals before derived caches.
 //!
 //! It never takes a lock with the server: a reader has its file memory-mapped (an

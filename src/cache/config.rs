@@ -69,7 +69,7 @@ pub struct InMemoryConfig {
     pub lookup_reuse_capacity: u64,
     /// Artifact bundles kept opened (their zip directory and manifest parsed), and the
     /// bytes of files read out of them kept inflated (omnisym only). Opening a bundle and
-    /// inflating its files for every `/symbolicate-js` request was a third of its work.
+    /// inflating its files for every `/symbolicate-js` request costs a third of its work.
     pub artifact_bundles: u64,
     #[serde(deserialize_with = "deserialize_size")]
     pub artifact_bundle_files: u64,

@@ -5,8 +5,13 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::{Deserialize, Deserializer};
 use sha2::{Digest, Sha256};
+
+/// Bytes a scope's directory name keeps as they are (`A-Za-z0-9-_`); every other byte is
+/// `%XX`, so no name is `.`, `..`, holds a separator, or starts with `~`.
+const DIR_NAME_KEEPS: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_');
 
 /// The cache scope of a request. Files from public sources and everything a request
 /// without a scope computes live in `Global`; a scoped request sees `Global` files and
@@ -41,14 +46,7 @@ impl Scope {
     /// collide with `Global` because `Scope::new` maps that name to `Global` itself.
     fn dir_name(&self) -> String {
         let raw = self.as_str();
-        let mut out = String::with_capacity(raw.len());
-        for b in raw.bytes() {
-            if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
-                out.push(b as char);
-            } else {
-                out.push_str(&format!("%{b:02X}"));
-            }
-        }
+        let out = utf8_percent_encode(raw, DIR_NAME_KEEPS).to_string();
         if out.len() > 100 {
             format!("~h-{}", hex::encode(Sha256::digest(raw.as_bytes())))
         } else {
@@ -192,5 +190,73 @@ mod tests {
             CacheKey::derived_from(&[&b, &a], "x")
         );
         assert_eq!(CacheKey::derived_from(&[&a, &c], "x").scope(), c.scope());
+    }
+
+    /// Scope directory names are part of every cache file's path, so a change to them
+    /// orphans the files already on disk: these pin them byte for byte (`A-Za-z0-9-_`
+    /// kept, every other byte of the UTF-8 as `%XX` in upper case, names over 100 bytes
+    /// hashed behind `~h-`).
+    #[test]
+    fn scope_directory_names_are_pinned() {
+        let each_char: String = (0..=255u8)
+            .map(|b| Scope::new(&char::from(b).to_string()).dir_name() + " ")
+            .collect();
+        assert_eq!(
+            each_char,
+            "\
+             %00 %01 %02 %03 %04 %05 %06 %07 %08 %09 %0A %0B %0C %0D %0E %0F %10 %11 %12 \
+             %13 %14 %15 %16 %17 %18 %19 %1A %1B %1C %1D %1E %1F %20 %21 %22 %23 %24 %25 \
+             %26 %27 %28 %29 %2A %2B %2C - %2E %2F 0 1 2 3 4 5 6 7 8 9 %3A %3B %3C %3D \
+             %3E %3F %40 A B C D E F G H I J K L M N O P Q R S T U V W X Y Z %5B %5C %5D \
+             %5E _ %60 a b c d e f g h i j k l m n o p q r s t u v w x y z %7B %7C %7D \
+             %7E %7F %C2%80 %C2%81 %C2%82 %C2%83 %C2%84 %C2%85 %C2%86 %C2%87 %C2%88 \
+             %C2%89 %C2%8A %C2%8B %C2%8C %C2%8D %C2%8E %C2%8F %C2%90 %C2%91 %C2%92 \
+             %C2%93 %C2%94 %C2%95 %C2%96 %C2%97 %C2%98 %C2%99 %C2%9A %C2%9B %C2%9C \
+             %C2%9D %C2%9E %C2%9F %C2%A0 %C2%A1 %C2%A2 %C2%A3 %C2%A4 %C2%A5 %C2%A6 \
+             %C2%A7 %C2%A8 %C2%A9 %C2%AA %C2%AB %C2%AC %C2%AD %C2%AE %C2%AF %C2%B0 \
+             %C2%B1 %C2%B2 %C2%B3 %C2%B4 %C2%B5 %C2%B6 %C2%B7 %C2%B8 %C2%B9 %C2%BA \
+             %C2%BB %C2%BC %C2%BD %C2%BE %C2%BF %C3%80 %C3%81 %C3%82 %C3%83 %C3%84 \
+             %C3%85 %C3%86 %C3%87 %C3%88 %C3%89 %C3%8A %C3%8B %C3%8C %C3%8D %C3%8E \
+             %C3%8F %C3%90 %C3%91 %C3%92 %C3%93 %C3%94 %C3%95 %C3%96 %C3%97 %C3%98 \
+             %C3%99 %C3%9A %C3%9B %C3%9C %C3%9D %C3%9E %C3%9F %C3%A0 %C3%A1 %C3%A2 \
+             %C3%A3 %C3%A4 %C3%A5 %C3%A6 %C3%A7 %C3%A8 %C3%A9 %C3%AA %C3%AB %C3%AC \
+             %C3%AD %C3%AE %C3%AF %C3%B0 %C3%B1 %C3%B2 %C3%B3 %C3%B4 %C3%B5 %C3%B6 \
+             %C3%B7 %C3%B8 %C3%B9 %C3%BA %C3%BB %C3%BC %C3%BD %C3%BE %C3%BF \
+            "
+        );
+        let x = |n| "x".repeat(n);
+        let e_acute = |n| "\u{e9}".repeat(n);
+        for (scope, dir) in [
+            ("/".to_owned(), "%2F"),
+            ("..".to_owned(), "%2E%2E"),
+            (".".to_owned(), "%2E"),
+            ("%".to_owned(), "%25"),
+            ("%2F".to_owned(), "%252F"),
+            ("a/../b".to_owned(), "a%2F%2E%2E%2Fb"),
+            ("C:\\x".to_owned(), "C%3A%5Cx"),
+            ("".to_owned(), "global"),
+            ("global".to_owned(), "global"),
+            ("Global".to_owned(), "Global"),
+            ("project-42_prod".to_owned(), "project-42_prod"),
+            ("~h-abc".to_owned(), "%7Eh-abc"),
+            (
+                "\u{65e5}\u{672c}\u{8a9e}".to_owned(),
+                "%E6%97%A5%E6%9C%AC%E8%AA%9E",
+            ),
+            ("\u{1f600}".to_owned(), "%F0%9F%98%80"),
+            ("\u{202e}evil".to_owned(), "%E2%80%AEevil"),
+            (e_acute(16), &"%C3%A9".repeat(16)),
+            (
+                e_acute(17),
+                "~h-b9d7a28694bca22000fc3d6eaca87f311a5968993b343a1dd4adcdc027d66d0c",
+            ),
+            (x(100), &x(100)),
+            (
+                x(101),
+                "~h-c675a2e604b0cd1229c036e3ce0c87422980a245e295bbc605a507a2299752db",
+            ),
+        ] {
+            assert_eq!(Scope::new(&scope).dir_name(), dir, "{scope:?}");
+        }
     }
 }

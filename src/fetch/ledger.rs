@@ -55,11 +55,11 @@ pub struct DownloadLedger {
 
 #[derive(Default)]
 struct State {
-    sources: HashMap<String, Tally>,
+    sources: HashMap<String, SourceTotals>,
     recent: VecDeque<(SystemTime, Recent)>,
 }
 
-struct Tally {
+struct SourceTotals {
     source_type: &'static str,
     downloads: u64,
     ok: u64,
@@ -125,7 +125,7 @@ impl DownloadLedger {
         let tally = state
             .sources
             .entry(source.to_owned())
-            .or_insert_with(|| Tally {
+            .or_insert_with(|| SourceTotals {
                 source_type,
                 downloads: 0,
                 ok: 0,

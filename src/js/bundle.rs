@@ -65,8 +65,8 @@ enum FileQuery {
 
 /// Files already read (inflated) out of opened bundles, and the queries a bundle has no
 /// file for, bounded by their bytes. symbolic inflates a file whenever it is asked for
-/// it: on warm `/symbolicate-js` traffic that, with opening the bundle, was a third of
-/// every request's work.
+/// it: on warm `/symbolicate-js` traffic that, with opening the bundle, costs a third
+/// of every request's work.
 #[derive(Clone)]
 pub struct BundleFileMemo(moka::sync::Cache<(u64, FileQuery), Option<Arc<BundleFile>>>);
 

@@ -149,8 +149,8 @@ pub struct DirectMap {
     scopes: Arc<Scopes>,
     /// The writer's scope index, by byte offset in the minified file: the writer keys
     /// it by each offset's position, and so does [`DirectMap::scope_at`], converting
-    /// only the offsets its search looks at (converting all of them was most of what
-    /// building a `DirectMap` took). Offsets past the file's last character, which have
+    /// only the offsets its search looks at (converting all of them would be most of
+    /// what building a `DirectMap` takes). Offsets past the file's last character, which have
     /// no position and which the writer drops, are left out.
     index: Vec<(u32, ScopeSlot)>,
     /// The original name of each of `scopes`, once asked for.

@@ -294,8 +294,8 @@ mod tests {
 
     type SymCacheSecondary = <SymCacheFormat as ObjectDerivedFormat>::Secondary;
 
-    /// Warm caches survive the change that brought secondary inputs: a SymCache of a
-    /// module without any is keyed by its object alone, as every SymCache was before.
+    /// A SymCache of a module without secondary inputs is keyed by its object alone, the
+    /// key SymCaches without such inputs have on disk, so they stay warm.
     #[test]
     fn without_secondary_inputs_the_key_is_the_objects_alone() {
         let object = CacheKey::new(Scope::Global, &["source", "ab/cdef/debuginfo"]);

@@ -282,8 +282,8 @@ impl ObjectHandle {
 
     /// The file `path` of a source bundle or portable PDB. Each is read once while
     /// the handle is cached (within [`MAX_BUNDLED_BYTES`] for all handles): reading one
-    /// opens a debug session of the archive and inflates the file, which was most of
-    /// the work of a small warm minidump.
+    /// opens a debug session of the archive and inflates the file, which is otherwise
+    /// most of the work of a small warm minidump.
     pub fn bundled_source(&self, path: &str) -> Option<Arc<BundledSource>> {
         let files = || self.bundled.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(found) = files().files.get(path) {

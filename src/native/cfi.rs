@@ -7,9 +7,9 @@
 //! each record is (`index`), and each walk parses only the record covering its address
 //! into a `SymbolFile` and lets that walk the frame, so the rules are evaluated by
 //! minidump-unwind's own code and the record chosen is the one the whole file would
-//! give. Parsing whole files kept about twice their text on the heap for as long as
-//! they were cached, and took some 5 ms per MiB before the first frame. A text outside
-//! what the index reads (not written by symbolic) is parsed whole, as it always was.
+//! give. Parsing a whole file would keep about twice its text on the heap for as long
+//! as it is cached, and take some 5 ms per MiB before the first frame. A text outside
+//! what the index reads (not written by symbolic) is parsed whole.
 
 mod index;
 

@@ -1,6 +1,6 @@
 //! The source paths of recently symbolicated addresses. A SymCache stores a frame's
 //! path as three strings (compilation directory, directory, name) that symbolic joins
-//! and cleans on every lookup; on a warm `/symbolicate` that was the most expensive
+//! and cleans on every lookup; on a warm `/symbolicate` that is the most expensive
 //! step, about 2,600 instructions per frame against 60 to copy a remembered path.
 //!
 //! The memo is a direct-mapped table of a fixed number of slots, as a CPU cache is:

@@ -202,9 +202,9 @@ pub struct RawFrame {
 /// Fields a frame can have (what `serialize_struct` is told; JSON ignores it).
 const RAW_FRAME_FIELDS: usize = 19;
 
-/// By hand, and shared with [`SymbolicatedFrame`], which used to flatten it in: a
-/// flattened struct is written as a map, one entry through an adapter per field, and
-/// that was a fifth of a warm answer's serialization. Fields in upstream's order, unset
+/// By hand, and shared with [`SymbolicatedFrame`] rather than flattened into it: a
+/// flattened struct is written as a map, one entry through an adapter per field, which
+/// costs a fifth of a warm answer's serialization. Fields in upstream's order, unset
 /// ones left out.
 impl RawFrame {
     fn serialize_fields<S: SerializeStruct>(&self, s: &mut S) -> Result<(), S::Error> {

@@ -126,7 +126,7 @@ impl NativeService {
         sources: Arc<[SourceConfig]>,
         request: SymbolicateRequest,
     ) -> CompletedSymbolicationResponse {
-        self.run(Job {
+        self.run(NativeRequest {
             scope: &scope,
             sources: &sources,
             modules: request.modules.into_iter().map(Into::into).collect(),
@@ -233,7 +233,7 @@ impl NativeService {
         modules: Vec<CompleteObjectInfo>,
         stacktraces: Vec<RawStacktrace>,
     ) -> CompletedSymbolicationResponse {
-        self.run(Job {
+        self.run(NativeRequest {
             scope,
             sources: &request.sources,
             modules,
@@ -245,43 +245,43 @@ impl NativeService {
         .await
     }
 
-    /// Symbolicates the stack traces of one job against its modules, then applies
+    /// Symbolicates the stack traces of one request against its modules, then applies
     /// source context if asked.
-    async fn run(&self, job: Job<'_>) -> CompletedSymbolicationResponse {
-        let mut lookup = ModuleLookup::new(job.modules, job.rewrite_first_module);
+    async fn run(&self, request: NativeRequest<'_>) -> CompletedSymbolicationResponse {
+        let mut lookup = ModuleLookup::new(request.modules, request.rewrite_first_module);
         lookup
             .fetch_caches(
                 &self.symbfiles,
                 &self.symcaches,
                 &self.ppdb_caches,
-                job.sources,
-                job.scope,
-                &job.stacktraces,
+                request.sources,
+                request.scope,
+                &request.stacktraces,
             )
             .await;
         let (returned, mut stacktraces) = self
-            .symbolicate_stacktraces(lookup, job.signal, job.stacktraces)
+            .symbolicate_stacktraces(lookup, request.signal, request.stacktraces)
             .await;
         lookup = returned;
-        if job.options.apply_source_context {
+        if request.options.apply_source_context {
             apply_source_context(
                 &self.objects,
                 &self.source_files,
-                job.sources,
-                job.scope,
+                request.sources,
+                request.scope,
                 &mut lookup,
                 &mut stacktraces,
             )
             .await;
         }
         let mut modules = lookup.into_modules();
-        if !job.options.dif_candidates {
+        if !request.options.dif_candidates {
             for module in &mut modules {
                 module.candidates = Default::default();
             }
         }
         CompletedSymbolicationResponse {
-            signal: job.signal,
+            signal: request.signal,
             stacktraces,
             modules,
             ..Default::default()
@@ -341,7 +341,7 @@ impl NativeService {
 
 /// One native symbolication: the modules and stack traces to symbolicate, where to
 /// look, and how.
-struct Job<'a> {
+struct NativeRequest<'a> {
     scope: &'a Scope,
     sources: &'a [SourceConfig],
     modules: Vec<CompleteObjectInfo>,

@@ -218,7 +218,7 @@ impl<T: Clone> Memo<T> {
     /// `init` makes the computation only on the first call for `key`: the walker asks
     /// again for every frame and every scanned candidate, and the computation (a lookup
     /// on every source, a cache read, opening a file) is a future of tens of kilobytes,
-    /// which, held inline, was moved with each of those calls, most of a warm walk.
+    /// which, held inline, would be moved with each of those calls, most of a warm walk.
     async fn get_or_init<F: Future<Output = T>>(
         &self,
         key: ModuleKey,

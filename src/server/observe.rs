@@ -228,7 +228,7 @@ fn request_id(request: &mut Request) -> HeaderValue {
         .encode_lower(&mut buffer);
     let id = HeaderValue::from_str(id).expect("a UUID is a valid header value");
     // Handlers never see an id unfit for a log line. A new id is not added to the
-    // request: no handler reads it, and the insert (and the copy it needs) was a
+    // request: no handler reads it, and the insert (and the copy it needs) is a
     // measurable share of the cheapest requests.
     if sent.is_some() {
         request.headers_mut().insert(&REQUEST_ID, id.clone());

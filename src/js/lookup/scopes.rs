@@ -115,7 +115,7 @@ const HOLD_FREED_HEAP: Duration = Duration::from_secs(10);
 /// nothing uses the scopes any more: no request can join the parse, and the direct
 /// answer they went into has been served. Handing back a few hundred MiB of pages makes
 /// the kernel interrupt the other core to flush its address translations; done at once,
-/// it slowed the very answer the parse was for by about 5 %.
+/// it slows the very answer the parse is for by about 5 %.
 fn hold_freed_heap_while_used(tx: &watch::Sender<State>, used: &Weak<Scopes>) {
     let since = Instant::now();
     while used.strong_count() > 0 && since.elapsed() < HOLD_FREED_HEAP {

@@ -154,12 +154,12 @@ struct Pending {
 
 /// Bytes of a part being received, counted in [`Pending`] until the part is stored
 /// (they are then the stored part's) or dropped.
-struct Reservation {
+struct PartBytes {
     pending: Arc<Pending>,
     bytes: u64,
 }
 
-impl Reservation {
+impl PartBytes {
     fn grow(&mut self, bytes: u64, max: u64) -> Result<(), UploadError> {
         let before = self.pending.bytes.fetch_add(bytes, Ordering::Relaxed);
         if before.saturating_add(bytes) > max {
@@ -179,7 +179,7 @@ impl Reservation {
     }
 }
 
-impl Drop for Reservation {
+impl Drop for PartBytes {
     fn drop(&mut self) {
         self.pending.bytes.fetch_sub(self.bytes, Ordering::Relaxed);
     }
@@ -338,7 +338,7 @@ impl SymbfileStore {
             written: 0,
             digest: Sha256::new(),
             replay,
-            reservation: Reservation {
+            reservation: PartBytes {
                 pending: self.disk.pending.clone(),
                 bytes: 0,
             },
@@ -465,7 +465,7 @@ pub struct PartWriter<'a> {
     /// The upload was refused when this part completed it: the same bytes again get
     /// the same answer.
     replay: Option<RefusedUpload>,
-    reservation: Reservation,
+    reservation: PartBytes,
     /// The first bytes of part 0, to refuse a file without the magic early.
     head: Vec<u8>,
 }
@@ -982,8 +982,9 @@ struct Joined {
     is_new: bool,
 }
 
-/// Removes the SymCaches that builds before the `symbfile_symcaches` cache kind kept
-/// beside the symbfiles (`index-<digest>.symcache`): nothing reads them any more.
+/// Removes `index-<digest>.symcache` files beside the symbfiles, which an older
+/// omnisym's store may hold: SymCaches of uploads are the `symbfile_symcaches` cache
+/// kind, so nothing reads these.
 fn remove_old_indexes(target: &Path) {
     for entry in fs::read_dir(target).into_iter().flatten().flatten() {
         if entry.file_name().to_string_lossy().starts_with("index-") {

@@ -28,7 +28,7 @@ pub(super) fn count_first(
     limits: &RequestLimits,
     max_jobs: usize,
 ) -> Result<(), ApiError> {
-    let mut tally = Tally {
+    let mut tally = JobCounts {
         limits,
         max_jobs,
         jobs: 0,
@@ -45,7 +45,9 @@ pub(super) fn count_first(
     tally.refused.map_or(Ok(()), Err)
 }
 
-struct Tally<'a> {
+/// The running counts of one body walk, over all jobs together; `refused` is set when
+/// the walk stopped at a limit.
+struct JobCounts<'a> {
     limits: &'a RequestLimits,
     max_jobs: usize,
     jobs: usize,
@@ -55,7 +57,7 @@ struct Tally<'a> {
     refused: Option<ApiError>,
 }
 
-impl Tally<'_> {
+impl JobCounts<'_> {
     fn add<E: de::Error>(&mut self, counted: Counted) -> Result<(), E> {
         let (count, what) = match counted {
             Counted::Modules => (&mut self.modules, "modules"),
@@ -119,7 +121,7 @@ impl<'de> de::Deserialize<'de> for Key {
 /// The fields of one job: at the top level of the body (`top_level`, where v5 may
 /// also hold `jobs`) or as an element of `jobs`.
 struct JobFields<'t, 'a> {
-    tally: &'t mut Tally<'a>,
+    tally: &'t mut JobCounts<'a>,
     top_level: Option<Version>,
 }
 
@@ -158,7 +160,7 @@ impl<'de> DeserializeSeed<'de> for JobFields<'_, '_> {
 }
 
 /// `jobs`: each job counted, and its lists.
-struct Jobs<'t, 'a>(&'t mut Tally<'a>);
+struct Jobs<'t, 'a>(&'t mut JobCounts<'a>);
 
 impl<'de> Visitor<'de> for Jobs<'_, '_> {
     type Value = ();
@@ -189,7 +191,7 @@ impl<'de> DeserializeSeed<'de> for Jobs<'_, '_> {
 }
 
 /// `stacks`: each stack counted, and its frames.
-struct Stacks<'t, 'a>(&'t mut Tally<'a>);
+struct Stacks<'t, 'a>(&'t mut JobCounts<'a>);
 
 impl<'de> Visitor<'de> for Stacks<'_, '_> {
     type Value = ();
@@ -221,7 +223,7 @@ impl<'de> DeserializeSeed<'de> for Stacks<'_, '_> {
 
 /// A list whose elements are counted as `counted`, not read.
 struct Elements<'t, 'a> {
-    tally: &'t mut Tally<'a>,
+    tally: &'t mut JobCounts<'a>,
     counted: Counted,
 }
 

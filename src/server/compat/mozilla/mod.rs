@@ -292,7 +292,7 @@ fn native_frame(module: usize, offset: u64) -> RawFrame {
 /// All jobs as one native request. Stack `k` of the request (counting over all jobs)
 /// is native stack trace `k`, holding the frames that are looked up, in order; module
 /// `i` of job `j` is native module `module_base[j] + i`.
-struct Plan {
+struct NativeBatch {
     request: SymbolicateRequest,
     module_base: Vec<usize>,
     /// `debug_file/debug_id` of each native module, as the client wrote it (the native
@@ -300,7 +300,7 @@ struct Plan {
     keys: Vec<String>,
 }
 
-fn plan(jobs: &[Job]) -> Plan {
+fn plan(jobs: &[Job]) -> NativeBatch {
     let mut modules = Vec::new();
     let mut keys = Vec::new();
     let mut module_base = Vec::with_capacity(jobs.len());
@@ -347,7 +347,7 @@ fn plan(jobs: &[Job]) -> Plan {
             ..Default::default()
         });
     }
-    Plan {
+    NativeBatch {
         request: SymbolicateRequest {
             platform: None,
             signal: None,
@@ -403,7 +403,7 @@ async fn symbolicate_jobs(
     shape: Shape,
 ) -> Result<(Vec<JobResult>, RequestStatsData), ApiError> {
     validate(jobs, shape)?;
-    let Plan {
+    let NativeBatch {
         request,
         module_base,
         keys,
