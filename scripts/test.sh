@@ -3,7 +3,11 @@
 # server on loopback, and the upstream conformance corpus when ../shared/conformance
 # exists beside the clone. Without it the conformance test fails unless
 # OMNISYM_CONFORMANCE=skip is set; this script sets it, and says so, only when the
-# corpus is absent.
+# corpus is absent. Two more opt-outs work the same way, for what this script cannot
+# install: OMNISYM_SELF_HOSTED=skip (the image tests without self-hosted Sentry's files
+# at ../shared/peer/self-hosted) and OMNISYM_ROOT_TESTS=skip (the tmpfs and volume
+# tests, which need root). CI runs as root with ../shared beside the clone, so nothing
+# is skipped there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,12 +30,20 @@ command -v kubernetes-validate >/dev/null \
 # Chromium with playwright-core from npm, which must not download a browser of its own.
 [ -x /usr/bin/chromium ] || { apt-get update -qq && apt-get install -y -qq chromium; }
 command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq nodejs npm; }
-[ -d tests/browser/node_modules ] \
+[ -d tests/browser/node_modules/playwright-core ] \
   || PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix tests/browser --no-audit --no-fund
 
 if [ ! -f ../shared/conformance/run.py ] && [ -z "${OMNISYM_CONFORMANCE:-}" ]; then
   echo "test.sh: SKIPPING the conformance corpus: ../shared/conformance/run.py is absent" >&2
   export OMNISYM_CONFORMANCE=skip
+fi
+if [ ! -f ../shared/peer/self-hosted/config.example.yml ] && [ -z "${OMNISYM_SELF_HOSTED:-}" ]; then
+  echo "test.sh: SKIPPING the self-hosted image tests: ../shared/peer/self-hosted is absent" >&2
+  export OMNISYM_SELF_HOSTED=skip
+fi
+if [ "$(id -u)" != 0 ] && [ -z "${OMNISYM_ROOT_TESTS:-}" ]; then
+  echo "test.sh: SKIPPING the tests that need root (tmpfs mounts, volume ownership)" >&2
+  export OMNISYM_ROOT_TESTS=skip
 fi
 
 cargo fmt --check

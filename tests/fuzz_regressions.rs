@@ -37,7 +37,18 @@ use symbolic::common::ByteView;
 /// the hook ran.
 static PANICS: AtomicUsize = AtomicUsize::new(0);
 
-fn regressions(target: &str) -> Vec<PathBuf> {
+/// What an input's name says it tests.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Kept {
+    /// `contained-*`: a third-party parser still panics on it, where the server isolates.
+    Contained,
+    /// `fixed-*`: it crashed the server before a fix of ours.
+    Fixed,
+}
+
+/// The inputs kept for `target`, each with what its name says. An empty directory, or
+/// a name with neither prefix, fails: either would pass without testing anything.
+fn regressions(target: &str) -> Vec<(PathBuf, Kept)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fuzz/regressions")
         .join(target);
@@ -46,7 +57,25 @@ fn regressions(target: &str) -> Vec<PathBuf> {
         .map(|entry| entry.unwrap().path())
         .collect();
     files.sort();
+    assert!(
+        !files.is_empty(),
+        "no regressions kept in {}",
+        dir.display()
+    );
     files
+        .into_iter()
+        .map(|file| {
+            let name = file.file_name().unwrap().to_string_lossy().into_owned();
+            let kept = if name.starts_with("contained-") {
+                Kept::Contained
+            } else if name.starts_with("fixed-") {
+                Kept::Fixed
+            } else {
+                panic!("{target}/{name}: a kept input's name starts with contained- or fixed-")
+            };
+            (file, kept)
+        })
+        .collect()
 }
 
 /// The `lazy_open` target's path; the limits are the target's.
@@ -99,14 +128,12 @@ where
     Fut: std::future::Future<Output = ()>,
 {
     count_panics();
-    let files = regressions(target);
-    assert!(!files.is_empty(), "no regressions kept for {target}");
-    for file in files {
+    for (file, kept) in regressions(target) {
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
         let before = PANICS.load(Ordering::SeqCst);
         replay(file).await;
         let panics = PANICS.load(Ordering::SeqCst) - before;
-        if name.starts_with("contained-") {
+        if kept == Kept::Contained {
             assert!(
                 panics > 0,
                 "{target}/{name} no longer makes a parser panic: rename it fixed-*"
@@ -207,18 +234,28 @@ async fn sourcemap_regressions_are_contained() {
 }
 
 /// The minidumps go to the real server (the stack walker runs there): each is
-/// answered with a result, and the server lives on.
+/// answered with a result, and the server lives on. A `contained-*` one must make a
+/// parser panic in the server, as its `parser_panics_total` counts.
 #[tokio::test]
 async fn minidump_regressions_are_answered() {
     let _serial = SERIAL.lock().await;
     let server = common::Server::start("");
-    for file in regressions("minidump") {
+    let panics = |metrics: &common::prometheus::Exposition| metrics.sum("parser_panics_total", &[]);
+    for (file, kept) in regressions("minidump") {
+        let before = panics(&server.scrape().await);
         let dump = std::fs::read(&file).unwrap();
         let (content_type, form) =
             common::minidump_form(&dump, &serde_json::json!([]), &serde_json::json!({}));
         let (status, body) = server.post_typed("/minidump", &content_type, form).await;
         assert_eq!(status, 200, "{}: {body}", file.display());
         assert!(body["status"].is_string(), "{}: {body}", file.display());
+        if kept == Kept::Contained {
+            assert!(
+                panics(&server.scrape().await) > before,
+                "{} no longer makes a parser panic: rename it fixed-*",
+                file.display()
+            );
+        }
     }
     assert_eq!(server.get("/healthcheck").await.0, 200);
 }

@@ -59,10 +59,38 @@ fn unknown_module_request(sources: Value, n: usize) -> Value {
     request
 }
 
+/// What a request of the mix asks for, and so what its result must say.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    /// The fixture module, its caches built: symbolicated.
+    Warm,
+    /// The fixture module in a fresh scope, from the slow source: symbolicated.
+    Cold,
+    /// A module no source has: missing, its frame unsymbolicated.
+    Unknown,
+}
+
+/// Holds a completed answer to what its kind promises.
+fn assert_answer(kind: Kind, answer: &Value) {
+    match kind {
+        Kind::Warm | Kind::Cold => assert_elf_symbolicated(answer),
+        Kind::Unknown => {
+            assert_eq!(answer["status"], "completed", "{answer}");
+            assert_eq!(
+                answer["modules"][0]["debug_status"], "missing",
+                "{answer:#}"
+            );
+            let frame = &answer["stacktraces"][0]["frames"][0];
+            assert_eq!(frame["status"], "missing", "{frame}");
+            assert!(frame.get("function").is_none(), "{frame}");
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Tally {
     completed: usize,
-    pending: Vec<String>,
+    pending: Vec<(String, Kind)>,
     overloaded: usize,
 }
 
@@ -95,22 +123,22 @@ async fn a_thousand_concurrent_requests_against_two_hundred_slots() {
 
     // Half warm; a quarter cold scopes that download and convert the file slowly; a
     // quarter modules that no source has, each a slow miss.
-    let bodies: Vec<(String, Value, bool)> = (0..requests)
+    let bodies: Vec<(String, Value, Kind)> = (0..requests)
         .map(|i| match i % 4 {
             0 | 2 => (
                 format!("/symbolicate?{WAIT}"),
                 elf_request(fast.clone()),
-                true,
+                Kind::Warm,
             ),
             1 => (
                 format!("/symbolicate?{WAIT}&scope=cold-{i}"),
                 elf_request(slow(i)),
-                false,
+                Kind::Cold,
             ),
             _ => (
                 format!("/symbolicate?{WAIT}"),
                 unknown_module_request(slow(i), i),
-                false,
+                Kind::Unknown,
             ),
         })
         .collect();
@@ -119,7 +147,7 @@ async fn a_thousand_concurrent_requests_against_two_hundred_slots() {
     let start = std::sync::Arc::new(tokio::sync::Barrier::new(requests));
     let tasks: Vec<_> = bodies
         .into_iter()
-        .map(|(path, body, warm)| {
+        .map(|(path, body, kind)| {
             let url = format!("{}{path}", server.url);
             let start = start.clone();
             tokio::spawn(async move {
@@ -133,25 +161,27 @@ async fn a_thousand_concurrent_requests_against_two_hundred_slots() {
                     .expect("every request gets an answer");
                 let status = resp.status().as_u16();
                 let answer: Value = resp.json().await.expect("every answer is JSON");
-                (status, answer, warm)
+                (status, answer, kind)
             })
         })
         .collect();
 
     let mut tally = Tally::default();
     for task in tasks {
-        let (status, answer, warm) = task.await.unwrap();
+        let (status, answer, kind) = task.await.unwrap();
         match (status, answer["status"].as_str()) {
             (200, Some("completed")) => {
                 tally.completed += 1;
-                if warm {
-                    assert_elf_symbolicated(&answer);
-                }
+                assert_answer(kind, &answer);
             }
             (200, Some("pending")) => {
-                tally
-                    .pending
-                    .push(answer["request_id"].as_str().unwrap().to_owned());
+                // Sentry polls the id after `retry_after` seconds, as upstream says.
+                let id = answer["request_id"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{answer}"));
+                assert!(id.parse::<uuid::Uuid>().is_ok(), "{answer}");
+                assert_eq!(answer["retry_after"], 30, "{answer}");
+                tally.pending.push((id.to_owned(), kind));
             }
             (503, _) => {
                 assert_eq!(
@@ -166,12 +196,13 @@ async fn a_thousand_concurrent_requests_against_two_hundred_slots() {
     let burst = started.elapsed();
 
     // Every pending request finishes, and its result can be fetched.
-    for id in &tally.pending {
+    for (id, kind) in &tally.pending {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let (status, poll) = server.get(&format!("/requests/{id}?timeout=5")).await;
             assert_eq!(status, StatusCode::OK, "{poll}");
             if poll["status"] == "completed" {
+                assert_answer(*kind, &poll);
                 break;
             }
             assert_eq!(poll["status"], "pending", "{poll}");
@@ -190,10 +221,28 @@ async fn a_thousand_concurrent_requests_against_two_hundred_slots() {
         tally.overloaded,
         peak as f64 / (1 << 20) as f64,
     );
+    // The server's own count of what it did agrees with what the clients were told:
+    // every request accepted (the warm-up too) finished completed, once; every refusal
+    // was one.
+    let metrics = server.scrape().await;
+    let accepted = tally.completed + tally.pending.len();
+    let answered = |status: &str| {
+        metrics.value(
+            "http_requests_total",
+            &[("endpoint", "/symbolicate"), ("status", status)],
+        ) as usize
+    };
+    assert_eq!(answered("200"), 1 + accepted, "{tally:?}");
+    assert_eq!(answered("503"), tally.overloaded, "{tally:?}");
     assert_eq!(
-        tally.completed + tally.pending.len() + tally.overloaded,
-        requests
+        metrics.value("requests_rejected_total", &[]) as usize,
+        tally.overloaded,
+        "{tally:?}"
     );
+    for (status, want) in [("completed", 1 + accepted), ("failed", 0), ("timeout", 0)] {
+        let finished = metrics.value("requests_finished_total", &[("status", status)]);
+        assert_eq!(finished as usize, want, "{status}: {tally:?}");
+    }
     assert!(
         tally.completed > 0 && !tally.pending.is_empty(),
         "{tally:?}"

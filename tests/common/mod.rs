@@ -25,6 +25,25 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
+/// Set to `skip` to run the suite where the tests that need root cannot run (a tmpfs
+/// mount, a volume handed to the image's user); CI runs as root.
+pub const ROOT_TESTS: &str = "OMNISYM_ROOT_TESTS";
+/// Set to `skip` to run the suite without self-hosted Sentry's files beside the clone
+/// (`../shared/peer/self-hosted`), as CI has them.
+pub const SELF_HOSTED: &str = "OMNISYM_SELF_HOSTED";
+
+/// For a test that cannot run here: it passes, saying it skipped, only when `var` is
+/// `skip`; else it fails with `why`, so that a missing prerequisite never looks like a
+/// pass.
+pub fn skip_or_fail(var: &str, test: &str, why: &str) {
+    assert_eq!(
+        std::env::var(var).as_deref(),
+        Ok("skip"),
+        "{test} cannot run: {why}. Set {var}=skip to run the suite without it"
+    );
+    println!("SKIPPED {test}: {why} ({var}=skip)");
+}
+
 pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
 }

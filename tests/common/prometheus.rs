@@ -15,6 +15,16 @@ pub struct Sample {
     pub value: f64,
 }
 
+impl Sample {
+    /// Whether this is a sample `name` whose labels include `labels`.
+    fn is(&self, name: &str, labels: &[(&str, &str)]) -> bool {
+        self.name == name
+            && labels
+                .iter()
+                .all(|(k, v)| self.labels.get(*k).map(String::as_str) == Some(*v))
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Exposition {
     /// Family name to type (`counter`, `gauge`, `histogram`, ...).
@@ -100,12 +110,16 @@ impl Exposition {
 
     /// The first sample `name` whose labels include `labels`.
     pub fn sample(&self, name: &str, labels: &[(&str, &str)]) -> Option<&Sample> {
-        self.samples.iter().find(|s| {
-            s.name == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
-        })
+        self.samples.iter().find(|s| s.is(name, labels))
+    }
+
+    /// The sum over every sample `name` whose labels include `labels` (0 for none).
+    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.samples
+            .iter()
+            .filter(|s| s.is(name, labels))
+            .map(|s| s.value)
+            .sum()
     }
 
     pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {

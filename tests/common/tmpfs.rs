@@ -1,5 +1,6 @@
 //! A tmpfs of a given size, mounted on a temp dir of its own, for tests of a full disk.
-//! Mounting needs root (or CAP_SYS_ADMIN); the tests that use it skip without.
+//! Mounting needs root (or CAP_SYS_ADMIN), as CI has; without, the tests that use it
+//! fail unless `OMNISYM_ROOT_TESTS=skip` is set.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -30,6 +31,21 @@ impl Tmpfs {
             return Err(std::io::Error::last_os_error().to_string());
         }
         Ok(Tmpfs { dir })
+    }
+
+    /// [`Tmpfs::mount`], or `None` once [`super::skip_or_fail`] allowed `test` to skip.
+    pub fn mount_or_skip(bytes: u64, test: &str) -> Option<Tmpfs> {
+        match Tmpfs::mount(bytes) {
+            Ok(tmpfs) => Some(tmpfs),
+            Err(err) => {
+                super::skip_or_fail(
+                    super::ROOT_TESTS,
+                    test,
+                    &format!("cannot mount a tmpfs ({err}); run as root or with CAP_SYS_ADMIN"),
+                );
+                None
+            }
+        }
     }
 
     pub fn path(&self) -> &Path {

@@ -58,9 +58,77 @@ async fn serves_its_page_on_loopback_and_not_when_turned_off() {
     for path in ["/console", "/console/api/status", "/console/api/downloads"] {
         assert_eq!(get(&off, path, None).await.status(), 404, "{path}");
     }
-    // With the console off, requests are not kept for it, and nothing else changes.
-    let (status, _) = off.get("/healthcheck").await;
-    assert_eq!(status, 200);
+    // With the console off, the server still serves.
+    let (status, answer) = off.post("/symbolicate", &EMPTY_REQUEST).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["status"], "completed", "{answer}");
+}
+
+/// `{"sources": [], "modules": [], "stacktraces": []}`: a request of the service that
+/// does no work.
+static EMPTY_REQUEST: std::sync::LazyLock<Value> =
+    std::sync::LazyLock::new(|| json!({"sources": [], "modules": [], "stacktraces": []}));
+
+/// The real router in this process, on a loopback port: the last requests answered are
+/// kept once per process, so a router with the console on shows what one without it
+/// kept.
+async fn in_process(console: bool, cache: &std::path::Path) -> String {
+    let yaml = format!(
+        "cache_dir: {}
+console:
+  enabled: {console}
+",
+        cache.display()
+    );
+    let (config, _) = omnisym::config::Config::from_yaml(&yaml).unwrap();
+    let state = omnisym::server::AppState::new(&config).unwrap();
+    let app = omnisym::server::router(state, &config);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(omnisym::server::serve(
+        listener,
+        app,
+        omnisym::server::ConnectionLimits::of(&config),
+        std::future::pending(),
+    ));
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_are_not_kept_while_the_console_is_off() {
+    let (off_cache, on_cache) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let off = in_process(false, off_cache.path()).await;
+    let on = in_process(true, on_cache.path()).await;
+    let send = |url: String, id: String| async move {
+        let response = client()
+            .post(format!("{url}/symbolicate"))
+            .header("x-request-id", &id)
+            .json(&*EMPTY_REQUEST)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{id}");
+    };
+    let unseen = format!("console-off-{}", uuid::Uuid::new_v4());
+    let seen = format!("console-on-{}", uuid::Uuid::new_v4());
+    send(off, unseen.clone()).await;
+    send(on.clone(), seen.clone()).await;
+    let status: Value = client()
+        .get(format!("{on}/console/api/status"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = status["requests"]["recent"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["request_id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&seen.as_str()), "{ids:?}");
+    assert!(!ids.contains(&unseen.as_str()), "{ids:?}");
 }
 
 #[tokio::test]
@@ -219,17 +287,30 @@ async fn status_reports_requests_downloads_caches_and_charts() {
     let objects = kinds.iter().find(|k| k["kind"] == "objects").unwrap();
     assert!(objects["disk_bytes"].as_u64().unwrap() >= size, "{objects}");
 
-    // A warm repeat is a hit.
+    // A warm repeat is a SymCache hit, and computes nothing.
+    let before = symcaches.clone();
     let (code, _) = server.post("/symbolicate", &elf_request(sources)).await;
     assert_eq!(code, 200);
-    status_until(&server, "a hit", |s| {
-        s["caches"]["kinds"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|k| k["hits"].as_u64() >= Some(1))
+    let repeated = status_until(&server, "a SymCache hit", |s| {
+        kind(s, "symcaches")["hits"].as_u64() > before["hits"].as_u64()
     })
     .await;
+    let symcaches = kind(&repeated, "symcaches");
+    assert_eq!(
+        symcaches["misses"], before["misses"],
+        "{before} then {symcaches}"
+    );
+}
+
+/// One cache kind of a status document.
+fn kind(status: &Value, name: &str) -> Value {
+    status["caches"]["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["kind"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {name} in {status:#}"))
 }
 
 #[tokio::test]

@@ -10,7 +10,6 @@ use crate::minidump::{ALL, native_source};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 
 use common::{Server, minidump_file, minidump_variant};
 use serde_json::{Value, json};
@@ -19,23 +18,16 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `npm ci` when node_modules is missing; the lock keeps the tests of this process from
-/// installing it at the same time.
-fn ensure_node_modules() {
-    static INSTALL: Mutex<()> = Mutex::new(());
-    let _guard = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+/// playwright-core, which scripts/test.sh installs with `npm ci` (the browser is
+/// Debian's chromium): a test installs nothing itself.
+fn require_node_modules() {
     let dir = root().join("tests/browser");
-    if dir.join("node_modules/playwright-core").exists() {
-        return;
-    }
-    let status = Command::new("npm")
-        .args(["ci", "--no-audit", "--no-fund"])
-        .current_dir(&dir)
-        // The browser is Debian's chromium; playwright must not fetch its own.
-        .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
-        .status()
-        .expect("npm runs (scripts/test.sh installs node and npm)");
-    assert!(status.success(), "npm ci in {}", dir.display());
+    assert!(
+        dir.join("node_modules/playwright-core").exists(),
+        "no playwright-core in {}/node_modules: run scripts/test.sh, or \
+         `PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix tests/browser`",
+        dir.display()
+    );
 }
 
 /// The server with the console on and the fixture's symbols as its only source, so the
@@ -57,7 +49,7 @@ fn run_browser(
     expect: &Value,
     token: Option<&str>,
 ) {
-    ensure_node_modules();
+    require_node_modules();
     let out: PathBuf = root().join("target/browser-tests").join(test);
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).unwrap();

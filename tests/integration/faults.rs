@@ -306,18 +306,14 @@ fn temp_files(dir: &Path) -> Vec<(PathBuf, u64)> {
         .collect()
 }
 
-/// A tmpfs of `bytes`, or `None` after printing why the test is skipped.
+/// A tmpfs of `bytes`, or `None` when the test may skip (see `Tmpfs::mount_or_skip`),
+/// after printing its row.
 fn tmpfs_or_skip(fault: &str, bytes: u64) -> Option<Tmpfs> {
-    match Tmpfs::mount(bytes) {
-        Ok(tmpfs) => Some(tmpfs),
-        Err(err) => {
-            println!(
-                "FAULT-ROW | {fault} | 0 | SKIPPED: cannot mount a tmpfs ({err}); \
-                 run as root or with CAP_SYS_ADMIN | - | - |"
-            );
-            None
-        }
+    let tmpfs = Tmpfs::mount_or_skip(bytes, fault);
+    if tmpfs.is_none() {
+        println!("FAULT-ROW | {fault} | 0 | SKIPPED: cannot mount a tmpfs | - | - |");
     }
+    tmpfs
 }
 
 const PAGE: u64 = 4096;

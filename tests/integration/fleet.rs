@@ -100,10 +100,12 @@ async fn outside_a_fleet_ids_are_random() {
 
 /// SIGTERM, in order: readiness fails while everything is still served (for
 /// `drain_delay`), then the listener closes, then what is in flight finishes and the
-/// process exits 0.
+/// process exits 0. Each step is waited for as it happens; the only clock read is the
+/// listener's lower bound, `drain_delay` after the signal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_fails_readiness_then_closes_then_finishes_in_flight() {
     let symsrv = SymbolServer::with_elf_debug().await;
+    let drain_delay = Duration::from_secs(2);
     let mut server = Server::start("drain_delay: 2s\nshutdown_timeout: 20s\n");
     let status = |path: &'static str| {
         let url = format!("{}{path}", server.url);
@@ -112,7 +114,7 @@ async fn sigterm_fails_readiness_then_closes_then_finishes_in_flight() {
     assert_eq!(status("/ready").await.unwrap(), 200);
     let sources = json!([{
         "type": "http", "id": "slow",
-        "url": format!("{}slow/4000/", symsrv.url),
+        "url": format!("{}slow/5000/", symsrv.url),
     }]);
     let in_flight = {
         let url = format!("{}/symbolicate", server.url);
@@ -122,15 +124,23 @@ async fn sigterm_fails_readiness_then_closes_then_finishes_in_flight() {
             (resp.status(), resp.json::<Value>().await.unwrap())
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    poll_until("the request in flight", || async {
+        server.scrape().await.value("requests_in_flight", &[]) >= 1.0
+    })
+    .await;
     let pid = i32::try_from(server.pid()).unwrap();
+    let signalled = Instant::now();
     // SAFETY: a plain kill(2) of our own child.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let signalled = Instant::now();
-    tokio::time::sleep(Duration::from_millis(300)).await;
 
     // Draining: not ready, still alive, and still serving what a balancer sends late.
-    assert_eq!(status("/ready").await.unwrap(), 503);
+    poll_until("readiness failing", || async {
+        status("/ready")
+            .await
+            .expect("still listening while draining")
+            == 503
+    })
+    .await;
     assert_eq!(status("/healthcheck").await.unwrap(), 200);
     let empty = json!({"sources": [], "modules": [], "stacktraces": []});
     let (code, answer) = server.post("/symbolicate", &empty).await;
@@ -138,16 +148,32 @@ async fn sigterm_fails_readiness_then_closes_then_finishes_in_flight() {
         (code.as_u16(), &answer["status"]),
         (200, &json!("completed"))
     );
-    assert!(
-        signalled.elapsed() < Duration::from_secs(2),
-        "the test ran late"
-    );
 
-    // Past the delay the listener is closed...
-    tokio::time::sleep(Duration::from_millis(2500).saturating_sub(signalled.elapsed())).await;
-    let refused = status("/healthcheck").await.unwrap_err();
-    assert!(refused.is_connect(), "{refused:?}");
-    // ...while the request that was in progress gets its whole answer.
+    // Then the listener closes, not before the delay...
+    poll_until("the listener closed", || async {
+        match status("/healthcheck").await {
+            Ok(code) => {
+                assert_eq!(code, 200);
+                false
+            }
+            Err(refused) => {
+                assert!(refused.is_connect(), "{refused:?}");
+                true
+            }
+        }
+    })
+    .await;
+    assert!(
+        signalled.elapsed() >= drain_delay,
+        "closed {:?} after the signal, within drain_delay",
+        signalled.elapsed()
+    );
+    // ...while the request that was in progress is still running, and gets its whole
+    // answer.
+    assert!(
+        !in_flight.is_finished(),
+        "it ended before the listener closed"
+    );
     let (code, answer) = in_flight.await.unwrap();
     assert_eq!(code, 200);
     assert_elf_symbolicated(&answer);
@@ -155,6 +181,19 @@ async fn sigterm_fails_readiness_then_closes_then_finishes_in_flight() {
         .terminate(Duration::from_secs(10))
         .expect("the server exits once its requests are done");
     assert!(exit.success(), "{exit:?}");
+}
+
+/// Asks `done` every 50 ms until it holds; fails after 20 s, naming `what`.
+async fn poll_until<F, Fut>(what: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done().await {
+        assert!(Instant::now() < deadline, "{what}: not within 20 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// HAProxy from Debian, with `deploy/compose/haproxy.cfg` as committed, its replicas
@@ -389,27 +428,34 @@ async fn behind_round_robin_concurrent_create_and_poll_never_meet_a_404() {
 }
 
 /// Replicas restarted one at a time under steady load, as a Deployment rolls: every
-/// request a Sentry-style client sends completes.
+/// request a Sentry-style client sends completes. What it meets on the way is what the
+/// design allows: HAProxy takes a draining replica out (two failed checks a second
+/// apart) before its listener closes (`drain_delay`), and retries a refused connection
+/// on another, so a client never waits on a 502, a 503 or a refused connection; a
+/// replica that ends takes the results it still holds with it, so a client sends a
+/// request again at most once per replica that ended under it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_under_load_completes_every_request() {
+    const CLIENTS: u32 = 4;
+    const REPLICAS: usize = 3;
     let symsrv = SymbolServer::with_elf_debug().await;
-    // HAProxy takes a replica out after two failed checks a second apart.
     let (_s3, shared) = shared_s3().await;
     let config = format!("drain_delay: 3s\nshutdown_timeout: 10s\n{shared}");
-    let mut fleet = Fleet::start(3, &config).await;
+    let mut fleet = Fleet::start(REPLICAS, &config).await;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut clients = Vec::new();
-    for c in 0..4 {
+    for c in 0..CLIENTS {
         let url = fleet.balancer.url.clone();
         // Pending for a while, so that restarts meet requests in every state.
         let body = slow_elf_request(&symsrv, 600);
         let stop = stop.clone();
         clients.push(tokio::spawn(async move {
-            let (mut done, mut total) = (0u32, Flow::default());
+            let (mut started, mut done, mut total) = (0u32, 0u32, Flow::default());
             for n in 0.. {
                 if stop.load(std::sync::atomic::Ordering::Relaxed) {
                     break;
                 }
+                started += 1;
                 let path = format!("/symbolicate?timeout=0.2&scope=c{c}-{n}");
                 let (answer, flow) = sentry_style(&url, &path, &body).await;
                 assert_elf_symbolicated(&answer);
@@ -418,7 +464,7 @@ async fn a_rolling_restart_under_load_completes_every_request() {
                 total.resent += flow.resent;
                 total.retried += flow.retried;
             }
-            (done, total)
+            (started, done, total)
         }));
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -435,13 +481,23 @@ async fn a_rolling_restart_under_load_completes_every_request() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (mut done, mut total) = (0, Flow::default());
     for client in clients {
-        let (d, flow) = client.await.unwrap();
+        let (started, d, flow) = client.await.unwrap();
+        assert_eq!(d, started, "a request did not complete: {flow:?}");
+        assert!(
+            flow.resent <= REPLICAS as u32,
+            "sent again more often than replicas ended: {flow:?}"
+        );
         done += d;
         total.polls += flow.polls;
         total.resent += flow.resent;
         total.retried += flow.retried;
     }
-    println!("rolling restart of 3 replicas under 4 clients: {done} requests completed, {total:?}");
+    println!(
+        "rolling restart of {REPLICAS} replicas under {CLIENTS} clients: {done} requests \
+         completed, {total:?}"
+    );
+    assert_eq!(total.retried, 0, "{total:?}");
+    // The load ran through every restart: each client completed requests all along.
     assert!(done >= 20, "{done}");
 }
 
@@ -503,10 +559,22 @@ async fn an_upload_spread_over_the_replicas_completes_and_is_served_by_each() {
     Part::return_pads(other, 0, 1, &symbfile("returnpads.symbfile"))
         .accepted(replicas[2])
         .await;
-    tokio::time::sleep(Duration::from_secs(11)).await;
+    // The recheck is 10 s; the deadline leaves a margin over it.
+    let deadline = Instant::now() + Duration::from_secs(20);
     for replica in &replicas[..2] {
-        let (_, after) = replica.post("/symbolicate", &probe_request(other)).await;
-        assert_eq!(after["modules"][0]["debug_status"], "found", "{after:#}");
+        loop {
+            let (_, after) = replica.post("/symbolicate", &probe_request(other)).await;
+            match after["modules"][0]["debug_status"].as_str() {
+                Some("found") => break,
+                Some("missing") => {}
+                _ => panic!("{after:#}"),
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not found within 20 s: {after:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
     }
 }
 
@@ -596,21 +664,29 @@ async fn a_minidump_on_a_second_replica_downloads_nothing() {
         assert_eq!(answer["status"], "completed", "{answer:#}");
         answers.push(answer);
         downloads.push(found());
-        // This replica's uploads settle before the next asks.
-        let store = s3.root.path().join("shared/fleet");
-        let mut last = usize::MAX;
-        for _ in 0..40 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            let now = common::files_under(&store).len();
-            if now == last {
-                break;
-            }
-            last = now;
-        }
+        // This replica's uploads are done before the next asks.
+        poll_until("the uploads to the shared store", || uploads_done(replica)).await;
     }
     println!("a minidump on 2 replicas: downloads of its files after each: {downloads:?}");
+    assert!(
+        !common::files_under(&s3.root.path().join("shared/fleet")).is_empty(),
+        "nothing in the shared store"
+    );
     assert!(downloads[0] >= 1);
     assert_eq!(downloads[1], downloads[0], "the second replica downloaded");
     let crashing = |a: &Value| common::crashing_thread(a)["frames"].clone();
     assert_eq!(crashing(&answers[0]), crashing(&answers[1]));
+}
+
+/// Whether every cache item `replica` computed has been put in the shared store (or its
+/// upload failed, or was dropped): a computation is counted as it starts, and one that
+/// does not fail queues exactly one upload, which ends counted by its outcome.
+async fn uploads_done(replica: &Server) -> bool {
+    let metrics = replica.scrape().await;
+    let sum = |name: &str, labels: &[(&str, &str)]| metrics.sum(name, labels);
+    let computed = sum("cache_lookups_total", &[("layer", "computed")])
+        - sum("cache_compute_errors_total", &[]);
+    let uploads = sum("shared_cache_uploads_total", &[]);
+    assert!(uploads <= computed, "{uploads} uploads of {computed} items");
+    uploads == computed
 }

@@ -15,30 +15,28 @@ use axum::http::StatusCode;
 use common::{Server, crashing_thread, hex, minidump_form};
 use serde_json::{Value, json};
 
-/// Runs the generator into a temp dir with `args`; `None` (said why) without python3.
-fn generate(args: &str) -> Option<tempfile::TempDir> {
+/// Runs the generator into a temp dir with `args` (python3: scripts/test.sh installs it).
+fn generate(args: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gen-large-minidump.py");
-    let output = match Command::new("python3")
+    let output = Command::new("python3")
         .arg(&script)
         .arg(dir.path())
         .args(args.split_whitespace())
         .output()
-    {
-        Ok(output) => output,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            println!("SKIPPED: no python3 to run {}", script.display());
-            return None;
-        }
-        Err(e) => panic!("python3 {}: {e}", script.display()),
-    };
+        .unwrap_or_else(|e| {
+            panic!(
+                "python3 {}: {e} (scripts/test.sh installs python3)",
+                script.display()
+            )
+        });
     assert!(
         output.status.success(),
         "{} failed: {}",
         script.display(),
         String::from_utf8_lossy(&output.stderr)
     );
-    Some(dir)
+    dir
 }
 
 /// A thread's frames by the stack frame they came from (inlinees share theirs).
@@ -115,10 +113,7 @@ fn assert_modules(response: &Value, expected: &Value) {
 #[tokio::test]
 async fn a_generated_crash_comes_back_as_generated_thread_by_thread() {
     let started = Instant::now();
-    let Some(dir) = generate("--modules 20 --threads 5 --large 1 --large-mib 1 --small-kib 16")
-    else {
-        return;
-    };
+    let dir = generate("--modules 20 --threads 5 --large 1 --large-mib 1 --small-kib 16");
     let expected: Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("expected.json")).unwrap()).unwrap();
     let dump = std::fs::read(dir.path().join("crash.dmp")).unwrap();

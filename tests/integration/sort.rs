@@ -89,6 +89,20 @@ fn source(root: &Path, layout: &str) -> Value {
             "layout": {"type": layout}}])
 }
 
+/// The ELF fixture's module of `elf_request`, as a lookup sees it.
+fn elf_object_id() -> omnisym::sources::ObjectId {
+    let module = common::elf_module();
+    let text = |key: &str| module[key].as_str().unwrap().to_owned();
+    omnisym::sources::ObjectId {
+        debug_id: Some(text("debug_id").parse().unwrap()),
+        code_id: Some(text("code_id").parse().unwrap()),
+        debug_file: Some(text("debug_file")),
+        code_file: Some(text("code_file")),
+        object_type: omnisym::sources::ObjectType::Elf,
+        ..Default::default()
+    }
+}
+
 fn read_json(path: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(path).unwrap())
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -149,12 +163,25 @@ async fn sorted_fixtures_are_served_in_every_layout() {
             .await;
         assert_eq!(status, 200, "{answer}");
         assert_elf_symbolicated(&answer);
-        // Found in the sorted tree, at the path the reader asked first.
-        let found = common::candidates(&answer)
+        // Found in the sorted tree, at the path the reader asked first: the layout's
+        // first location for the first file type an ELF module is looked for as.
+        let used = common::candidates(&answer)
             .into_iter()
-            .find(|c| c["download"]["status"] == "ok")
+            .find(|c| c["debug"]["status"] == "ok")
             .unwrap_or_else(|| panic!("{layout}: {answer:#}"));
-        assert_eq!(found["source"], format!("sorted-{layout}"), "{found}");
+        assert_eq!(used["source"], format!("sorted-{layout}"), "{used}");
+        let config: omnisym::sources::SourceConfig =
+            serde_json::from_value(source(&root, layout)[0].clone()).unwrap();
+        let asked = omnisym::sources::source_locations(
+            config.files(),
+            omnisym::sources::FileType::from_object_type(omnisym::sources::ObjectType::Elf),
+            &elf_object_id(),
+        );
+        assert_eq!(
+            used["location"],
+            root.join(&asked[0]).display().to_string(),
+            "{layout}: {used}"
+        );
     }
 
     // The unified tree: symsorter's shape, compressed with -zz.

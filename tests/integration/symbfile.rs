@@ -351,15 +351,9 @@ enum OnTmpfs {
 }
 
 /// A server with its symbfile store or its cache on a tmpfs of its own (the other on
-/// the temp dir returned), or `None` after saying why the test is skipped.
-fn on_a_tmpfs(on: OnTmpfs) -> Option<(Tmpfs, Server, tempfile::TempDir)> {
-    let tmpfs = match Tmpfs::mount(1 << 20) {
-        Ok(tmpfs) => tmpfs,
-        Err(err) => {
-            println!("SKIPPED: cannot mount a tmpfs ({err}); run as root");
-            return None;
-        }
-    };
+/// the temp dir returned), or `None` when `test` may skip (see `Tmpfs::mount_or_skip`).
+fn on_a_tmpfs(on: OnTmpfs, test: &str) -> Option<(Tmpfs, Server, tempfile::TempDir)> {
+    let tmpfs = Tmpfs::mount_or_skip(1 << 20, test)?;
     let dir = tempfile::tempdir().unwrap();
     let (store, cache) = match on {
         OnTmpfs::Store => (tmpfs.path().join("symbfiles"), dir.path().join("cache")),
@@ -372,7 +366,8 @@ fn on_a_tmpfs(on: OnTmpfs) -> Option<(Tmpfs, Server, tempfile::TempDir)> {
 
 #[tokio::test]
 async fn a_full_disk_keeps_the_parts_and_the_retry_completes_the_upload() {
-    let Some((tmpfs, server, _dir)) = on_a_tmpfs(OnTmpfs::Store) else {
+    let test = "a_full_disk_keeps_the_parts_and_the_retry_completes_the_upload";
+    let Some((tmpfs, server, _dir)) = on_a_tmpfs(OnTmpfs::Store, test) else {
         return;
     };
     let id = file_id();
@@ -402,7 +397,8 @@ async fn a_full_disk_keeps_the_parts_and_the_retry_completes_the_upload() {
 /// the first lookup with room builds the SymCache from the stored symbfile.
 #[tokio::test]
 async fn a_full_cache_disk_does_not_refuse_an_upload() {
-    let Some((tmpfs, server, _dir)) = on_a_tmpfs(OnTmpfs::Cache) else {
+    let test = "a_full_cache_disk_does_not_refuse_an_upload";
+    let Some((tmpfs, server, _dir)) = on_a_tmpfs(OnTmpfs::Cache, test) else {
         return;
     };
     let id = file_id();

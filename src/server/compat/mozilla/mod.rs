@@ -846,7 +846,7 @@ struct V5Response {
 }
 
 /// `POST /symbolicate/v5`: jobs of stacks, each answered in order.
-async fn symbolicate_v5(
+pub(in crate::server) async fn symbolicate_v5(
     State(state): State<AppState>,
     Extension(config): Extension<MozillaConfig>,
     headers: HeaderMap,
