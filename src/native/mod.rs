@@ -173,14 +173,18 @@ impl NativeService {
             #[cfg(test)]
             crate::error::panic_if_marked("minidump", &view);
             let minidump = read_minidump(view).context("invalid minidump")?;
-            Stackwalk {
-                cfi: &self.cficaches,
-                symcaches: &self.symcaches,
-                scope: &scope,
-                sources: &request.sources,
-                rewrite_first_module: &request.rewrite_first_module,
-            }
-            .walk(&minidump)
+            // Boxed: the walker's future is some 15 KiB, and inline it would make the
+            // whole crash request's future (moved into its task) as large.
+            Box::pin(
+                Stackwalk {
+                    cfi: &self.cficaches,
+                    symcaches: &self.symcaches,
+                    scope: &scope,
+                    sources: &request.sources,
+                    rewrite_first_module: &request.rewrite_first_module,
+                }
+                .walk(&minidump),
+            )
             .await
             .context("cannot process minidump")
         })
