@@ -286,14 +286,17 @@ impl Default for FrontsConfig {
         Self {
             token: None,
             open: Vec::new(),
-            // Mozilla's API is made to be called from pages (the Firefox profiler
-            // symbolicates in the browser), and Mozilla's service allows every origin.
-            // A page still cannot present the token, so with `fronts.token` set the
-            // answers stay closed to it; CORS never allows credentials (cookies).
-            cors_allowed_origins: vec!["*".to_owned()],
+            // Mozilla's API is made to be called from pages: the Firefox profiler
+            // symbolicates in the browser. Mozilla's service allows every origin because
+            // its symbols are public; the sources here are usually not, and without
+            // `fronts.token` any page a browser loads could read what they answer.
+            cors_allowed_origins: vec![PROFILER_ORIGIN.to_owned()],
         }
     }
 }
+
+/// The Firefox profiler's origin, the one origin allowed by default.
+pub const PROFILER_ORIGIN: &str = "https://profiler.firefox.com";
 
 /// A compatibility front, as `fronts.open` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -1403,7 +1406,11 @@ max_download_size: 16106127360
         assert_eq!(example.fleet.peers_refresh, defaults.peers_refresh);
         assert_eq!(example.fleet.connect_timeout, defaults.connect_timeout);
         assert_eq!(example.drain_delay, Config::default().drain_delay);
-        assert_eq!(example.fronts.cors_allowed_origins, ["*"]);
+        assert_eq!(example.fronts.cors_allowed_origins, [PROFILER_ORIGIN]);
+        assert_eq!(
+            Config::default().fronts.cors_allowed_origins,
+            [PROFILER_ORIGIN]
+        );
 
         let yaml = "fleet:\n  advertise_url: http://10.0.0.5:3021\n  peers_dns: peers.ns.svc:3021\ndrain_delay: 5s\n";
         let (config, ignored) = Config::from_yaml(yaml).unwrap();

@@ -3,7 +3,8 @@
 //! files of possibly private sources, so one bearer token (`fronts.token`) guards
 //! `/proxy`, `/symcache` and the Mozilla API alike, each front able to opt out
 //! (`fronts.open`). Browsers may call the Mozilla API only from the origins in
-//! `fronts.cors_allowed_origins`; any by default, as Mozilla's service allows.
+//! `fronts.cors_allowed_origins`: Firefox's profiler by default, any only when the
+//! operator lists `*` (a public mirror, as Mozilla's own service is).
 //! The browser console (`/console`) is behind the same token; since a person opens it
 //! by address, it also takes HTTP Basic credentials with the token as the password,
 //! which the browser asks for and then sends with the page's own requests.
