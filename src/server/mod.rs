@@ -20,6 +20,7 @@ mod observe;
 mod prometheus;
 mod requests;
 mod symbolicate;
+mod token;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -304,7 +305,7 @@ pub fn router(state: AppState, config: &Config) -> App {
             &config.fronts,
         ))
         .merge(match &state.console {
-            Some(_) => guard(console::routes(), Front::Console, &config.fronts),
+            Some(_) => console::routes(&config.fronts),
             None => Routes::default(),
         })
         // Uploads count their own bytes against `max_crash_file_size` as they stream.
