@@ -12,6 +12,7 @@ mod error;
 mod future_size_tests;
 #[cfg(test)]
 mod hostile_tests;
+mod hosts;
 mod js;
 mod jvm;
 mod limits;
@@ -334,7 +335,13 @@ pub fn router(state: AppState, config: &Config) -> App {
     // and metrics. (Body limits are set by the extractors that read bodies:
     // `RequestBody`, `CrashUpload`.)
     let watch = state.console.is_some();
-    observe::Observe::new(routes.router.with_state(state), &routes.patterns, watch)
+    let hosts = hosts::HostPolicy::new(config.bind, &config.allowed_hosts);
+    observe::Observe::new(
+        routes.router.with_state(state),
+        &routes.patterns,
+        watch,
+        hosts,
+    )
 }
 
 /// Query parameters every symbolication endpoint takes.
