@@ -45,8 +45,9 @@ use crate::telemetry::{HTTP_IN_FLIGHT, HTTP_REQUEST_DURATION, HTTP_REQUESTS};
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// Requests with at most this many headers are searched for an id by name.
-const SCANNED_HEADERS: usize = 16;
+/// Requests with at most this many headers are searched for an id (and a `Host`) by
+/// name.
+pub(super) const SCANNED_HEADERS: usize = 16;
 
 /// Longest client-sent id kept; a longer one is replaced, not truncated.
 const MAX_CLIENT_ID_LEN: usize = 128;
