@@ -79,7 +79,12 @@ fn bench(c: &mut Criterion) {
     let app = runtime.block_on(async { router(AppState::new(&config).unwrap(), &config) });
 
     let healthcheck = || {
-        let request = Request::get("/healthcheck").body(Body::empty()).unwrap();
+        // As a load tool sends it: the `Host` is checked on every request (a loopback
+        // server answers only loopback hosts and `allowed_hosts`).
+        let request = Request::get("/healthcheck")
+            .header("host", "127.0.0.1:3021")
+            .body(Body::empty())
+            .unwrap();
         let response = runtime.block_on(app.clone().oneshot(request)).unwrap();
         assert_eq!(response.status(), StatusCode::OK);
     };

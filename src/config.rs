@@ -51,6 +51,10 @@ impl Default for LoggingConfig {
 #[serde(default)]
 pub struct Config {
     pub bind: SocketAddr,
+    /// Names the server answers for in the `Host` header, beside `localhost` and IP
+    /// addresses (omnisym only); `*` for any. Empty: any, unless `bind` is a loopback
+    /// address. See [`AllowedHost`].
+    pub allowed_hosts: Vec<String>,
     /// `null` (upstream: no cache) is a fresh directory that is removed at exit.
     #[serde(deserialize_with = "deserialize_cache_dir")]
     pub cache_dir: PathBuf,
@@ -277,7 +281,7 @@ pub struct FrontsConfig {
     /// Fronts that answer without the token.
     pub open: Vec<Front>,
     /// Origins (`https://host[:port]`, or `*`) whose pages may call the Mozilla API;
-    /// any by default, as Mozilla's service answers (`[]` sends no CORS headers).
+    /// Firefox's profiler by default (`[]` sends no CORS headers).
     pub cors_allowed_origins: Vec<String>,
 }
 
@@ -286,14 +290,17 @@ impl Default for FrontsConfig {
         Self {
             token: None,
             open: Vec::new(),
-            // Mozilla's API is made to be called from pages (the Firefox profiler
-            // symbolicates in the browser), and Mozilla's service allows every origin.
-            // A page still cannot present the token, so with `fronts.token` set the
-            // answers stay closed to it; CORS never allows credentials (cookies).
-            cors_allowed_origins: vec!["*".to_owned()],
+            // Mozilla's API is made to be called from pages: the Firefox profiler
+            // symbolicates in the browser. Mozilla's service allows every origin because
+            // its symbols are public; the sources here are usually not, and without
+            // `fronts.token` any page a browser loads could read what they answer.
+            cors_allowed_origins: vec![PROFILER_ORIGIN.to_owned()],
         }
     }
 }
+
+/// The Firefox profiler's origin, the one origin allowed by default.
+pub const PROFILER_ORIGIN: &str = "https://profiler.firefox.com";
 
 /// A compatibility front, as `fronts.open` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -351,6 +358,41 @@ fn is_origin(text: &str) -> bool {
             && url.password().is_none()
             && url.origin().ascii_serialization() == text.to_ascii_lowercase()
     })
+}
+
+/// An entry of `allowed_hosts`, as the `Host` header is compared with it. A page that
+/// rebinds its own DNS name to this server sends that name as the `Host`; the server
+/// answers only names it knows, so that such a page cannot read what it serves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AllowedHost {
+    /// `*`: every host.
+    Any,
+    /// An IP address, always allowed (a rebinding page sends its own name, never an
+    /// address); listing one changes nothing.
+    Address,
+    /// A host name: lowercase, in its ASCII form, without a trailing dot.
+    Name(String),
+}
+
+impl AllowedHost {
+    /// A host as a URL writes it (`symbols.example.com`, `10.0.0.5`, `[fd00::5]`), or
+    /// `*`; no scheme, port or path. Else what is wrong with it.
+    pub fn parse(entry: &str) -> Result<AllowedHost, &'static str> {
+        if entry == "*" {
+            return Ok(AllowedHost::Any);
+        }
+        match url::Host::parse(entry) {
+            Ok(url::Host::Domain(name)) => {
+                let name = name.strip_suffix('.').unwrap_or(&name);
+                if name.is_empty() || name.contains(['*', '%']) {
+                    return Err("is not a host name (write `*` alone for any)");
+                }
+                Ok(AllowedHost::Name(name.to_owned()))
+            }
+            Ok(url::Host::Ipv4(_) | url::Host::Ipv6(_)) => Ok(AllowedHost::Address),
+            Err(_) => Err("is not a host name or address (no scheme, port or path)"),
+        }
+    }
 }
 
 /// The `mozilla` section: limits of Mozilla's symbolication API.
@@ -438,6 +480,7 @@ impl Default for Config {
         let objects = ObjectLimits::default();
         Config {
             bind: "127.0.0.1:3021".parse().expect("valid default address"),
+            allowed_hosts: Vec::new(),
             cache_dir: PathBuf::from("omnisym-cache"),
             ephemeral_cache_dir: None,
             connect_to_reserved_ips: false,
@@ -692,6 +735,11 @@ impl Config {
             return Err(ConfigError::Semantic(
                 "fronts.token is empty; remove it to leave the fronts open".into(),
             ));
+        }
+        for entry in &self.allowed_hosts {
+            AllowedHost::parse(entry).map_err(|message| {
+                ConfigError::Semantic(format!("allowed_hosts: `{entry}` {message}"))
+            })?;
         }
         for origin in &self.fronts.cors_allowed_origins {
             if origin != "*" && !is_origin(origin) {
@@ -1218,6 +1266,44 @@ max_download_size: 16106127360
     }
 
     #[test]
+    fn allowed_hosts_are_names_addresses_or_a_star() {
+        let yaml = "allowed_hosts: [\"Symbols.Example.com.\", 10.0.0.5, \"[fd00::5]\", \"*\", b\u{fc}cher.example]\n";
+        let (config, ignored) = Config::from_yaml(yaml).unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        let parsed: Vec<_> = config
+            .allowed_hosts
+            .iter()
+            .map(|entry| AllowedHost::parse(entry).unwrap())
+            .collect();
+        assert_eq!(
+            parsed,
+            [
+                AllowedHost::Name("symbols.example.com".into()),
+                AllowedHost::Address,
+                AllowedHost::Address,
+                AllowedHost::Any,
+                // As a browser sends it.
+                AllowedHost::Name("xn--bcher-kva.example".into()),
+            ]
+        );
+        assert!(Config::default().allowed_hosts.is_empty());
+        for entry in [
+            "http://a.example",
+            "a.example:3021",
+            "a.example/path",
+            "*.example.com",
+            "a b",
+            "",
+            ".",
+            "::1",
+        ] {
+            let yaml = format!("allowed_hosts: [\"{entry}\"]\n");
+            let err = Config::from_yaml(&yaml).unwrap_err().to_string();
+            assert!(err.contains("allowed_hosts"), "{entry}: {err}");
+        }
+    }
+
+    #[test]
     fn fronts_take_one_token_and_a_list_of_origins() {
         let yaml = "fronts:\n  token: s3cret\n  open: [mozilla]\n  cors_allowed_origins: [\"https://profiler.firefox.com\", \"http://localhost:4242\"]\n";
         let (config, ignored) = Config::from_yaml(yaml).unwrap();
@@ -1403,7 +1489,11 @@ max_download_size: 16106127360
         assert_eq!(example.fleet.peers_refresh, defaults.peers_refresh);
         assert_eq!(example.fleet.connect_timeout, defaults.connect_timeout);
         assert_eq!(example.drain_delay, Config::default().drain_delay);
-        assert_eq!(example.fronts.cors_allowed_origins, ["*"]);
+        assert_eq!(example.fronts.cors_allowed_origins, [PROFILER_ORIGIN]);
+        assert_eq!(
+            Config::default().fronts.cors_allowed_origins,
+            [PROFILER_ORIGIN]
+        );
 
         let yaml = "fleet:\n  advertise_url: http://10.0.0.5:3021\n  peers_dns: peers.ns.svc:3021\ndrain_delay: 5s\n";
         let (config, ignored) = Config::from_yaml(yaml).unwrap();

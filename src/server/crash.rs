@@ -18,7 +18,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use url::Url;
 
-use super::error::{RequestBody, parse_json};
+use super::error::{JsonBody, parse_json};
 use super::limits::{Counted, RequestRefused};
 use super::{ApiError, AppState, Params, RequestParams, RequestSlot};
 use crate::config::RequestLimits;
@@ -550,7 +550,7 @@ pub async fn symbolicate_any(
     State(state): State<AppState>,
     Params(params): Params,
     slot: RequestSlot,
-    RequestBody(body): RequestBody,
+    JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let request: SymbolicateAnyRequest = state.parse_request(body, &[])?;
     let (kind, url, token, rewrite_first_module) = match request.symbolicate {

@@ -1,9 +1,10 @@
 //! Errors answered to clients (`ApiError`: status and a message that says what to fix),
-//! JSON bodies parsed so that a failure names the field, and the bounded body reader.
+//! JSON bodies parsed so that a failure names the field, and the bounded body readers
+//! (`RequestBody`, and `JsonBody` for the Sentry API's JSON endpoints).
 
 use axum::Json;
 use axum::extract::{DefaultBodyLimit, FromRef, FromRequest, Request};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::Serialize;
@@ -148,5 +149,83 @@ where
             .map_err(|rejection| {
                 ApiError::body_failed(&rejection, rejection.status(), rejection.body_text())
             })
+    }
+}
+
+/// The body of one of the Sentry API's JSON endpoints (`/symbolicate`,
+/// `/symbolicate-js`, ...), read as [`RequestBody`] once its `Content-Type` says JSON:
+/// anything else, or none, is 415 before the body is read, as upstream's `Json`
+/// extractor answers. So a page cannot make the server work (and fetch from the sources
+/// the page names) with a blind cross-site form post: a form sends
+/// `application/x-www-form-urlencoded`, `multipart/form-data` or `text/plain`, and a
+/// page's JSON needs a CORS preflight, which these endpoints never allow.
+pub struct JsonBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody
+where
+    BodyLimit: FromRef<S>,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        if !is_json(req.headers()) {
+            return Err(ApiError {
+                status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                message: "expected a JSON body (`Content-Type: application/json`)".into(),
+            });
+        }
+        RequestBody::from_request(req, state)
+            .await
+            .map(|RequestBody(body)| JsonBody(body))
+    }
+}
+
+/// `application/json` or `application/<anything>+json`, with or without parameters:
+/// what axum's `Json` extractor takes.
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(mime) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<mime::Mime>().ok())
+    else {
+        return false;
+    };
+    mime.type_() == mime::APPLICATION
+        && (mime.subtype() == mime::JSON || mime.suffix() == Some(mime::JSON))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_is_what_axum_json_takes() {
+        let typed = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::CONTENT_TYPE, value.parse().unwrap());
+            is_json(&headers)
+        };
+        for json in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "application/json;charset=utf-8",
+            "Application/JSON",
+            "application/cloudevents+json",
+        ] {
+            assert!(typed(json), "{json}");
+        }
+        for other in [
+            "text/plain",
+            "text/json",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/jsonx",
+            "application/octet-stream",
+            "json",
+            "",
+        ] {
+            assert!(!typed(other), "{other}");
+        }
+        assert!(!is_json(&HeaderMap::new()), "no Content-Type");
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::response::Response;
 
-use super::error::RequestBody;
+use super::error::JsonBody;
 use super::{ApiError, AppState, Params, RequestSlot};
 use crate::js::JsSymbolicationRequest;
 use crate::sources::SourceConfig;
@@ -17,7 +17,7 @@ pub async fn symbolicate_js(
     State(state): State<AppState>,
     Params(params): Params,
     slot: RequestSlot,
-    RequestBody(body): RequestBody,
+    JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let mut request: JsSymbolicationRequest = state.parse_request(body, &[])?;
     // Only the request's own `sources`: the configured ones are symbol servers for

@@ -4,7 +4,7 @@
 use axum::extract::State;
 use axum::response::Response;
 
-use super::error::RequestBody;
+use super::error::JsonBody;
 use super::limits::Counted;
 use super::{ApiError, AppState, Params, RequestSlot};
 use crate::jvm::SymbolicateJvmRequest;
@@ -22,7 +22,7 @@ pub async fn symbolicate_jvm(
     State(state): State<AppState>,
     Params(params): Params,
     slot: RequestSlot,
-    RequestBody(body): RequestBody,
+    JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let mut request: SymbolicateJvmRequest = state.parse_request(body, JVM_LISTS)?;
     let sources = state.sources_or_default(request.sources.take());

@@ -12,6 +12,7 @@ mod error;
 mod future_size_tests;
 #[cfg(test)]
 mod hostile_tests;
+mod hosts;
 mod js;
 mod jvm;
 mod limits;
@@ -20,6 +21,7 @@ mod observe;
 mod prometheus;
 mod requests;
 mod symbolicate;
+mod token;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -304,7 +306,7 @@ pub fn router(state: AppState, config: &Config) -> App {
             &config.fronts,
         ))
         .merge(match &state.console {
-            Some(_) => guard(console::routes(), Front::Console, &config.fronts),
+            Some(_) => console::routes(&config.fronts),
             None => Routes::default(),
         })
         // Uploads count their own bytes against `max_crash_file_size` as they stream.
@@ -333,7 +335,13 @@ pub fn router(state: AppState, config: &Config) -> App {
     // and metrics. (Body limits are set by the extractors that read bodies:
     // `RequestBody`, `CrashUpload`.)
     let watch = state.console.is_some();
-    observe::Observe::new(routes.router.with_state(state), &routes.patterns, watch)
+    let hosts = hosts::HostPolicy::new(config.bind, &config.allowed_hosts);
+    observe::Observe::new(
+        routes.router.with_state(state),
+        &routes.patterns,
+        watch,
+        hosts,
+    )
 }
 
 /// Query parameters every symbolication endpoint takes.

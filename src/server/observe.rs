@@ -10,6 +10,10 @@
 //!   (`/requests/{id}`), never by the path itself, so the number of series stays
 //!   bounded whatever clients request.
 //!
+//! - **Host.** A request for a host this server does not answer for (`hosts`: the
+//!   defence against DNS rebinding) is answered 421 here, before the router, whatever
+//!   its route; its log line says so and names the host.
+//!
 //! - **Recent requests.** When the console is on, the last requests of the service's
 //!   own endpoints (not health checks, scrapes or the console) are kept in a short ring
 //!   for its status view; other requests do not touch it.
@@ -34,13 +38,16 @@ use metrics::{Counter, Histogram};
 use rustc_hash::FxHashMap;
 use tower::Service;
 
+use super::ApiError;
+use super::hosts::HostPolicy;
 use crate::telemetry::history::is_service_endpoint;
 use crate::telemetry::{HTTP_IN_FLIGHT, HTTP_REQUEST_DURATION, HTTP_REQUESTS};
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// Requests with at most this many headers are searched for an id by name.
-const SCANNED_HEADERS: usize = 16;
+/// Requests with at most this many headers are searched for an id (and a `Host`) by
+/// name.
+pub(super) const SCANNED_HEADERS: usize = 16;
 
 /// Longest client-sent id kept; a longer one is replaced, not truncated.
 const MAX_CLIENT_ID_LEN: usize = 128;
@@ -51,6 +58,9 @@ const UNMATCHED: &str = "unmatched";
 
 /// Requests of the service's endpoints kept for the console.
 const RECENT_REQUESTS: usize = 100;
+
+/// The most of a refused host the log line shows (a DNS name has at most 253 bytes).
+const MAX_LOGGED_HOST: usize = 255;
 
 /// Wraps the finished router from outside: every request passes through once, where
 /// `Router::layer` would box every route once more (a boxed route is cloned and its
@@ -63,10 +73,14 @@ pub struct Observe<S> {
 }
 
 impl<S> Observe<S> {
-    /// `watch`: whether the last requests are kept (the console is on). The labels are
-    /// made once per router and kept for the life of the process (a server makes one).
-    pub fn new(inner: S, patterns: &[&'static str], watch: bool) -> Self {
-        let labels = Box::leak(Box::new(Labels::new(patterns, watch)));
+    /// `watch`: whether the last requests are kept (the console is on); `hosts`: the
+    /// hosts answered. The labels are made once per router and kept for the life of
+    /// the process (a server makes one).
+    pub fn new(inner: S, patterns: &[&'static str], watch: bool, hosts: HostPolicy) -> Self {
+        let labels = Box::leak(Box::new(Labels {
+            hosts,
+            ..Labels::new(patterns, watch)
+        }));
         Observe { inner, labels }
     }
 }
@@ -80,6 +94,7 @@ struct Labels {
     unmatched: &'static Endpoint,
     /// Whether the last requests are kept (the console is on).
     watch: bool,
+    hosts: HostPolicy,
 }
 
 impl Labels {
@@ -103,6 +118,7 @@ impl Labels {
             params,
             unmatched: Endpoint::intern(UNMATCHED),
             watch,
+            hosts: HostPolicy::Any,
         }
     }
 
@@ -184,13 +200,21 @@ where
         let id = request_id(&mut request);
         let endpoint = self.labels.of(request.uri().path());
         HTTP_IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
+        let refused = self.labels.hosts.refused(&request);
         // The line's parts are copied out of the request before it is handed on; when
         // no one reads the line, that copying is all it would cost.
-        let line = tracing::enabled!(target: "omnisym::access", tracing::Level::INFO)
-            .then(|| (request.method().clone(), request.uri().path().to_owned()));
+        let line =
+            tracing::enabled!(target: "omnisym::access", tracing::Level::INFO).then(|| Line {
+                method: request.method().clone(),
+                path: request.uri().path().to_owned(),
+                refused_host: refused.map(|host| {
+                    String::from_utf8_lossy(&host[..host.len().min(MAX_LOGGED_HOST)]).into_owned()
+                }),
+            });
+        let refused = refused.is_some();
         let watch = (self.labels.watch && endpoint.watched).then(|| request.method().clone());
         Observed {
-            inner: self.inner.call(request),
+            inner: (!refused).then(|| self.inner.call(request)),
             record: Some(Record {
                 started,
                 id,
@@ -245,13 +269,21 @@ fn is_usable_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
 }
 
+/// What the access log line says of a request beside its answer.
+struct Line {
+    method: Method,
+    path: String,
+    /// The host the request named, when it was refused for it.
+    refused_host: Option<String>,
+}
+
 /// What is left to do when the answer is ready.
 struct Record {
     started: Instant,
     id: HeaderValue,
     endpoint: &'static Endpoint,
-    /// Method and path, when the access log is read.
-    line: Option<(Method, String)>,
+    /// When the access log is read.
+    line: Option<Line>,
     /// The request's method, when the console watches it.
     watch: Option<Method>,
 }
@@ -263,15 +295,21 @@ impl Record {
         self.endpoint.duration.record(elapsed);
         self.endpoint.count(status);
         let status = status.as_u16();
-        if let Some((method, path)) = &self.line {
+        if let Some(line) = &self.line {
+            let message = if line.refused_host.is_some() {
+                "request refused: not a host this server answers for (allowed_hosts)"
+            } else {
+                "request"
+            };
             tracing::info!(
                 target: "omnisym::access",
-                method = %method,
-                path = %path,
+                method = %line.method,
+                path = %line.path,
                 status,
                 duration_ms = elapsed.as_secs_f64() * 1000.0,
                 request_id = %self.id.to_str().unwrap_or_default(),
-                "request"
+                refused_host = line.refused_host.as_deref(),
+                "{message}"
             );
         }
         if let Some(method) = self.watch.take() {
@@ -300,8 +338,9 @@ impl Drop for Record {
 
 pin_project_lite::pin_project! {
     pub struct Observed<F> {
+        // `None`: refused for its host, never handed to the router.
         #[pin]
-        inner: F,
+        inner: Option<F>,
         record: Option<Record>,
     }
 }
@@ -314,12 +353,27 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let mut result = std::task::ready!(this.inner.poll(cx));
+        let mut result = match this.inner.as_pin_mut() {
+            Some(inner) => std::task::ready!(inner.poll(cx)),
+            None => Ok(misdirected()),
+        };
         if let (Some(record), Ok(response)) = (this.record.take(), result.as_mut()) {
             record.finish(response);
         }
         Poll::Ready(result)
     }
+}
+
+/// The answer to a request for a host this server does not answer for.
+fn misdirected() -> Response {
+    use axum::response::IntoResponse;
+    ApiError {
+        status: StatusCode::MISDIRECTED_REQUEST,
+        message: "this server does not answer for the host this request names; \
+                  the operator can list it in allowed_hosts"
+            .into(),
+    }
+    .into_response()
 }
 
 /// One endpoint's metric handles, made once per route pattern and kept for the life of

@@ -4,7 +4,7 @@
 use axum::extract::State;
 use axum::response::Response;
 
-use super::error::RequestBody;
+use super::error::JsonBody;
 use super::{ApiError, AppState, Params, RequestSlot};
 use crate::native::SymbolicateRequest;
 
@@ -13,7 +13,7 @@ pub async fn symbolicate(
     State(state): State<AppState>,
     Params(params): Params,
     slot: RequestSlot,
-    RequestBody(body): RequestBody,
+    JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let mut request: SymbolicateRequest = state.parse_request(body, &[])?;
     let sources = state.sources_or_default(request.sources.take());

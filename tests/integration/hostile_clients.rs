@@ -485,3 +485,103 @@ async fn a_poll_waits_at_most_max_poll_timeout() {
         assert!(Instant::now() < deadline, "never completed");
     }
 }
+
+/// DNS rebinding: a page at `http://rebind.attacker.example:<port>` whose name its owner
+/// then points at 127.0.0.1 reaches the server as its own origin, so its browser would
+/// let it read the console's list of downloads and then the debug files from `/proxy`.
+/// Every route of a loopback server answers such a request 421 before doing anything,
+/// while `localhost`, addresses, the names in `allowed_hosts`, and `omnisym healthcheck`
+/// (which asks the `bind` address) are answered.
+#[tokio::test]
+async fn a_rebound_host_is_refused_on_every_route_of_a_loopback_server() {
+    let symsrv = SymbolServer::start().await;
+    let pdb_id = common::object("pe")["breakpad_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let pdb_path = format!("crash.pdb/{pdb_id}/crash.pdb");
+    symsrv.put(&pdb_path, &common::fixtures().join("native/pe/crash.pdb"));
+    let port = common::free_port();
+    let settings = format!("bind: 127.0.0.1:{port}\nallowed_hosts: [symbols.example.com]\n");
+    let server = Server::start(&format!(
+        "{settings}sources:\n  - {{id: symsrv, type: http, url: \"{}\", layout: {{type: symstore}}}}\n",
+        symsrv.url
+    ));
+    let send = |method: reqwest::Method, host: &str, path: &str| {
+        common::client()
+            .request(method, format!("{}{path}", server.url))
+            .header("Host", host)
+            .header("Content-Type", "text/plain")
+            .body(r#"{"memoryMap": [], "stacks": [[]]}"#)
+            .send()
+    };
+    let proxy = format!("/proxy/{pdb_path}");
+    let rebound = format!("rebind.attacker.example:{port}");
+    let get = reqwest::Method::GET;
+    let post = reqwest::Method::POST;
+    for (method, path) in [
+        (&get, "/console/api/downloads"),
+        (&get, "/console"),
+        (&get, &*proxy),
+        (&post, "/symbolicate/v5"),
+        (&post, "/symbolicate"),
+        (&get, "/metrics"),
+        (&get, "/healthcheck"),
+        (&get, "/no/such/route"),
+    ] {
+        for host in [&*rebound, "REBIND.attacker.example", "127.0.0.1.nip.io"] {
+            let resp = send(method.clone(), host, path).await.unwrap();
+            assert_eq!(
+                resp.status(),
+                StatusCode::MISDIRECTED_REQUEST,
+                "{method} {path} as {host}"
+            );
+            assert!(resp.headers().contains_key("x-request-id"));
+            let body: Value = resp.json().await.unwrap();
+            assert!(
+                body["error"].as_str().unwrap().contains("allowed_hosts"),
+                "{body}"
+            );
+        }
+    }
+    assert!(symsrv.hits().is_empty(), "{:?}", symsrv.hits());
+    let log = server.log();
+    assert!(
+        log.lines().any(|line| line.contains("request refused")
+            && line.contains(&format!("refused_host=\"{rebound}\""))
+            && line.contains("status=421")),
+        "{log}"
+    );
+
+    // The hosts the server answers for: a listed name (as a reverse proxy forwards it),
+    // `localhost` and addresses, in any case and with any port.
+    let pdb = std::fs::read(common::fixtures().join("native/pe/crash.pdb")).unwrap();
+    for host in [
+        format!("symbols.example.com:{port}"),
+        "Symbols.Example.COM".to_owned(),
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        format!("127.0.0.2:{port}"),
+        format!("[::1]:{port}"),
+    ] {
+        let resp = send(get.clone(), &host, &proxy).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{host}");
+        assert!(resp.bytes().await.unwrap() == pdb, "{host}");
+        let resp = send(get.clone(), &host, "/console/api/downloads")
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{host}");
+        // What the rebound page would have read.
+        assert!(resp.text().await.unwrap().contains("crash.pdb"), "{host}");
+    }
+
+    // The compose file's health check: the CLI asks the config's `bind`.
+    let config = server.cache_dir.parent().unwrap().join("healthcheck.yml");
+    std::fs::write(&config, &settings).unwrap();
+    let status = std::process::Command::new(common::binary())
+        .args(["healthcheck", "--timeout", "10", "-c"])
+        .arg(&config)
+        .status()
+        .unwrap();
+    assert!(status.success(), "omnisym healthcheck: {status}");
+}

@@ -602,10 +602,10 @@ async fn a_pdb_in_the_native_layout_serves_a_windows_module() {
     );
 }
 
-/// Browsers may call the API from any origin by default, as Mozilla's service allows,
-/// from none with `cors_allowed_origins: []`, and else only from the configured ones:
-/// the preflight of an allowed origin is answered without the token, which browsers
-/// never send on one, and its answers carry `Access-Control-Allow-Origin`.
+/// Browsers may call the API from the Firefox profiler by default, from none with
+/// `cors_allowed_origins: []`, and else only from the configured ones: the preflight of
+/// an allowed origin is answered without the token, which browsers never send on one,
+/// and its answers carry `Access-Control-Allow-Origin`.
 #[tokio::test]
 async fn cors_allows_only_the_configured_origins() {
     const ORIGIN: &str = "https://profiler.firefox.com";
@@ -623,11 +623,17 @@ async fn cors_allows_only_the_configured_origins() {
     let default = Server::start("");
     let closed = Server::start("fronts: {cors_allowed_origins: []}\n");
     for path in ["/symbolicate/v5", "/symbolicate/v4"] {
+        let resp = preflight(&default, path, ORIGIN).await.unwrap();
+        assert!(resp.status().is_success(), "{path}: {resp:?}");
+        assert_eq!(resp.headers()["access-control-allow-origin"], ORIGIN);
         let resp = preflight(&default, path, "https://evil.example")
             .await
             .unwrap();
-        assert!(resp.status().is_success(), "{path}: {resp:?}");
-        assert_eq!(resp.headers()["access-control-allow-origin"], "*");
+        let headers = resp.headers();
+        assert!(
+            !headers.contains_key("access-control-allow-origin"),
+            "{headers:?}"
+        );
         let resp = preflight(&closed, path, ORIGIN).await.unwrap();
         let headers = resp.headers();
         assert!(
@@ -759,4 +765,51 @@ async fn frames_of_a_windows_symbol_file_are_named_by_its_pe_file() {
     assert_eq!(status, StatusCode::OK, "{r}");
     let first = r["symbolicatedStacks"][0][0].as_str().unwrap();
     assert!(first.ends_with(" (in inline.dll)"), "{r}");
+}
+
+/// A page can post to the API without a preflight (`text/plain`), so CORS alone decides
+/// whether it reads the answer: the names, paths and `found_modules` of the sources. By
+/// default only the Firefox profiler does; `*` (a public mirror) is sent only when the
+/// operator lists it.
+#[tokio::test]
+async fn pages_read_answers_only_from_allowed_origins() {
+    let (file, id) = library();
+    let simple_post = |server: &Server, origin: &str| {
+        client()
+            .post(format!("{}/symbolicate/v5", server.url))
+            .header("Origin", origin)
+            .header("Content-Type", "text/plain;charset=UTF-8")
+            .body(json!({"memoryMap": [[file, id]], "stacks": [[[0, 4096]]]}).to_string())
+            .send()
+    };
+    let allowed_origin = |resp: &reqwest::Response| {
+        resp.headers()
+            .get("access-control-allow-origin")
+            .map(|value| value.to_str().unwrap().to_owned())
+    };
+    let (_symbols, default) = serving_library("").await;
+    let resp = simple_post(&default, "https://evil.example").await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(allowed_origin(&resp), None, "{:?}", resp.headers());
+    // The answer the browser keeps from the page holds what the sources know.
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(
+        answer["results"][0]["found_modules"][format!("{file}/{id}")],
+        true,
+        "{answer}"
+    );
+    let resp = simple_post(&default, "https://profiler.firefox.com")
+        .await
+        .unwrap();
+    assert_eq!(
+        allowed_origin(&resp).as_deref(),
+        Some("https://profiler.firefox.com")
+    );
+
+    let (_symbols, public) = serving_library("fronts: {cors_allowed_origins: [\"*\"]}\n").await;
+    for origin in ["https://evil.example", "https://profiler.firefox.com"] {
+        let resp = simple_post(&public, origin).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(allowed_origin(&resp).as_deref(), Some("*"), "{origin}");
+    }
 }

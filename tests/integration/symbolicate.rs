@@ -540,3 +540,77 @@ async fn a_reused_lookup_is_never_another_sources_or_scopes() {
         .await;
     common::assert_elf_symbolicated(&reused);
 }
+
+/// The Sentry API's JSON endpoints take JSON only, as upstream's extractor does: a page
+/// cannot make the server fetch from the sources it names with a blind cross-site form
+/// post (`text/plain`, `application/x-www-form-urlencoded`, `multipart/form-data`, which
+/// need no preflight). Such a post is 415, in the error shape, before its body is read.
+#[tokio::test]
+async fn json_endpoints_refuse_bodies_that_are_not_json_with_415() {
+    let symsrv = SymbolServer::with_elf_debug().await;
+    let server = Server::start("");
+    let sources = json!([{"type": "http", "id": "page", "url": symsrv.url}]);
+    let body = serde_json::to_vec(&common::elf_request(sources.clone())).unwrap();
+    let any = serde_json::to_vec(&json!({
+        "sources": sources,
+        "symbolicate": {"type": "minidump", "storage_url": format!("{}dump", symsrv.url)},
+    }))
+    .unwrap();
+    let other = br#"{"stacktraces": [], "modules": []}"#.to_vec();
+    for (path, body) in [
+        ("/symbolicate", &body),
+        ("/symbolicate-any", &any),
+        ("/symbolicate-js", &other),
+        ("/symbolicate-jvm", &other),
+    ] {
+        for content_type in [
+            Some("text/plain"),
+            Some("text/plain;charset=UTF-8"),
+            Some("application/x-www-form-urlencoded"),
+            Some("multipart/form-data; boundary=x"),
+            Some("text/json"),
+            None,
+        ] {
+            let mut request = common::client()
+                .post(format!("{}{path}", server.url))
+                .body(body.clone());
+            if let Some(content_type) = content_type {
+                request = request.header("Content-Type", content_type);
+            }
+            let resp = request.send().await.unwrap();
+            assert_eq!(
+                resp.status(),
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "{path} as {content_type:?}"
+            );
+            let error: Value = resp.json().await.unwrap();
+            assert!(
+                error["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("application/json"),
+                "{error}"
+            );
+        }
+    }
+    assert!(symsrv.hits().is_empty(), "{:?}", symsrv.hits());
+
+    // JSON, with parameters or as a `+json` type, is taken.
+    for content_type in ["application/json; charset=utf-8", "application/vnd.x+json"] {
+        let (status, answer) = server
+            .post_typed("/symbolicate", content_type, body.clone())
+            .await;
+        assert_eq!(status, StatusCode::OK, "{content_type}: {answer}");
+        common::assert_elf_symbolicated(&answer);
+    }
+    assert!(!symsrv.hits().is_empty());
+    let (status, answer) = server
+        .post_typed("/symbolicate-jvm", "application/json", other)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    // The upload endpoints keep asking for a form.
+    let (status, answer) = server
+        .post_typed("/minidump", "application/json", body)
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+}

@@ -11,7 +11,8 @@
 //!   the protocol of Microsoft's SymCache HTTP server for this engine's SymCaches.
 //! - `symbfile`: Elastic's profiler symbol uploads (`/api/symbols-ranges`,
 //!   `/api/symbols-returnpads`).
-//! - `access`: the bearer token and CORS policy in front of the first three.
+//! - `access`: the bearer token and CORS policy in front of the first three (the
+//!   console, not a front, has its own login, `console/login.rs`).
 
 pub mod access;
 pub mod mozilla;

@@ -6,7 +6,9 @@
 //! polls: `/console/api/status` and `/console/api/downloads`. What they show is
 //! gathered where it happens: request outcomes by `observe`, downloads and the deny list
 //! by `fetch`, cache lookups by `telemetry::history` (from the metrics registry),
-//! disk use by `cache::usage`.
+//! disk use by `cache::usage`. `login` says who may open it.
+
+mod login;
 
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -23,7 +25,7 @@ use super::observe::{AnsweredRequest, recent_requests};
 use super::{AppState, Routes};
 use crate::cache::kinds::ALL as CACHE_KINDS;
 use crate::cache::usage::{DiskUsage, measure};
-use crate::config::{Config, ConsoleConfig};
+use crate::config::{Config, ConsoleConfig, FrontsConfig};
 use crate::fetch::{BlockedHost, DownloadRecord, SourceTally};
 use crate::telemetry::history::{History, Point};
 use crate::units::rfc3339_millis as timestamp;
@@ -112,9 +114,9 @@ impl Console {
     }
 }
 
-/// The console's routes; the caller puts them behind the token (`Front::Console`).
-pub fn routes() -> Routes {
-    Routes::default()
+/// The console's routes, behind its login.
+pub fn routes(fronts: &FrontsConfig) -> Routes {
+    let routes = Routes::default()
         .route(
             "/console",
             get(|| async { page(INDEX, "text/html; charset=utf-8") }),
@@ -128,7 +130,8 @@ pub fn routes() -> Routes {
             get(|| async { page(STYLE, "text/css; charset=utf-8") }),
         )
         .route("/console/api/status", get(status))
-        .route("/console/api/downloads", get(downloads))
+        .route("/console/api/downloads", get(downloads));
+    login::guard(routes, fronts)
 }
 
 fn page(body: &'static str, content_type: &'static str) -> Response {
