@@ -974,6 +974,13 @@ mod tests {
         );
     }
 
+    /// The keys that hand their values to the downloads, some in other sections
+    /// (`caches.in_memory`), default to the downloads' own defaults.
+    #[test]
+    fn the_default_config_fetches_as_the_default_downloads() {
+        assert_eq!(Config::default().fetch_config(), FetchConfig::default());
+    }
+
     #[test]
     fn cache_lifecycle_keys() {
         let yaml = "caches:\n  downloaded:\n    max_unused_for: {days: 3, hours: 2}\n  diagnostics:\n    retention: 1w\n  max_disk_size: 50GB\n  cleanup_interval: 5m\n  in_memory:\n    capacity: 512MiB\nshared_cache:\n  max_upload_queue_size: 7\n  s3:\n    bucket: b\n    region: [local, \"http://127.0.0.1:9000\"]\n    access_key: k\n    secret_key: s\n";
@@ -993,7 +1000,7 @@ mod tests {
         assert_eq!(shared.max_concurrent_uploads, 20);
         assert!(matches!(
             shared.backend,
-            crate::cache::SharedCacheBackendConfig::S3(ref s3) if s3.bucket == "b"
+            crate::objstore::ObjectStoreConfig::S3(ref s3) if s3.bucket == "b"
         ));
 
         let (config, _) = Config::from_yaml("caches:\n  cleanup_interval: 0\n").unwrap();

@@ -15,6 +15,7 @@ pub mod js;
 pub mod jvm;
 pub mod lookup;
 pub mod native;
+pub mod objstore;
 pub mod server;
 pub mod service;
 pub mod sources;

@@ -36,7 +36,7 @@ use bytes::Bytes;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 
-use crate::cache::{Caches, ConversionObserver, Scope};
+use crate::cache::{Caches, ConversionObserver, Scope, SharedCache};
 use crate::config::RequestLimits;
 use crate::config::{Config, Front};
 use crate::fetch::Downloader;
@@ -158,12 +158,11 @@ impl AppState {
         // The recorder first, so that the counters the caches register while they are
         // built reach it; installing happens once per process.
         let metrics = telemetry::install(&config.metrics);
-        let mut caches = Caches::new(
-            &config.cache_dir,
-            &config.caches,
-            config.shared_cache.as_ref(),
-            &downloader,
-        )?;
+        let shared = match &config.shared_cache {
+            Some(shared) => Some(SharedCache::new(shared, config.connect_timeout)?),
+            None => None,
+        };
+        let mut caches = Caches::new(&config.cache_dir, &config.caches, shared);
         if let Some(observer) = conversions {
             caches = caches.with_conversion_observer(observer);
         }
