@@ -22,8 +22,6 @@ pub struct Caches {
     memory_capacity: u64,
     /// `caches.in_memory.lookup_reuse` and its capacity.
     lookup_reuse: (Duration, u64),
-    /// `caches.in_memory.artifact_bundles` and `artifact_bundle_files`.
-    artifact_bundles: (u64, u64),
     /// Identifies this process, so "malformed" verdicts do not outlive a restart.
     boot_id: Arc<str>,
     shared: Option<Arc<SharedCache>>,
@@ -42,10 +40,6 @@ impl Caches {
             lookup_reuse: (
                 config.in_memory.lookup_reuse,
                 config.in_memory.lookup_reuse_capacity,
-            ),
-            artifact_bundles: (
-                config.in_memory.artifact_bundles,
-                config.in_memory.artifact_bundle_files,
             ),
             boot_id: uuid::Uuid::new_v4().to_string().into(),
             shared: shared.map(Arc::new),
@@ -82,12 +76,6 @@ impl Caches {
     /// (`caches.in_memory.lookup_reuse`).
     pub fn lookup_reuse(&self) -> (Duration, u64) {
         self.lookup_reuse
-    }
-
-    /// How many artifact bundles are kept opened, and how many bytes of files read out
-    /// of them are kept (`caches.in_memory.artifact_bundles`, `artifact_bundle_files`).
-    pub fn artifact_bundles(&self) -> (u64, u64) {
-        self.artifact_bundles
     }
 
     /// The store replicas share, when one is configured (for what is not a cache kind:

@@ -42,7 +42,7 @@ use crate::config::{Config, Front};
 use crate::fetch::Downloader;
 use crate::fleet::Fleet;
 use crate::js::JsService;
-use crate::js::bundle::BundleLimits;
+use crate::js::bundle::{BundleLimits, BundleMemory};
 use crate::jvm::JvmService;
 use crate::lookup::Lookup;
 use crate::native::NativeService;
@@ -181,7 +181,11 @@ impl AppState {
             max_entries: config.max_artifact_bundle_entries,
             entries: config.object_limits().sources(),
         };
-        let js = JsService::new(&caches, downloader.clone(), bundle_limits);
+        let bundle_memory = BundleMemory {
+            opened: config.caches.in_memory.artifact_bundles,
+            file_bytes: config.caches.in_memory.artifact_bundle_files,
+        };
+        let js = JsService::new(&caches, downloader.clone(), bundle_limits, bundle_memory);
         // Results waiting to be polled may hold at most 64 MiB.
         let service = RequestService::new(config.max_concurrent_requests, 64 * 1024 * 1024);
         // Only a server hands out ids to poll.
