@@ -8,6 +8,7 @@
 pub mod cache;
 pub mod cli;
 pub mod config;
+pub mod engine;
 pub mod error;
 pub mod fetch;
 pub mod fleet;
