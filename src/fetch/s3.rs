@@ -209,3 +209,62 @@ impl S3Backend {
         CacheError::DownloadError(root_cause(&err))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::fetch::Downloader;
+    use crate::sources::SourceConfig;
+
+    /// A TCP server that counts the connections made to it and answers none.
+    async fn count_connections() -> (u16, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                drop(socket);
+            }
+        });
+        (port, accepted)
+    }
+
+    async fn fetch(connect_to_reserved_ips: bool, port: u16) -> CacheResult<u64> {
+        let json = serde_json::json!({"type": "s3", "id": "s", "bucket": "b",
+            "region": ["us-east-1", format!("http://localhost:{port}")],
+            "access_key": "k", "secret_key": "s"});
+        let SourceConfig::S3(source) = serde_json::from_value(json).unwrap() else {
+            panic!("not s3")
+        };
+        let downloader = Downloader::new(FetchConfig {
+            connect_to_reserved_ips,
+            head_timeout: Duration::from_secs(2),
+            max_download_timeout: Duration::from_secs(10),
+            ..FetchConfig::default()
+        })
+        .unwrap();
+        let temp = tempfile::NamedTempFile::new().unwrap();
+        let mut dest = tokio::fs::File::from_std(temp.reopen().unwrap());
+        let transfer = downloader.transfer_to(&mut dest, u64::MAX);
+        downloader.inner.s3.fetch(&source, "key", transfer).await
+    }
+
+    // A name is no literal to check up front: the pool's resolver must drop its
+    // reserved addresses, and only for sources, as configured.
+    #[tokio::test]
+    async fn a_named_endpoint_on_a_reserved_address_is_refused_before_connecting() {
+        let (port, accepted) = count_connections().await;
+        let refused = fetch(false, port).await.unwrap_err();
+        assert!(refused.to_string().contains("reserved IP"), "{refused:?}");
+        assert_eq!(accepted.load(Ordering::SeqCst), 0);
+
+        let failed = fetch(true, port).await.unwrap_err();
+        assert!(!failed.to_string().contains("reserved IP"), "{failed:?}");
+        assert!(accepted.load(Ordering::SeqCst) > 0);
+    }
+}
