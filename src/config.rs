@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
+use url::Url;
 
 use crate::cache::{CachesConfig, SharedCacheConfig};
 use crate::fetch::{DenyListConfig, FetchConfig};
-use crate::fleet::FleetConfig;
 use crate::lookup::ObjectLimits;
 use crate::sources::{Secret, SourceConfig};
 use crate::telemetry::MetricsConfig;
@@ -471,6 +471,73 @@ impl Default for SymbfileConfig {
             max_stored_files: 100_000,
         }
     }
+}
+
+/// The `fleet` section of the config (omnisym only). Defined here rather than beside
+/// its user (`fleet/`): the config is part of the core, which imports no upper layer.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default)]
+pub struct FleetConfig {
+    /// This replica's address as its peers reach it (`http://10.0.0.5:3021`; in
+    /// Kubernetes, `http://${POD_IP}:3021`). Unset: no fleet, ids name no replica.
+    pub advertise_url: Option<Url>,
+    /// Peers' addresses, this replica's own among them or not.
+    pub peers: Vec<Url>,
+    /// `host:port` whose addresses (every A and AAAA record) are peers, reached over
+    /// plain HTTP: a headless Service's name, with `publishNotReadyAddresses` so that
+    /// a draining replica still answers polls for its requests.
+    pub peers_dns: Option<String>,
+    /// How old the resolved `peers_dns` may be before a poll for an unknown owner
+    /// resolves it again.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub peers_refresh: Duration,
+    /// How long connecting to a peer may take before the poll is answered 404.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub connect_timeout: Duration,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            advertise_url: None,
+            peers: Vec::new(),
+            peers_dns: None,
+            peers_refresh: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl FleetConfig {
+    /// Why the section cannot work, if it cannot.
+    pub fn check(&self) -> Result<(), String> {
+        let advertised = self.advertise_url.is_some();
+        if !advertised && (!self.peers.is_empty() || self.peers_dns.is_some()) {
+            return Err(
+                "fleet.advertise_url is needed with peers: the ids a replica \
+                        hands out must name it"
+                    .into(),
+            );
+        }
+        for url in self.advertise_url.iter().chain(&self.peers) {
+            if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+                return Err(format!("fleet: `{url}` is not an http(s) address"));
+            }
+        }
+        if let Some(name) = &self.peers_dns {
+            host_and_port(name)
+                .ok_or_else(|| format!("fleet.peers_dns: `{name}` is not host:port"))?;
+        }
+        Ok(())
+    }
+}
+
+/// `host:port`, the port a number.
+pub fn host_and_port(name: &str) -> Option<(&str, u16)> {
+    let (host, port) = name.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    (!host.is_empty()).then_some(())?;
+    Some((host, port.parse().ok()?))
 }
 
 impl Default for Config {
@@ -1022,6 +1089,13 @@ mod tests {
         );
     }
 
+    /// The keys that hand their values to the downloads, some in other sections
+    /// (`caches.in_memory`), default to the downloads' own defaults.
+    #[test]
+    fn the_default_config_fetches_as_the_default_downloads() {
+        assert_eq!(Config::default().fetch_config(), FetchConfig::default());
+    }
+
     #[test]
     fn cache_lifecycle_keys() {
         let yaml = "caches:\n  downloaded:\n    max_unused_for: {days: 3, hours: 2}\n  diagnostics:\n    retention: 1w\n  max_disk_size: 50GB\n  cleanup_interval: 5m\n  in_memory:\n    capacity: 512MiB\nshared_cache:\n  max_upload_queue_size: 7\n  s3:\n    bucket: b\n    region: [local, \"http://127.0.0.1:9000\"]\n    access_key: k\n    secret_key: s\n";
@@ -1041,7 +1115,7 @@ mod tests {
         assert_eq!(shared.max_concurrent_uploads, 20);
         assert!(matches!(
             shared.backend,
-            crate::cache::SharedCacheBackendConfig::S3(ref s3) if s3.bucket == "b"
+            crate::objstore::ObjectStoreConfig::S3(ref s3) if s3.bucket == "b"
         ));
 
         let (config, _) = Config::from_yaml("caches:\n  cleanup_interval: 0\n").unwrap();
@@ -1476,6 +1550,18 @@ max_download_size: 16106127360
             ignored.iter().any(|key| key.contains("enable")),
             "{ignored:?}"
         );
+    }
+
+    #[test]
+    fn host_and_port_splits() {
+        assert_eq!(
+            host_and_port("peers.ns.svc:3021"),
+            Some(("peers.ns.svc", 3021))
+        );
+        assert_eq!(host_and_port("[fd00::1]:3021"), Some(("fd00::1", 3021)));
+        assert_eq!(host_and_port("peers.ns.svc"), None);
+        assert_eq!(host_and_port(":3021"), None);
+        assert_eq!(host_and_port("host:http"), None);
     }
 
     #[test]

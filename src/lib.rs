@@ -8,6 +8,7 @@
 pub mod cache;
 pub mod cli;
 pub mod config;
+pub mod engine;
 pub mod error;
 pub mod fetch;
 pub mod fleet;
@@ -15,6 +16,7 @@ pub mod js;
 pub mod jvm;
 pub mod lookup;
 pub mod native;
+pub mod objstore;
 pub mod server;
 pub mod service;
 pub mod sources;

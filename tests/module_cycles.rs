@@ -1,29 +1,47 @@
-//! The layering `docs/architecture.md` promises, checked on the source text: no two
-//! top-level modules of `src/` import each other (directly or around a circle), no two
-//! files of one module do (at any depth, a child module's directory counting as one
-//! file), the platform pipelines never import each other, the shared
-//! core never imports a pipeline, and nothing below the top layer (the server and the
-//! command-line tools) imports it; no module imports the command-line tools.
+//! The layering `docs/architecture.md` promises, checked on the source text: every
+//! top-level module of `src/` sits in one layer of [`LAYERS`], the module map's rows
+//! from top to bottom, and imports only modules of the layers below its own; so no two
+//! modules of one layer import each other (the platform pipelines, the fronts), the
+//! core never imports a pipeline or an upper-layer module, and nothing imports the
+//! fronts. No two files of one module import each other (at any depth, a child
+//! module's directory counting as one file).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
+/// The fronts: what `main.rs` starts.
+const FRONTS: &[&str] = &["cli", "server"];
+/// What the fronts run the pipelines with, each row importing only the rows below it: a
+/// fleet's poll forwarding; the engine that builds the pipelines' services, and the
+/// request service (ids, cap, polling).
+const UPPER: &[&[&str]] = &[&["fleet"], &["engine", "service"]];
 const PIPELINES: &[&str] = &["native", "js", "jvm"];
-/// The fronts: what `main.rs` starts. They may import everything below them.
-const TOP: &[&str] = &["server", "cli"];
-const CORE: &[&str] = &[
-    "cache",
-    "config",
-    "error",
-    "fetch",
-    "lookup",
-    "sources",
-    "telemetry",
-    "types",
-    "units",
+/// The modules every pipeline stands on, each row importing only the rows below it.
+const CORE: &[&[&str]] = &[
+    &["config"],
+    &["lookup"],
+    &["cache", "fetch"],
+    &["objstore"],
+    &["types"],
+    &["error"],
+    &["sources", "telemetry", "units"],
 ];
+
+/// Every layer, top to bottom: a module imports only modules of later layers.
+fn layers() -> Vec<Vec<&'static str>> {
+    let mut layers = vec![FRONTS.to_vec()];
+    layers.extend(UPPER.iter().map(|row| row.to_vec()));
+    layers.push(PIPELINES.to_vec());
+    layers.extend(CORE.iter().map(|row| row.to_vec()));
+    layers
+}
+
+/// The layer `module` is in, counted from the top.
+fn layer_of(module: &str) -> Option<usize> {
+    layers().iter().position(|layer| layer.contains(&module))
+}
 
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -369,29 +387,66 @@ fn a_child_module_is_one_node_among_its_siblings() {
     assert!(lookup["request"].contains("files"), "{lookup:?}");
 }
 
-#[test]
-fn pipelines_stand_side_by_side_on_the_core() {
-    let graph = top_level_graph(&src());
-    for (module, edges) in &graph {
-        let pipeline = PIPELINES.contains(&module.as_str());
-        let core = CORE.contains(&module.as_str());
-        for target in edges {
-            assert!(
-                !(pipeline && PIPELINES.contains(&target.as_str())),
-                "pipeline {module} imports pipeline {target}"
-            );
-            assert!(
-                !(core && PIPELINES.contains(&target.as_str())),
-                "core module {module} imports {target}"
-            );
-            let front = TOP.contains(&module.as_str());
-            assert!(
-                front || !TOP.contains(&target.as_str()),
-                "{module} imports the front {target}"
-            );
-            assert!(target != "cli", "{module} imports the command-line tools");
-        }
+/// Why `module` may not import `target`, if it may not.
+fn layering_fault(module: &str, target: &str) -> Option<String> {
+    let (Some(from), Some(to)) = (layer_of(module), layer_of(target)) else {
+        return Some(format!(
+            "{module} -> {target}: every module needs a layer in tests/module_cycles.rs"
+        ));
+    };
+    let core = |m| CORE.iter().any(|row| row.contains(&m));
+    let upper = |m| FRONTS.contains(&m) || UPPER.iter().any(|row| row.contains(&m));
+    if core(module) && upper(target) {
+        return Some(format!(
+            "core module {module} imports the upper-layer module {target}"
+        ));
     }
+    if core(module) && PIPELINES.contains(&target) {
+        return Some(format!(
+            "core module {module} imports the pipeline {target}"
+        ));
+    }
+    if PIPELINES.contains(&module) && PIPELINES.contains(&target) {
+        return Some(format!("pipeline {module} imports pipeline {target}"));
+    }
+    if FRONTS.contains(&target) {
+        return Some(format!("{module} imports the front {target}"));
+    }
+    (to <= from).then(|| format!("{module} imports {target}, which is not below it"))
+}
+
+#[test]
+fn every_module_imports_only_layers_below_its_own() {
+    let graph = top_level_graph(&src());
+    let mut faults = Vec::new();
+    for (module, edges) in &graph {
+        if layer_of(module).is_none() {
+            faults.push(format!("{module} is in no layer of tests/module_cycles.rs"));
+        }
+        faults.extend(
+            edges
+                .iter()
+                .filter_map(|target| layering_fault(module, target)),
+        );
+    }
+    assert!(faults.is_empty(), "{}", faults.join("\n"));
+}
+
+#[test]
+fn the_layering_check_names_what_it_refuses() {
+    let fault = |module, target| layering_fault(module, target).unwrap_or_default();
+    assert!(fault("config", "fleet").contains("core module config imports the upper-layer"));
+    assert!(fault("cache", "service").contains("upper-layer"));
+    assert!(fault("lookup", "native").contains("imports the pipeline native"));
+    assert!(fault("js", "native").contains("pipeline js imports pipeline native"));
+    assert!(fault("cli", "server").contains("imports the front server"));
+    assert!(fault("cache", "fetch").contains("not below it"));
+    assert!(fault("fetch", "lookup").contains("not below it"));
+    assert!(fault("cache", "nowhere").contains("needs a layer"));
+    assert_eq!(layering_fault("native", "cache"), None);
+    assert_eq!(layering_fault("js", "fetch"), None);
+    assert_eq!(layering_fault("server", "fleet"), None);
+    assert_eq!(layering_fault("cache", "objstore"), None);
 }
 
 #[test]

@@ -10,9 +10,8 @@ use super::budget::ConversionBudget;
 use super::derived::ConversionObserver;
 use super::kinds::{CacheKind, Family};
 use super::shared::SharedCache;
-use super::{CacheConfig, CachesConfig, SharedCacheConfig};
+use super::{CacheConfig, CachesConfig};
 use super::{CacheItemRequest, Cacher};
-use crate::fetch::Downloader;
 
 /// Builds the `Cacher` of every cache kind from the config: where files go, which
 /// lifetime rules apply, and each kind's share of the in-memory budget.
@@ -23,8 +22,6 @@ pub struct Caches {
     memory_capacity: u64,
     /// `caches.in_memory.lookup_reuse` and its capacity.
     lookup_reuse: (Duration, u64),
-    /// `caches.in_memory.artifact_bundles` and `artifact_bundle_files`.
-    artifact_bundles: (u64, u64),
     /// Identifies this process, so "malformed" verdicts do not outlive a restart.
     boot_id: Arc<str>,
     shared: Option<Arc<SharedCache>>,
@@ -33,18 +30,9 @@ pub struct Caches {
 }
 
 impl Caches {
-    /// Needs a tokio runtime when a shared cache is configured (its upload worker).
-    pub fn new(
-        cache_dir: &Path,
-        config: &CachesConfig,
-        shared_cache: Option<&SharedCacheConfig>,
-        downloader: &Downloader,
-    ) -> anyhow::Result<Self> {
-        let shared = match shared_cache {
-            Some(shared) => Some(Arc::new(SharedCache::new(shared, downloader)?)),
-            None => None,
-        };
-        Ok(Caches {
+    /// `shared`: the derived kinds and original debug files are shared with it too.
+    pub fn new(cache_dir: &Path, config: &CachesConfig, shared: Option<SharedCache>) -> Self {
+        Caches {
             cache_dir: cache_dir.to_owned(),
             downloaded: config.downloaded.clone(),
             derived: config.derived.clone(),
@@ -53,15 +41,11 @@ impl Caches {
                 config.in_memory.lookup_reuse,
                 config.in_memory.lookup_reuse_capacity,
             ),
-            artifact_bundles: (
-                config.in_memory.artifact_bundles,
-                config.in_memory.artifact_bundle_files,
-            ),
             boot_id: uuid::Uuid::new_v4().to_string().into(),
-            shared,
+            shared: shared.map(Arc::new),
             conversions: Arc::new(ConversionBudget::new(config.conversion_budget)),
             conversion_observer: None,
-        })
+        }
     }
 
     /// Caches whose conversions are reported to `observer` (the server installs none).
@@ -94,19 +78,13 @@ impl Caches {
         self.lookup_reuse
     }
 
-    /// How many artifact bundles are kept opened, and how many bytes of files read out
-    /// of them are kept (`caches.in_memory.artifact_bundles`, `artifact_bundle_files`).
-    pub fn artifact_bundles(&self) -> (u64, u64) {
-        self.artifact_bundles
-    }
-
-    /// The one budget every conversion and lazy read takes its memory from.
     /// The store replicas share, when one is configured (for what is not a cache kind:
     /// uploads that a fleet receives).
     pub fn shared(&self) -> Option<Arc<SharedCache>> {
         self.shared.clone()
     }
 
+    /// The one budget every conversion and lazy read takes its memory from.
     pub fn conversions(&self) -> Arc<ConversionBudget> {
         self.conversions.clone()
     }

@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::fetch::FetchConfig;
 use crate::units::{
     deserialize_duration, deserialize_opt_duration, deserialize_opt_size, deserialize_size,
 };
@@ -77,14 +76,16 @@ pub struct InMemoryConfig {
 
 impl Default for InMemoryConfig {
     fn default() -> Self {
-        let fetch = FetchConfig::default();
         InMemoryConfig {
             capacity: 2 * 1024 * 1024 * 1024,
-            sentry_index_capacity: fetch.sentry_index_capacity,
-            sentry_index_max_bytes: fetch.sentry_index_max_bytes,
-            sentry_index_ttl: fetch.sentry_index_ttl,
-            s3_client_capacity: fetch.s3_client_capacity,
-            gcs_token_capacity: fetch.gcs_token_capacity,
+            // The next five are `fetch::FetchConfig`'s, whose defaults they repeat (the
+            // config's tests hold the two equal): this section is where the file keeps
+            // them, and the cache imports nothing of the downloads.
+            sentry_index_capacity: 100_000,
+            sentry_index_max_bytes: 64 * 1024 * 1024,
+            sentry_index_ttl: Duration::from_secs(3600),
+            s3_client_capacity: 100,
+            gcs_token_capacity: 100,
             lookup_reuse: Duration::from_secs(1),
             lookup_reuse_capacity: 10_000,
             artifact_bundles: 100,

@@ -254,7 +254,6 @@ mod tests {
     use super::*;
     use crate::cache::Family;
     use crate::cache::{CachesConfig, Scope};
-    use crate::fetch::{Downloader, FetchConfig};
 
     static RUNNING: AtomicUsize = AtomicUsize::new(0);
     static MOST_AT_ONCE: AtomicUsize = AtomicUsize::new(0);
@@ -297,8 +296,7 @@ mod tests {
             conversion_budget: 1 << 20,
             ..CachesConfig::default()
         };
-        let downloader = Downloader::new(FetchConfig::default()).unwrap();
-        let caches = Caches::new(dir.path(), &config, None, &downloader).unwrap();
+        let caches = Caches::new(dir.path(), &config, None);
         let cache = DerivedCache::<Slow>::new(&caches);
         let size = each.to_string();
         let parents = [
@@ -365,10 +363,8 @@ mod tests {
     #[tokio::test]
     async fn conversions_are_reported_to_the_observer() {
         let dir = tempfile::tempdir().unwrap();
-        let downloader = Downloader::new(FetchConfig::default()).unwrap();
         let heard = Arc::new(Heard::default());
-        let caches = Caches::new(dir.path(), &CachesConfig::default(), None, &downloader)
-            .unwrap()
+        let caches = Caches::new(dir.path(), &CachesConfig::default(), None)
             .with_conversion_observer(heard.clone());
         let cache = DerivedCache::<Quick>::new(&caches);
         let parent = CacheKey::new(Scope::Global, &["observed"]);

@@ -8,7 +8,8 @@
 //! table of cache kinds: name, version, family and memory share. `budget` bounds
 //! conversions by input size, `config` is the `caches` section of the config file.
 //! `cleanup` owns deletion: the time rules, stray temp files, old versions and the disk
-//! budget; `usage` measures, read-only, what each kind takes on disk.
+//! budget; `usage` measures, read-only, what each kind takes on disk. `shared` is the
+//! shared cache, kept in one of `objstore`'s stores; nothing here downloads.
 
 mod budget;
 mod cacher;
@@ -28,4 +29,4 @@ pub use config::{CacheConfig, CachesConfig, DiagnosticsCacheConfig, InMemoryConf
 pub use derived::{ConversionObserver, ConversionState, DerivedCache, DerivedFormat, InputFuture};
 pub use key::{CacheKey, Scope};
 pub use kinds::{CacheKind, Family};
-pub use shared::{S3SharedCacheConfig, SharedCache, SharedCacheBackendConfig, SharedCacheConfig};
+pub use shared::{SharedCache, SharedCacheConfig};

@@ -1,5 +1,6 @@
-//! `omnisym symbolicate FILE`: the server's own services, built in-process from a config,
-//! run on one crash file or stored event, without HTTP in between.
+//! `omnisym symbolicate FILE`: the pipelines' services the server runs (the engine),
+//! built in-process from a config, run on one crash file or stored event, without HTTP
+//! or the server's state in between.
 //!
 //! Without `--config` the embedded defaults apply, with two changes for a program a
 //! person runs on their own machine: downloads are cached in the per-user cache
@@ -23,12 +24,12 @@ use super::text;
 use super::{Format, SymbolicateArgs};
 use crate::cache::Scope;
 use crate::config::Config;
+use crate::engine::{Engine, Symbfiles};
 use crate::fetch::Downloader;
 use crate::js::JsSymbolicationRequest;
 use crate::jvm::SymbolicateJvmRequest;
 use crate::native::interface::{RequestOptions, RewriteRules};
 use crate::native::{CrashData, CrashReportRequest, SymbolicateRequest};
-use crate::server::AppState;
 use crate::service::completed_body;
 use crate::sources::SourceConfig;
 
@@ -81,7 +82,13 @@ fn user_cache_dir() -> Option<PathBuf> {
 async fn symbolicate(config: &Config, args: &SymbolicateArgs) -> anyhow::Result<()> {
     let progress = ProgressReporter::to_stderr();
     let downloader = Downloader::with_observer(config.fetch_config(), progress.downloads())?;
-    let state = AppState::offline(config, downloader, progress.conversions())?;
+    // Stored symbfiles are read, and nothing of the store a server relies on changes.
+    let engine = Engine::build(
+        config,
+        &downloader,
+        Symbfiles::Read,
+        Some(progress.conversions()),
+    )?;
     let downloads = tempfile::Builder::new()
         .prefix("omnisym-event")
         .tempdir_in(config.cache_dir.join("tmp"))
@@ -107,7 +114,7 @@ async fn symbolicate(config: &Config, args: &SymbolicateArgs) -> anyhow::Result<
                 options: RequestOptions::default(),
                 rewrite_first_module: RewriteRules::default(),
             };
-            let response = state
+            let response = engine
                 .native
                 .process_crash_file(kind, Scope::new("global"), CrashData::File(&path), request)
                 .await
@@ -125,7 +132,7 @@ async fn symbolicate(config: &Config, args: &SymbolicateArgs) -> anyhow::Result<
                 tracing::warn!("the event has no frames any pipeline symbolicates");
             }
             for plan in &plans {
-                let answer = run_plan(&state, config, args, project.as_ref(), plan).await?;
+                let answer = run_plan(&engine, config, args, project.as_ref(), plan).await?;
                 event::apply(&mut event, plan, &answer)
                     .with_context(|| format!("{} of the event", plan.pipeline.endpoint()))?;
             }
@@ -169,7 +176,7 @@ fn sources(
 /// Runs one endpoint's pipeline on its request, in-process; the answer is the JSON the
 /// endpoint would send.
 async fn run_plan(
-    state: &AppState,
+    engine: &Engine,
     config: &Config,
     args: &SymbolicateArgs,
     project: Option<&SentryProject>,
@@ -181,7 +188,7 @@ async fn run_plan(
     let answer = match plan.pipeline {
         Pipeline::Native => {
             let request: SymbolicateRequest = serde_json::from_value(body)?;
-            let response = state
+            let response = engine
                 .native
                 .symbolicate(scope, sources.into(), request)
                 .await;
@@ -199,12 +206,12 @@ async fn run_plan(
                 request.source = Some(Arc::unwrap_or_clone(sentry));
             }
             sources.retain(|s| !matches!(s, SourceConfig::Sentry(_)));
-            let response = state.js.symbolicate(scope, sources.into(), request).await;
+            let response = engine.js.symbolicate(scope, sources.into(), request).await;
             completed_body(&response)
         }
         Pipeline::Jvm => {
             let request: SymbolicateJvmRequest = serde_json::from_value(body)?;
-            let response = state.jvm.symbolicate(scope, sources.into(), request).await;
+            let response = engine.jvm.symbolicate(scope, sources.into(), request).await;
             completed_body(&response)
         }
     };

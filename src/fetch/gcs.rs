@@ -1,9 +1,8 @@
-//! Google Cloud Storage through the `google-cloud-storage` crate, with credentials from
-//! `google-cloud-auth`: a service-account key (inline in the source, or a key file for the
-//! shared cache), a ready token, the server's application-default credentials, or none for
-//! an emulator. One client per credentials, endpoint and access is kept; each holds its
-//! credentials' token cache. Emulators are a source's `endpoint` or the
-//! `STORAGE_EMULATOR_HOST` environment variable, which the crate itself does not read.
+//! GCS sources, through `objstore`'s clients and credentials (a service-account key
+//! inline in the source, a ready token, the server's application-default credentials,
+//! or none for an emulator). One client per credentials, endpoint and access is kept;
+//! each holds its credentials' token cache. Emulators are a source's `endpoint` or the
+//! `STORAGE_EMULATOR_HOST` environment variable.
 //!
 //! The crate builds its own HTTP client and takes neither a client nor a resolver, so
 //! the reserved-IP rule is applied by resolving the endpoint just before each request,
@@ -12,20 +11,11 @@
 //! timeout (the head timeout covers connecting), and a cap on the body of an error answer,
 //! which it reads whole (within the head timeout).
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use google_cloud_auth::credentials::service_account::AccessSpecifier;
-use google_cloud_auth::credentials::{
-    self, CacheableResource, Credentials, CredentialsProvider, EntityTag, anonymous,
-    service_account,
-};
 use google_cloud_auth::errors::CredentialsError;
-use google_cloud_gax::retry_policy::NeverRetry;
 use google_cloud_storage::client::Storage;
-use google_cloud_storage::read_resume_policy::NeverResume;
-use http::{HeaderMap, HeaderValue, header::AUTHORIZATION};
 use reqwest::StatusCode;
 use url::Url;
 
@@ -34,29 +24,9 @@ use super::http::status_error;
 use super::reserved_ip::{RESERVED_ADDRESS_MSG, ReservedAddress, ReservedIps, ensure_public_url};
 use super::transfer::{Running, Transfer, root_cause, with_retries};
 use crate::error::{CacheError, CacheResult};
-use crate::sources::{GcsAuth, GcsSourceConfig, Secret};
-
-/// What credentials may do: sources only read; the shared cache also writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum GcsAccess {
-    Read,
-    Write,
-}
-
-impl GcsAccess {
-    fn scope(self) -> &'static str {
-        match self {
-            GcsAccess::Read => "https://www.googleapis.com/auth/devstorage.read_only",
-            GcsAccess::Write => "https://www.googleapis.com/auth/devstorage.read_write",
-        }
-    }
-}
-
-/// Where the crate sends requests unless an endpoint says otherwise.
-const DEFAULT_ENDPOINT: &str = "https://storage.googleapis.com";
-/// The only universe omnisym serves. Naming it keeps the crate from asking the metadata
-/// server for it when a client is built on application-default credentials.
-const UNIVERSE_DOMAIN: &str = "googleapis.com";
+use crate::objstore;
+use crate::objstore::gcs::{DEFAULT_ENDPOINT, GcsAccess};
+use crate::sources::{GcsAuth, GcsSourceConfig};
 
 /// What distinguishes one GCS client from another.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -64,154 +34,6 @@ struct GcsClientKey {
     auth: GcsAuth,
     endpoint: Option<Url>,
     access: GcsAccess,
-}
-
-/// The emulator named by `STORAGE_EMULATOR_HOST`, read once at start.
-fn emulator_from_env() -> Option<Url> {
-    let host = std::env::var("STORAGE_EMULATOR_HOST")
-        .ok()
-        .filter(|host| !host.is_empty())?;
-    let with_scheme = if host.contains("://") {
-        host
-    } else {
-        format!("http://{host}")
-    };
-    Url::parse(&with_scheme)
-        .inspect_err(|err| tracing::warn!(%err, "ignoring invalid STORAGE_EMULATOR_HOST"))
-        .ok()
-}
-
-/// A ready OAuth token (upstream's `bearer_token`), sent as it is.
-struct BearerToken {
-    header: HeaderMap,
-    tag: EntityTag,
-}
-
-impl BearerToken {
-    fn new(token: &Secret) -> CacheResult<Self> {
-        let mut value = HeaderValue::try_from(format!("Bearer {}", token.expose()))
-            .map_err(|_| CacheError::PermissionDenied("invalid GCS bearer token".into()))?;
-        value.set_sensitive(true);
-        let mut header = HeaderMap::new();
-        header.insert(AUTHORIZATION, value);
-        Ok(BearerToken {
-            header,
-            tag: EntityTag::new(),
-        })
-    }
-}
-
-// Hand-written so the token can never be printed.
-impl std::fmt::Debug for BearerToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("BearerToken([redacted])")
-    }
-}
-
-impl CredentialsProvider for BearerToken {
-    async fn headers(
-        &self,
-        _: http::Extensions,
-    ) -> Result<CacheableResource<HeaderMap>, CredentialsError> {
-        Ok(CacheableResource::New {
-            entity_tag: self.tag.clone(),
-            data: self.header.clone(),
-        })
-    }
-
-    async fn universe_domain(&self) -> Option<String> {
-        Some(UNIVERSE_DOMAIN.to_owned())
-    }
-}
-
-/// Credentials for `auth`. Without credentials of its own, a source with an endpoint is
-/// read anonymously rather than with the server's: an endpoint can come from a request,
-/// and the server's token must only ever go to Google.
-pub(crate) fn gcs_credentials(
-    auth: &GcsAuth,
-    endpoint: Option<&Url>,
-    access: GcsAccess,
-) -> CacheResult<Credentials> {
-    let unusable = |err: &dyn std::fmt::Display| {
-        CacheError::PermissionDenied(format!("GCS credentials unusable: {err}"))
-    };
-    match auth {
-        GcsAuth::ServiceAccount {
-            client_email,
-            private_key,
-            private_key_id,
-        } => {
-            // The fields of a key file the crate needs; upstream's configs have only the
-            // first two, so the others are empty unless given.
-            let key = serde_json::json!({
-                "type": "service_account",
-                "client_email": client_email,
-                "private_key": private_key.expose(),
-                "private_key_id": private_key_id.as_deref().unwrap_or_default(),
-                "project_id": "",
-            });
-            service_account::Builder::new(key)
-                .with_access_specifier(AccessSpecifier::from_scopes([access.scope()]))
-                .build()
-                .map_err(|err| unusable(&err))
-        }
-        GcsAuth::Token(token) => Ok(BearerToken::new(token)?.into()),
-        GcsAuth::Anonymous => Ok(anonymous::Builder::new().build()),
-        GcsAuth::Default if endpoint.is_some() => Ok(anonymous::Builder::new().build()),
-        GcsAuth::Default => credentials::Builder::default()
-            .with_scopes([access.scope()])
-            .with_universe_domain(UNIVERSE_DOMAIN)
-            .build()
-            .map_err(|err| unusable(&err)),
-    }
-}
-
-/// Credentials from a service-account key file (the shared cache's `service_account_path`).
-pub(crate) fn gcs_key_file_credentials(
-    path: &Path,
-    access: GcsAccess,
-) -> anyhow::Result<Credentials> {
-    let text = std::fs::read(path)
-        .map_err(|err| anyhow::anyhow!("cannot read {}: {err}", path.display()))?;
-    let key: serde_json::Value = serde_json::from_slice(&text)
-        .map_err(|err| anyhow::anyhow!("{} is no JSON key file: {err}", path.display()))?;
-    service_account::Builder::new(key)
-        .with_access_specifier(AccessSpecifier::from_scopes([access.scope()]))
-        .build()
-        .map_err(|err| anyhow::anyhow!("{} is no service account key: {err}", path.display()))
-}
-
-/// A client for `endpoint` (default Google's). With `retries` off, every failure comes
-/// back at once, so that the caller's own retry and time rules are the only ones.
-pub(crate) async fn build_gcs_client(
-    credentials: Credentials,
-    endpoint: Option<&Url>,
-    retries: bool,
-) -> anyhow::Result<Storage> {
-    let base = endpoint.map_or(DEFAULT_ENDPOINT, |url| url.as_str().trim_end_matches('/'));
-    let mut builder = Storage::builder()
-        .with_credentials(credentials)
-        .with_endpoint(base)
-        // omnisym reads over JSON only; the gRPC side connects lazily and one channel is
-        // all it would ever need.
-        .with_grpc_subchannel_count(1);
-    if endpoint.is_some_and(|url| url.port().is_some()) {
-        // The crate's Host header leaves out the endpoint's port. An emulator that builds
-        // the URL of a chunked (resumable) upload from that header (fake-gcs-server) sends
-        // the rest of the upload to the wrong port, so such endpoints get whole uploads.
-        builder = builder.with_resumable_upload_threshold(usize::MAX);
-    }
-    if !retries {
-        builder = builder
-            .with_retry_policy(NeverRetry)
-            .with_read_resume_policy(NeverResume);
-    }
-    Ok(builder.build().await?)
-}
-
-/// The crate's name for a bucket.
-pub(crate) fn gcs_bucket(bucket: &str) -> String {
-    format!("projects/_/buckets/{bucket}")
 }
 
 /// A status from GCS, as for any HTTP download; refusals keep GCS's reason (it names the
@@ -261,22 +83,18 @@ impl GcsBackend {
                 .max_capacity(config.gcs_token_capacity)
                 .time_to_idle(Duration::from_secs(3600))
                 .build(),
-            emulator: emulator_from_env(),
+            emulator: objstore::gcs::emulator_from_env(),
             reserved: ReservedIps::from_config(&config),
             config,
         }
     }
 
-    /// The emulator named by `STORAGE_EMULATOR_HOST`, if any.
-    pub fn emulator(&self) -> Option<&Url> {
-        self.emulator.as_ref()
-    }
-
     /// The client for `key`, built on first use.
     async fn client(&self, key: &GcsClientKey) -> CacheResult<Storage> {
         let init = async {
-            let credentials = gcs_credentials(&key.auth, key.endpoint.as_ref(), key.access)?;
-            build_gcs_client(credentials, key.endpoint.as_ref(), false)
+            let credentials =
+                objstore::gcs::credentials(&key.auth, key.endpoint.as_ref(), key.access)?;
+            objstore::gcs::build_client(credentials, key.endpoint.as_ref(), false)
                 .await
                 .map_err(|err| CacheError::DownloadError(format!("GCS client: {err}")))
         };
@@ -348,7 +166,7 @@ impl GcsBackend {
         // The head timeout covers what the crate does before the body: connecting (its
         // client has no connect timeout of its own), fetching a token, the answer's head.
         let request = client
-            .read_object(gcs_bucket(bucket), key)
+            .read_object(objstore::gcs::bucket_name(bucket), key)
             .with_user_agent(self.config.user_agent.clone())
             .send();
         let response = match tokio::time::timeout(head, request).await {
@@ -390,10 +208,11 @@ mod tests {
     use axum::response::{IntoResponse, Response};
     use axum::routing::get;
     use google_cloud_storage::Error;
+    use http::HeaderMap;
 
     use super::*;
     use crate::fetch::Downloader;
-    use crate::sources::SourceConfig;
+    use crate::sources::{Secret, SourceConfig};
 
     fn gcs_answer(status: StatusCode, message: &str) -> Response {
         let error = serde_json::json!({"error": {"code": status.as_u16(), "message": message}});
@@ -538,29 +357,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn credentials_never_show_and_emulators_get_none() {
-        let token = BearerToken::new(&Secret::new("ya29.secret")).unwrap();
-        assert!(!format!("{token:?}").contains("ya29"));
-        let creds: Credentials = token.into();
-        let CacheableResource::New { data, .. } =
-            creds.headers(http::Extensions::new()).await.unwrap()
-        else {
-            panic!("a token is always new")
-        };
-        assert_eq!(data[AUTHORIZATION], "Bearer ya29.secret");
-        assert!(data[AUTHORIZATION].is_sensitive());
-
-        let emulator = Url::parse("http://127.0.0.1:4443").unwrap();
-        let anonymous =
-            gcs_credentials(&GcsAuth::Default, Some(&emulator), GcsAccess::Read).unwrap();
-        let CacheableResource::New { data, .. } =
-            anonymous.headers(http::Extensions::new()).await.unwrap()
-        else {
-            panic!("anonymous headers are always new")
-        };
-        assert!(data.is_empty());
-
-        // A broken key fails when it signs, for good, and without its text.
+    async fn a_broken_key_is_refused_without_its_text() {
+        // It fails when it signs, for good.
         let auth = GcsAuth::ServiceAccount {
             client_email: "sa@p.iam".into(),
             private_key: Secret::new(
@@ -568,7 +366,7 @@ mod tests {
             ),
             private_key_id: None,
         };
-        let creds = gcs_credentials(&auth, None, GcsAccess::Read).unwrap();
+        let creds = objstore::gcs::credentials(&auth, None, GcsAccess::Read).unwrap();
         let err = creds.headers(http::Extensions::new()).await.unwrap_err();
         assert!(!err.is_transient());
         let mapped = credentials_failure(&Error::authentication(err)).unwrap();
@@ -596,15 +394,6 @@ mod tests {
             ..test_config()
         }));
         assert_eq!(trusting.auth(&gcs(&request)), Ok(GcsAuth::Default));
-
-        // Anonymous credentials send nothing, wherever they go.
-        let anonymous = gcs_credentials(&GcsAuth::Anonymous, None, GcsAccess::Read).unwrap();
-        let CacheableResource::New { data, .. } =
-            anonymous.headers(http::Extensions::new()).await.unwrap()
-        else {
-            panic!("anonymous headers are always new")
-        };
-        assert!(data.is_empty());
     }
 
     #[test]

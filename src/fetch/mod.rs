@@ -45,14 +45,10 @@ mod transfer;
 pub use config::FetchConfig;
 pub use decompress::{DecompressLimits, decompress_bounded, decompress_file, is_compressed};
 pub use deny_list::{BlockedHost, DenyListConfig};
-pub(crate) use gcs::{
-    GcsAccess, build_gcs_client, gcs_bucket, gcs_credentials, gcs_key_file_credentials,
-};
 pub use http::{Certificates, HttpOptions};
 pub use ledger::{DownloadLedger, DownloadRecord, SourceTally};
 pub use progress::{DownloadObserver, DownloadOutcome, DownloadState};
 pub use remote::RemoteFile;
-pub(crate) use s3::{build_client as build_s3_client, http_client as s3_http_client};
 pub use transfer::record_download;
 
 use filesystem::FilesystemBackend;
@@ -150,11 +146,6 @@ impl Downloader {
 
     pub fn config(&self) -> &FetchConfig {
         &self.inner.config
-    }
-
-    /// The emulator named by `STORAGE_EMULATOR_HOST`, if any.
-    pub(crate) fn gcs_emulator(&self) -> Option<&Url> {
-        self.inner.gcs.emulator()
     }
 
     /// Downloads `file` into `dest` and unpacks it if it is compressed, so `dest` ends up

@@ -1,18 +1,15 @@
 //! S3 and S3-compatible buckets through the AWS SDK: one client per (region, endpoint,
-//! credentials), kept in a bounded cache; the SDK's own retries are off so that the shared
-//! retry, timeout and size rules apply, and its connections resolve names through the
-//! reserved-IP filter.
+//! credentials), kept in a bounded cache; the clients are `objstore`'s, with the SDK's
+//! own retries off so that the shared retry, timeout and size rules apply, and their
+//! connections resolve names through the reserved-IP filter.
 
 use std::error::Error as StdError;
 use std::sync::Arc;
 
 use aws_credential_types::provider::error::CredentialsError;
-use aws_sdk_s3::config::retry::RetryConfig;
-use aws_sdk_s3::config::timeout::TimeoutConfig;
-use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region, SharedHttpClient};
+use aws_sdk_s3::config::SharedHttpClient;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::operation::get_object::GetObjectError;
-use aws_smithy_http_client::tls;
 use aws_smithy_runtime_api::client::dns::{DnsFuture, ResolveDns, ResolveDnsError};
 use url::Url;
 
@@ -20,7 +17,9 @@ use super::FetchConfig;
 use super::reserved_ip::{ReservedIps, resolve_public};
 use super::transfer::{Running, Transfer, root_cause, with_retries};
 use crate::error::{CacheError, CacheResult};
-use crate::sources::{S3SourceConfig, Secret};
+use crate::objstore;
+use crate::objstore::s3::S3Credentials;
+use crate::sources::S3SourceConfig;
 
 /// What distinguishes one S3 client from another.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -28,18 +27,6 @@ struct S3ClientKey {
     region: String,
     endpoint: Option<Url>,
     credentials: S3Credentials,
-}
-
-/// What an S3 client signs its requests with.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum S3Credentials {
-    /// The source's own keys.
-    Static(String, Secret),
-    /// The server's own: the default chain (environment, profile, web identity,
-    /// container, instance metadata).
-    Server,
-    /// None: the requests go unsigned, and only public buckets answer them.
-    Anonymous,
 }
 
 /// Resolves through [`resolve_public`].
@@ -55,72 +42,12 @@ impl ResolveDns for PublicOnlyDns {
     }
 }
 
-/// An S3 client with the SDK's retries off (callers apply their own), static keys or
-/// the default credential chain, and path-style addressing for custom endpoints.
-pub(crate) async fn build_client(
-    region: &str,
-    endpoint: Option<&Url>,
-    keys: Option<(&str, &Secret)>,
-    http: SharedHttpClient,
-    connect_timeout: std::time::Duration,
-) -> aws_sdk_s3::Client {
-    let credentials = match keys {
-        Some((access, secret)) => S3Credentials::Static(access.to_owned(), secret.clone()),
-        None => S3Credentials::Server,
-    };
-    build_client_with(region, endpoint, &credentials, http, connect_timeout).await
-}
-
-async fn build_client_with(
-    region: &str,
-    endpoint: Option<&Url>,
-    credentials: &S3Credentials,
-    http: SharedHttpClient,
-    connect_timeout: std::time::Duration,
-) -> aws_sdk_s3::Client {
-    let mut loader =
-        aws_config::defaults(BehaviorVersion::latest()).region(Region::new(region.to_owned()));
-    match credentials {
-        S3Credentials::Static(access, secret) => {
-            loader = loader.credentials_provider(Credentials::new(
-                access.clone(),
-                secret.expose().to_owned(),
-                None,
-                None,
-                "omnisym-source",
-            ));
-        }
-        S3Credentials::Server => {}
-        S3Credentials::Anonymous => loader = loader.no_credentials(),
-    }
-    // The credential providers keep their own HTTP client: instance and container
-    // metadata live at reserved addresses by design, and they are the server's own.
-    let shared = loader.load().await;
-    let mut builder = aws_sdk_s3::config::Builder::from(&shared)
-        .http_client(http)
-        .retry_config(RetryConfig::disabled())
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(connect_timeout)
-                .build(),
-        );
-    if let Some(endpoint) = endpoint {
-        // S3-compatible stores often lack virtual-host addressing.
-        builder = builder
-            .endpoint_url(endpoint.as_str().trim_end_matches('/'))
-            .force_path_style(true);
-    }
-    aws_sdk_s3::Client::from_conf(builder.build())
-}
-
-/// The connection pool every S3 client shares.
-pub(crate) fn http_client(config: &FetchConfig) -> SharedHttpClient {
-    let builder = aws_smithy_http_client::Builder::new().tls_provider(tls::Provider::Rustls(
-        tls::rustls_provider::CryptoMode::AwsLc,
-    ));
+/// The connection pool every S3 source's client shares: names resolve through the
+/// reserved-IP filter unless `connect_to_reserved_ips` is set.
+fn http_client(config: &FetchConfig) -> SharedHttpClient {
     match ReservedIps::from_config(config) {
-        ReservedIps::Allow => builder.build_https(),
-        ReservedIps::Refuse => builder.build_with_resolver(PublicOnlyDns),
+        ReservedIps::Allow => objstore::s3::http_client(),
+        ReservedIps::Refuse => objstore::s3::http_client_resolving(PublicOnlyDns),
     }
 }
 
@@ -172,7 +99,7 @@ impl S3Backend {
         };
         let init = async {
             Arc::new(
-                build_client_with(
+                objstore::s3::build_client(
                     &key.region,
                     key.endpoint.as_ref(),
                     &key.credentials,
@@ -280,5 +207,64 @@ impl S3Backend {
             ));
         }
         CacheError::DownloadError(root_cause(&err))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::fetch::Downloader;
+    use crate::sources::SourceConfig;
+
+    /// A TCP server that counts the connections made to it and answers none.
+    async fn count_connections() -> (u16, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                drop(socket);
+            }
+        });
+        (port, accepted)
+    }
+
+    async fn fetch(connect_to_reserved_ips: bool, port: u16) -> CacheResult<u64> {
+        let json = serde_json::json!({"type": "s3", "id": "s", "bucket": "b",
+            "region": ["us-east-1", format!("http://localhost:{port}")],
+            "access_key": "k", "secret_key": "s"});
+        let SourceConfig::S3(source) = serde_json::from_value(json).unwrap() else {
+            panic!("not s3")
+        };
+        let downloader = Downloader::new(FetchConfig {
+            connect_to_reserved_ips,
+            head_timeout: Duration::from_secs(2),
+            max_download_timeout: Duration::from_secs(10),
+            ..FetchConfig::default()
+        })
+        .unwrap();
+        let temp = tempfile::NamedTempFile::new().unwrap();
+        let mut dest = tokio::fs::File::from_std(temp.reopen().unwrap());
+        let transfer = downloader.transfer_to(&mut dest, u64::MAX);
+        downloader.inner.s3.fetch(&source, "key", transfer).await
+    }
+
+    // A name is no literal to check up front: the pool's resolver must drop its
+    // reserved addresses, and only for sources, as configured.
+    #[tokio::test]
+    async fn a_named_endpoint_on_a_reserved_address_is_refused_before_connecting() {
+        let (port, accepted) = count_connections().await;
+        let refused = fetch(false, port).await.unwrap_err();
+        assert!(refused.to_string().contains("reserved IP"), "{refused:?}");
+        assert_eq!(accepted.load(Ordering::SeqCst), 0);
+
+        let failed = fetch(true, port).await.unwrap_err();
+        assert!(!failed.to_string().contains("reserved IP"), "{failed:?}");
+        assert!(accepted.load(Ordering::SeqCst) > 0);
     }
 }

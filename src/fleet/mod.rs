@@ -15,11 +15,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use reqwest::StatusCode;
-use serde::Deserialize;
 use url::Url;
 
+use crate::config::FleetConfig;
 use crate::service::{OwnerTag, RequestId};
-use crate::units::deserialize_duration;
 
 use peers::Peers;
 pub use peers::owner_tag;
@@ -27,64 +26,6 @@ pub use peers::owner_tag;
 /// The header a poll sent on by a peer carries: its answer is the owner's own, never
 /// sent on again.
 pub const FORWARDED_HEADER: &str = "omnisym-forwarded";
-
-/// The `fleet` section of the config (omnisym only).
-#[derive(Clone, Debug, Deserialize)]
-#[serde(default)]
-pub struct FleetConfig {
-    /// This replica's address as its peers reach it (`http://10.0.0.5:3021`; in
-    /// Kubernetes, `http://${POD_IP}:3021`). Unset: no fleet, ids name no replica.
-    pub advertise_url: Option<Url>,
-    /// Peers' addresses, this replica's own among them or not.
-    pub peers: Vec<Url>,
-    /// `host:port` whose addresses (every A and AAAA record) are peers, reached over
-    /// plain HTTP: a headless Service's name, with `publishNotReadyAddresses` so that
-    /// a draining replica still answers polls for its requests.
-    pub peers_dns: Option<String>,
-    /// How old the resolved `peers_dns` may be before a poll for an unknown owner
-    /// resolves it again.
-    #[serde(deserialize_with = "deserialize_duration")]
-    pub peers_refresh: Duration,
-    /// How long connecting to a peer may take before the poll is answered 404.
-    #[serde(deserialize_with = "deserialize_duration")]
-    pub connect_timeout: Duration,
-}
-
-impl Default for FleetConfig {
-    fn default() -> Self {
-        FleetConfig {
-            advertise_url: None,
-            peers: Vec::new(),
-            peers_dns: None,
-            peers_refresh: Duration::from_secs(5),
-            connect_timeout: Duration::from_secs(2),
-        }
-    }
-}
-
-impl FleetConfig {
-    /// Why the section cannot work, if it cannot.
-    pub fn check(&self) -> Result<(), String> {
-        let advertised = self.advertise_url.is_some();
-        if !advertised && (!self.peers.is_empty() || self.peers_dns.is_some()) {
-            return Err(
-                "fleet.advertise_url is needed with peers: the ids a replica \
-                        hands out must name it"
-                    .into(),
-            );
-        }
-        for url in self.advertise_url.iter().chain(&self.peers) {
-            if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
-                return Err(format!("fleet: `{url}` is not an http(s) address"));
-            }
-        }
-        if let Some(name) = &self.peers_dns {
-            peers::split_host_port(name)
-                .ok_or_else(|| format!("fleet.peers_dns: `{name}` is not host:port"))?;
-        }
-        Ok(())
-    }
-}
 
 /// This replica's place in a fleet.
 pub struct Fleet {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 use url::Url;
 
-use super::FleetConfig;
+use crate::config::{FleetConfig, host_and_port};
 use crate::service::OwnerTag;
 
 /// The tag of the replica at `url`: a hash of its origin, so that a replica and its
@@ -17,14 +17,6 @@ pub fn owner_tag(url: &Url) -> OwnerTag {
     let mut tag = [0; 6];
     tag.copy_from_slice(&digest[..6]);
     OwnerTag(tag)
-}
-
-/// `host:port`, the port a number.
-pub(super) fn split_host_port(name: &str) -> Option<(&str, u16)> {
-    let (host, port) = name.rsplit_once(':')?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    (!host.is_empty()).then_some(())?;
-    Some((host, port.parse().ok()?))
 }
 
 pub(super) struct Peers {
@@ -77,7 +69,7 @@ impl Peers {
 }
 
 async fn resolve(name: &str) -> std::io::Result<HashMap<OwnerTag, Url>> {
-    let (host, port) = split_host_port(name)
+    let (host, port) = host_and_port(name)
         .ok_or_else(|| std::io::Error::other("fleet.peers_dns is not host:port"))?;
     let peers = tokio::net::lookup_host((host, port))
         .await?
@@ -98,18 +90,6 @@ mod tests {
         assert_eq!(tag("http://host.example:80"), tag("http://Host.Example/"));
         assert_ne!(tag("http://10.0.0.5:3021"), tag("http://10.0.0.6:3021"));
         assert_ne!(tag("http://10.0.0.5:3021"), tag("https://10.0.0.5:3021"));
-    }
-
-    #[test]
-    fn host_and_port() {
-        assert_eq!(
-            split_host_port("peers.ns.svc:3021"),
-            Some(("peers.ns.svc", 3021))
-        );
-        assert_eq!(split_host_port("[fd00::1]:3021"), Some(("fd00::1", 3021)));
-        assert_eq!(split_host_port("peers.ns.svc"), None);
-        assert_eq!(split_host_port(":3021"), None);
-        assert_eq!(split_host_port("host:http"), None);
     }
 
     #[tokio::test]

@@ -44,6 +44,15 @@ impl Default for BundleLimits {
     }
 }
 
+/// What is kept of artifact bundles between requests: bundles kept opened (their zip
+/// directory and manifest parsed), and bytes of files read out of them kept inflated
+/// (`caches.in_memory.artifact_bundles` and `artifact_bundle_files`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BundleMemory {
+    pub opened: u64,
+    pub file_bytes: u64,
+}
+
 /// One opened artifact bundle.
 #[derive(Clone)]
 pub struct ArtifactBundle {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use symbolic::common::DebugId;
 
-use super::bundle::BundleLimits;
+use super::bundle::{BundleLimits, BundleMemory};
 use super::interface::{CompletedJsSymbolicationResponse, JsSymbolicationRequest};
 use super::lookup::{JsFiles, LookupParams, RequestLookup};
 use super::symbolicate::symbolicate_stacktraces;
@@ -20,9 +20,14 @@ pub struct JsService {
 }
 
 impl JsService {
-    pub fn new(caches: &Caches, downloader: Downloader, bundle_limits: BundleLimits) -> Self {
+    pub fn new(
+        caches: &Caches,
+        downloader: Downloader,
+        bundle_limits: BundleLimits,
+        bundle_memory: BundleMemory,
+    ) -> Self {
         JsService {
-            files: JsFiles::new(caches, downloader, bundle_limits),
+            files: JsFiles::new(caches, downloader, bundle_limits, bundle_memory),
         }
     }
 

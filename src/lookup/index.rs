@@ -175,8 +175,7 @@ mod tests {
             ..FetchConfig::default()
         })
         .unwrap();
-        let caches =
-            Caches::new(cache.path(), &CachesConfig::default(), None, &downloader).unwrap();
+        let caches = Caches::new(cache.path(), &CachesConfig::default(), None);
         let indexes = SymstoreIndexes::new(&caches, downloader);
         indexes.get(&store(files.path()), &Scope::Global).await
     }

@@ -27,8 +27,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::Context;
-
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -38,15 +36,14 @@ use bytes::Bytes;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 
-use crate::cache::{Caches, ConversionObserver, Scope};
+use crate::cache::{Caches, Scope};
 use crate::config::RequestLimits;
 use crate::config::{Config, Front};
+use crate::engine::{Engine, Symbfiles};
 use crate::fetch::Downloader;
 use crate::fleet::Fleet;
 use crate::js::JsService;
-use crate::js::bundle::BundleLimits;
 use crate::jvm::JvmService;
-use crate::lookup::Lookup;
 use crate::native::NativeService;
 use crate::native::symbfile::SymbfileStore;
 use crate::service::{RequestService, Reservation};
@@ -99,7 +96,7 @@ pub struct AppParts {
     pub symstore_proxy: Option<Arc<compat::SymstoreProxy>>,
     /// `None` when `symcache_http.enabled` is off.
     pub symcache_http: Option<Arc<compat::SymCacheHttp>>,
-    /// `None` outside a fleet (no `fleet.advertise_url`), and in the offline CLI.
+    /// `None` outside a fleet (no `fleet.advertise_url`).
     pub fleet: Option<Arc<Fleet>>,
     /// What `GET /ready` answers.
     pub readiness: Readiness,
@@ -133,71 +130,28 @@ async fn ready(State(state): State<AppState>) -> Response {
 }
 
 impl AppState {
-    /// The server's state: the symbfile store is opened to receive uploads.
+    /// The server's state: the engine, with the symbfile store opened to receive
+    /// uploads, and what only a server has around it.
     pub fn new(config: &Config) -> anyhow::Result<Self> {
-        Self::build(config, Downloader::new(config.fetch_config())?, true, None)
-    }
-
-    /// The state of a process beside the server (the offline CLI, which hands in a
-    /// downloader that reports progress and an observer of conversions): stored
-    /// symbfiles are looked up, and nothing of the store is changed that a running
-    /// server relies on.
-    pub fn offline(
-        config: &Config,
-        downloader: Downloader,
-        conversions: Arc<dyn ConversionObserver>,
-    ) -> anyhow::Result<Self> {
-        Self::build(config, downloader, false, Some(conversions))
-    }
-
-    /// `receives`: the symbfile store is opened to receive uploads.
-    fn build(
-        config: &Config,
-        downloader: Downloader,
-        receives: bool,
-        conversions: Option<Arc<dyn ConversionObserver>>,
-    ) -> anyhow::Result<Self> {
         // The recorder first, so that the counters the caches register while they are
         // built reach it; installing happens once per process.
         let metrics = telemetry::install(&config.metrics);
-        let mut caches = Caches::new(
-            &config.cache_dir,
-            &config.caches,
-            config.shared_cache.as_ref(),
-            &downloader,
-        )?;
-        if let Some(observer) = conversions {
-            caches = caches.with_conversion_observer(observer);
-        }
-        let caches = Arc::new(caches);
-        // The store's SymCaches are a cache kind of `caches`.
-        let symbfiles = Arc::new(if receives {
-            SymbfileStore::open(config.symbfile_dir(), &config.symbfile, &caches)
-                .with_context(|| format!("symbfile store {}", config.symbfile_dir().display()))?
-        } else {
-            SymbfileStore::for_lookups(config.symbfile_dir(), &config.symbfile, &caches)
-        });
-        let lookup = Lookup::new(&caches, downloader.clone(), config.object_limits());
-        let native = NativeService::new(&caches, &lookup, symbfiles.clone());
-        let jvm = JvmService::new(&caches, &lookup);
-        let bundle_limits = BundleLimits {
-            max_entries: config.max_artifact_bundle_entries,
-            entries: config.object_limits().sources(),
-        };
-        let js = JsService::new(&caches, downloader.clone(), bundle_limits);
+        let downloader = Downloader::new(config.fetch_config())?;
+        let Engine {
+            caches,
+            lookup,
+            native,
+            jvm,
+            js,
+            symbfiles,
+        } = Engine::build(config, &downloader, Symbfiles::Receive, None)?;
         // Results waiting to be polled may hold at most 64 MiB.
         let service = RequestService::new(config.max_concurrent_requests, 64 * 1024 * 1024);
-        // Only a server hands out ids to poll.
-        let fleet = if receives {
-            Fleet::new(&config.fleet)?
-        } else {
-            None
-        };
+        let fleet = Fleet::new(&config.fleet)?;
         let service = match &fleet {
             Some(fleet) => service.with_owner(fleet.own_tag()),
             None => service,
         };
-        let native = Arc::new(native);
         let default_sources: Arc<[SourceConfig]> = config.sources.clone().into();
         let symstore_proxy = config.symstore_proxy.then(|| {
             Arc::new(compat::SymstoreProxy::new(
@@ -216,8 +170,8 @@ impl AppState {
         Ok(AppState(Arc::new(AppParts {
             service,
             native,
-            jvm: Arc::new(jvm),
-            js: Arc::new(js),
+            jvm,
+            js,
             default_sources,
             downloader,
             crash_files: crash::CrashFiles::new(
@@ -235,11 +189,7 @@ impl AppState {
             symcache_http,
             fleet,
             readiness: Readiness::default(),
-            console: if receives {
-                console::Console::new(config, &metrics)
-            } else {
-                None
-            },
+            console: console::Console::new(config, &metrics),
             metrics,
         })))
     }

@@ -537,11 +537,9 @@ async fn the_shared_store_puts_sizes_and_removes_on_every_backend() {
         ),
         format!("gcs:\n  bucket: shared\n  endpoint: {}\n", gcs.url),
     ];
-    let downloader =
-        omnisym::fetch::Downloader::new(omnisym::fetch::FetchConfig::default()).unwrap();
     for yaml in backends {
         let config: omnisym::cache::SharedCacheConfig = serde_yaml_ng::from_str(&yaml).unwrap();
-        let shared = omnisym::cache::SharedCache::new(&config, &downloader).unwrap();
+        let shared = omnisym::cache::SharedCache::new(&config, Duration::from_secs(5)).unwrap();
         let path = "symbfiles/v1/files/ab/x/ranges.symbfile";
         assert_eq!(shared.size(path).await.unwrap(), None, "{yaml}");
         let data = symbolic::common::ByteView::from_vec(b"twelve bytes".to_vec());
@@ -570,9 +568,7 @@ async fn gcs_shared_cache_round_trips_files_past_the_chunking_threshold() {
         gcs.url
     ))
     .unwrap();
-    let downloader =
-        omnisym::fetch::Downloader::new(omnisym::fetch::FetchConfig::default()).unwrap();
-    let shared = omnisym::cache::SharedCache::new(&config, &downloader).unwrap();
+    let shared = omnisym::cache::SharedCache::new(&config, Duration::from_secs(5)).unwrap();
     let large: Vec<u8> = (0..17 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
     let files = [
         ("kind/1/global/small", b"small".to_vec()),

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use omnisym::cache::SharedCacheBackendConfig;
 use omnisym::config::Config;
+use omnisym::objstore::ObjectStoreConfig;
 use serde_json::Value;
 
 fn deploy_dir() -> PathBuf {
@@ -201,7 +201,7 @@ fn the_kubernetes_base_has_what_a_fleet_needs() {
     let shared = config.shared_cache.as_ref().expect("a shared cache");
     assert!(matches!(
         shared.backend,
-        SharedCacheBackendConfig::S3(_) | SharedCacheBackendConfig::Gcs(_)
+        ObjectStoreConfig::S3(_) | ObjectStoreConfig::Gcs(_)
     ));
 
     // Draining: readiness is its own probe, and the grace period covers the drain.

@@ -20,7 +20,7 @@ use crate::cache::{
 use crate::error::{CacheError, CacheResult, isolate_blocking};
 use crate::fetch::{Downloader, RemoteFile};
 use crate::js::bundle::{
-    ArtifactBundle, ArtifactBundles, BundleFileMemo, BundleLimits, FoundInBundle,
+    ArtifactBundle, ArtifactBundles, BundleFileMemo, BundleLimits, BundleMemory, FoundInBundle,
 };
 use crate::js::interface::{FileKey, ResolvedWith, ScrapingConfig};
 use crate::js::mapping::{DirectMap, JsMapping};
@@ -70,16 +70,20 @@ pub struct JsFiles {
 }
 
 impl JsFiles {
-    pub fn new(caches: &Caches, downloader: Downloader, bundle_limits: BundleLimits) -> Self {
+    pub fn new(
+        caches: &Caches,
+        downloader: Downloader,
+        bundle_limits: BundleLimits,
+        bundle_memory: BundleMemory,
+    ) -> Self {
         let config = downloader.config();
         let lookups = moka::future::Cache::builder()
             .max_capacity(config.sentry_index_capacity)
             .time_to_live(config.sentry_index_ttl)
             .build();
-        let (bundles, bundle_bytes) = caches.artifact_bundles();
         JsFiles {
-            opened: moka::sync::Cache::new(bundles),
-            bundle_files: BundleFileMemo::new(bundle_bytes),
+            opened: moka::sync::Cache::new(bundle_memory.opened),
+            bundle_files: BundleFileMemo::new(bundle_memory.file_bytes),
             files: Downloads::new(caches, downloader.clone()),
             smcaches: DerivedCache::new(caches),
             cold: ColdMaps::default(),

@@ -1095,12 +1095,10 @@ mod tests {
     use super::*;
     use crate::cache::CachesConfig;
     use crate::cache::kinds::SYMBFILE_SYMCACHES;
-    use crate::fetch::{Downloader, FetchConfig};
 
     /// The caches of a server whose `cache_dir` is `dir`.
     fn caches(dir: &Path) -> Caches {
-        let downloader = Downloader::new(FetchConfig::default()).unwrap();
-        Caches::new(dir, &CachesConfig::default(), None, &downloader).unwrap()
+        Caches::new(dir, &CachesConfig::default(), None)
     }
 
     fn pending_bytes(store: &SymbfileStore) -> u64 {
