@@ -13,6 +13,7 @@ pub mod cfi;
 pub mod cold;
 pub mod demangle;
 mod frame_paths;
+mod il2cpp_mapping;
 pub mod interface;
 pub mod ppdb;
 mod source_context;
