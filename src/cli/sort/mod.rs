@@ -82,7 +82,7 @@ fn execute(args: SortArgs) -> Result<()> {
         {
             bail!(
                 "Invalid bundle id {id:?}: a bundle id is a file name of A-Z a-z 0-9 . , + - \
-                 and _ between them, other than . and .."
+                 and _ between them, and not of dots only (. or ..)"
             );
         }
         vec![(args.bundle_id.clone(), args.input.clone())]
