@@ -104,8 +104,9 @@ pub async fn isolate_blocking<T: Send + 'static>(
 /// reach a parser that panics through the real server. Used only where no real input is
 /// known to panic (the minidump walk: our fuzzers and rust-minidump's found none that
 /// still does; a symbfile's reader and converter, `read` and `convert` in
-/// `native::symbfile`, for which `fuzz/regressions` keeps none); the other stages are
-/// tested with the fuzzers' inputs that do.
+/// `native::symbfile`, for which `fuzz/regressions` keeps none; a SymCache conversion,
+/// `symcache`, of a file the lazy reader reads); the other stages are tested with the
+/// fuzzers' inputs that do.
 #[cfg(test)]
 pub fn panic_if_marked(stage: &str, data: &[u8]) {
     let marker = format!("omnisym-test-panic:{stage}");
@@ -115,8 +116,9 @@ pub fn panic_if_marked(stage: &str, data: &[u8]) {
 }
 
 /// Test builds only: sleeps `SLOW_MARKED` when `data` carries the slow marker of
-/// `stage`, so that tests can see what happens while a conversion is still running. No
-/// real file converts slowly enough, on every machine, to stand in for it.
+/// `stage`, so that tests can see what happens while a conversion is still running
+/// (`convert`), or once it has ended before the lazy reader opened (`open`). No real
+/// file converts or opens slowly enough, on every machine, to stand in for it.
 #[cfg(test)]
 pub fn delay_if_marked(stage: &str, data: &[u8]) {
     let marker = format!("omnisym-test-slow:{stage}");

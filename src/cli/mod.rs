@@ -135,9 +135,25 @@ pub struct SortArgs {
     #[arg(long, conflicts_with = "bundle_id")]
     pub multiple_bundles: bool,
     /// Also make source bundles, from the source files the debug files name, for
-    /// debug files that came without one.
+    /// debug files that came without one. Any file a debug file names is read, unless
+    /// `--source-root` limits them.
     #[arg(long)]
     pub with_sources: bool,
+    /// With `--with-sources`, read only sources below this folder (repeat for more);
+    /// symlinks are resolved first, so neither `..` nor a link leads out of it.
+    #[arg(long, value_name = "DIR", requires = "with_sources")]
+    pub source_root: Vec<PathBuf>,
+    /// Largest size a zip entry may inflate to; a larger one is skipped and reported.
+    /// The server's `max_download_size` default.
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::parse_size,
+          default_value_t = crate::fetch::FetchConfig::default().max_download_size)]
+    pub max_entry_size: u64,
+    /// Largest inflated/compressed size ratio of a zip entry past 64 MiB; a larger one
+    /// (a decompression bomb) is skipped and reported. The server's
+    /// `max_decompression_ratio` default.
+    #[arg(long, value_name = "RATIO",
+          default_value_t = crate::fetch::FetchConfig::default().max_decompression_ratio)]
+    pub max_entry_ratio: u64,
     /// Compress the files with zstd; repeat for smaller, slower (`-zz` is good).
     #[arg(long, short = 'z', action = clap::ArgAction::Count)]
     pub compress: u8,

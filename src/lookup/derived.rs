@@ -1,7 +1,9 @@
 //! Caches derived from the best object file for a module (SymCache, PpdbCache, CFI
 //! cache): pick the best candidate for the purpose, look for the format's secondary
 //! inputs beside it, build or load the derived cache from them, and record on that
-//! candidate whether it could be used.
+//! candidate whether it could be used: at once when the cache exists or was waited
+//! for, and through [`UsedCandidate`] when a build that ran on while the file answered
+//! turns out to be the answer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +17,7 @@ use crate::cache::{
     CacheKey, Caches, ConversionBudget, DerivedCache, DerivedFormat, InputFuture, Scope,
 };
 use crate::error::{CacheError, CacheResult};
-use crate::sources::{FileType, ObjectId, ObjectType, SourceConfig};
+use crate::sources::{FileType, ObjectId, ObjectType, SourceConfig, SourceId};
 use crate::telemetry::{self, RequestStats};
 use crate::types::{AllObjectCandidates, ObjectFeatures, ObjectUseInfo};
 
@@ -37,10 +39,43 @@ pub struct Derived<T> {
 pub enum Progress<T> {
     Ready(T),
     /// Being built from `object` in a task of its own; `build` resolves when it is done.
+    /// The candidate says the file was usable (it was downloaded and read); whoever
+    /// takes `build`'s outcome as the answer records it on `candidate`.
     Building {
         object: Arc<ObjectHandle>,
         build: JoinHandle<CacheResult<T>>,
+        candidate: UsedCandidate,
     },
+}
+
+/// The candidate a derived cache is built from, and what for: where the outcome of its
+/// build is recorded, so the candidates say what the module says.
+#[derive(Clone, Debug)]
+pub struct UsedCandidate {
+    source: SourceId,
+    location: String,
+    purpose: ObjectPurpose,
+}
+
+impl UsedCandidate {
+    pub fn new(source: SourceId, location: String, purpose: ObjectPurpose) -> Self {
+        UsedCandidate {
+            source,
+            location,
+            purpose,
+        }
+    }
+
+    /// Records on the candidate whether the cache could be built from it: a failed
+    /// build is the file's failure (`malformed` for a conversion that fails), as when
+    /// the build was waited for.
+    pub fn record<T>(&self, candidates: &mut AllObjectCandidates, outcome: &CacheResult<T>) {
+        let info = ObjectUseInfo::from_result(outcome);
+        match self.purpose {
+            ObjectPurpose::Unwind => candidates.set_unwind(&self.source, &self.location, info),
+            _ => candidates.set_debug(&self.source, &self.location, info),
+        }
+    }
 }
 
 /// The outcome of a build task; a build that panicked outside its isolation (it never
@@ -168,7 +203,11 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
                     false => None,
                 };
                 match object {
-                    Some(object) => Ok(Progress::Building { object, build }),
+                    Some(object) => Ok(Progress::Building {
+                        object,
+                        build,
+                        candidate: chosen.used(),
+                    }),
                     None => join_build(build).await.map(Progress::Ready),
                 }
             }
@@ -216,6 +255,7 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
             candidates,
             features,
             with_sources,
+            purpose: F::PURPOSE,
         })
     }
 
@@ -252,19 +292,16 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
 
     /// The lookup's answer, with whether the chosen candidate could be used marked on it.
     fn answer<T>(chosen: Chosen, cache: CacheResult<T>) -> Derived<T> {
+        let used = chosen.used();
         let Chosen {
             found,
             mut candidates,
             features,
             with_sources,
+            ..
         } = chosen;
-        let (source, location) = (found.file.source_id(), found.file.uri());
         let meta = found.meta.as_ref().ok().cloned();
-        let use_info = ObjectUseInfo::from_result(&cache);
-        match F::PURPOSE {
-            ObjectPurpose::Unwind => candidates.set_unwind(source, location, use_info),
-            _ => candidates.set_debug(source, location, use_info),
-        }
+        used.record(&mut candidates, &cache);
         Derived {
             cache,
             candidates,
@@ -285,6 +322,18 @@ struct Chosen {
     candidates: AllObjectCandidates,
     features: ObjectFeatures,
     with_sources: Option<FoundObject>,
+    purpose: ObjectPurpose,
+}
+
+impl Chosen {
+    fn used(&self) -> UsedCandidate {
+        let file = &self.found.file;
+        UsedCandidate::new(
+            file.source_id().clone(),
+            file.uri().to_owned(),
+            self.purpose,
+        )
+    }
 }
 
 #[cfg(test)]

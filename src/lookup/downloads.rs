@@ -27,6 +27,11 @@ pub trait FileFormat: Send + Sync + 'static {
     /// applies below it.
     const MAX_SIZE: u64 = u64::MAX;
 
+    /// [`Self::MAX_SIZE`], for formats whose limit is configured (and comes in the hint).
+    fn max_size(_hint: &Self::Hint) -> u64 {
+        Self::MAX_SIZE
+    }
+
     /// Checks the unpacked file at `path` on a blocking thread. May return the bytes to
     /// keep instead of the whole file (one object out of a fat archive).
     fn prepare(path: &Path, hint: &Self::Hint) -> CacheResult<Option<Vec<u8>>>;
@@ -59,7 +64,7 @@ impl<F: FileFormat> CacheItemRequest for DownloadRequest<F> {
     fn compute<'a>(&'a self, temp_file: &'a mut NamedTempFile) -> BoxFuture<'a, CacheResult<()>> {
         Box::pin(async move {
             self.downloader
-                .fetch(&self.file, temp_file, F::MAX_SIZE)
+                .fetch(&self.file, temp_file, F::max_size(&self.hint))
                 .await?;
             let hint = self.hint.clone();
             let path = temp_file.path().to_owned();

@@ -23,7 +23,9 @@ mod source_files;
 
 use std::sync::Arc;
 
-pub use derived::{Derived, ObjectDerived, ObjectDerivedFormat, Progress, join_build};
+pub use derived::{
+    Derived, ObjectDerived, ObjectDerivedFormat, Progress, UsedCandidate, join_build,
+};
 pub use downloads::{Downloads, FileFormat, Plain, PlainFormat, file_key};
 pub use locate::Locator;
 pub use object_file::{

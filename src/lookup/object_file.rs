@@ -38,6 +38,8 @@ pub struct ObjectLimits {
     /// `u64::MAX`: no limit.
     pub max_decompression_ratio: u64,
     pub decompression_ratio_floor: u64,
+    /// Largest il2cpp line mapping read beside a debug file (`max_il2cpp_mapping_size`).
+    pub max_il2cpp_mapping_size: u64,
 }
 
 impl Default for ObjectLimits {
@@ -50,6 +52,9 @@ impl Default for ObjectLimits {
             max_unwind_chain_len: 128,
             max_decompression_ratio: fetch.max_decompression_ratio,
             decompression_ratio_floor: fetch.decompression_ratio_floor,
+            // About 90 million mapped lines, at some 12 bytes of JSON each: past the
+            // largest Unity builds, and a bound on what one mapping costs to read.
+            max_il2cpp_mapping_size: 1 << 30,
         }
     }
 }

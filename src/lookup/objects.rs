@@ -109,6 +109,11 @@ impl ObjectLookup {
         }
     }
 
+    /// What reading a debug file (and the files beside it) may cost.
+    pub fn limits(&self) -> ObjectLimits {
+        self.limits
+    }
+
     fn hint(&self, id: &ObjectId) -> ObjectHint {
         ObjectHint {
             id: id.clone(),

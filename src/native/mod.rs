@@ -2,7 +2,8 @@
 //! derived from debug files (`symcache`, `cfi`, `ppdb`), demangling, symbolicating
 //! stack traces (`symbolicate`), minidump stackwalking (`stackwalk`), Apple crash
 //! reports (`apple`) and native source context (`source_context`), the SymCache's
-//! secondary inputs (`symcache_inputs`: il2cpp line mappings, BCSymbolMaps), the cold path
+//! secondary inputs (`symcache_inputs`: il2cpp line mappings, read by `il2cpp_mapping`,
+//! and BCSymbolMaps), the cold path
 //! (`cold`): answering frames and unwinding straight from a debug file while its
 //! SymCache or CFI cache is built, and symbols uploaded as symbfiles (`symbfile`), which
 //! answer modules with a `file_id` before any source. Finding and fetching the files is
@@ -13,6 +14,7 @@ pub mod cfi;
 pub mod cold;
 pub mod demangle;
 mod frame_paths;
+mod il2cpp_mapping;
 pub mod interface;
 pub mod ppdb;
 mod source_context;

@@ -281,7 +281,7 @@ impl Provider<'_> {
         self.cfi_modules
             .get_or_init(ModuleKey::of(module), || async {
                 let id = self.object_id(module);
-                let started = self
+                let mut started = self
                     .cfi
                     .fetch_or_start_building(self.sources, &id, self.scope)
                     .await;
@@ -289,7 +289,9 @@ impl Provider<'_> {
                 // file: on a blocking thread, and a panic there only means "no lazy
                 // unwinder".
                 let open = |object| LazyUnwinder::open_within(self.cfi.budget(), object);
-                let unwind = cold::answer_from(started.cache, open, Prefer::File).await;
+                let unwind =
+                    cold::answer_from(started.cache, &mut started.candidates, open, Prefer::File)
+                        .await;
                 Arc::new(ModuleCfi {
                     unwind,
                     candidates: started.candidates,
@@ -303,7 +305,7 @@ impl Provider<'_> {
         self.symcache_modules
             .get_or_init(ModuleKey::of(module), || async {
                 let id = self.object_id(module);
-                let started = self
+                let mut started = self
                     .symcaches
                     .fetch_or_start_building(self.sources, &id, self.scope)
                     .await;
@@ -312,7 +314,9 @@ impl Provider<'_> {
                     let (reader, _weight) = cold::open_within(budget, object).await?;
                     Some(reader)
                 };
-                cold::answer_from(started.cache, open, Prefer::FinishedBuild).await
+                // The walk reports only the CFI lookup's candidates.
+                let candidates = &mut started.candidates;
+                cold::answer_from(started.cache, candidates, open, Prefer::FinishedBuild).await
             })
             .await
     }

@@ -251,7 +251,7 @@ impl ModuleLookup {
                             Some(file_id) => symbfiles.find(file_id).await,
                             None => None,
                         };
-                        let result = match uploaded {
+                        let mut result = match uploaded {
                             Some(result) => result.map_cache(Progress::Ready),
                             None => symcaches.fetch_or_start_building(sources, id, scope).await,
                         };
@@ -261,10 +261,15 @@ impl ModuleLookup {
                             breakpad_name: meta.breakpad_name.clone(),
                         });
                         m.info.features.merge(&result.features);
-                        m.info.candidates.merge(result.candidates);
                         let open = |object| cold::open_within(symcaches.budget(), object);
-                        let answer =
-                            cold::answer_from(result.cache, open, Prefer::FinishedBuild).await;
+                        let answer = cold::answer_from(
+                            result.cache,
+                            &mut result.candidates,
+                            open,
+                            Prefer::FinishedBuild,
+                        )
+                        .await;
+                        m.info.candidates.merge(result.candidates);
                         let cache = answer.map(|answer| match answer {
                             AnswerFrom::Cache(symcache) => ModuleCache::SymCache(symcache),
                             AnswerFrom::File((reader, weight)) => {

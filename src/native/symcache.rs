@@ -81,7 +81,10 @@ impl DerivedFormat for SymCacheFormat {
     fn convert(input: SymCacheInput, out: &mut BufWriter<File>) -> CacheResult<()> {
         let object = input.object.object();
         #[cfg(test)]
-        crate::error::delay_if_marked("convert", object.data());
+        {
+            crate::error::delay_if_marked("convert", object.data());
+            crate::error::panic_if_marked("symcache", object.data());
+        }
         let mut converter = SymCacheConverter::new();
         input.secondary.apply(&mut converter)?;
         let processed = converter.process_object(object);

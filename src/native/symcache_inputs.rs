@@ -11,7 +11,10 @@
 //!
 //! A mapping that does not parse is a malformed entry of its own download cache and is
 //! passed over, so the SymCache is built as if it were missing; the module never pays
-//! for it.
+//! for it. So is one larger than `max_il2cpp_mapping_size`, refused while it downloads.
+//! The download's check reads a mapping keeping nothing of it; the conversion reads it
+//! into a table (`il2cpp_mapping`) under the conversion budget, which counts it twice
+//! (the file's pages and the table, about the file's size).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -19,8 +22,9 @@ use std::sync::Arc;
 use futures::future::{self, BoxFuture};
 use symbolic::common::{ByteView, DebugId};
 use symbolic::debuginfo::macho::{BcSymbolMap, UuidMapping};
-use symbolic::il2cpp::LineMapping;
 use symbolic::symcache::SymCacheConverter;
+
+use super::il2cpp_mapping::Il2cppMapping;
 
 use crate::cache::{CacheKey, CacheKind, Caches, Scope, kinds};
 use crate::error::{CacheError, CacheResult};
@@ -48,8 +52,7 @@ impl SymCacheInputs {
             converter.add_transformer(map);
         }
         if let Some(found) = &self.il2cpp {
-            let mapping = LineMapping::parse(&found.item)
-                .ok_or_else(|| CacheError::Malformed("il2cpp line mapping".into()))?;
+            let mapping = Il2cppMapping::parse(&found.item).map_err(CacheError::Malformed)?;
             tracing::debug!(
                 location = found.file.uri(),
                 "applying an il2cpp line mapping"
@@ -80,7 +83,7 @@ impl SecondaryInputs for SymCacheInputs {
                 (sources, id, scope),
                 FileType::Il2cpp,
                 "il2cpp",
-                (),
+                finder.max_il2cpp_size,
             );
             let (bcsymbolmap, il2cpp) = future::join(bcsymbolmap, il2cpp).await;
             SymCacheInputs {
@@ -100,12 +103,11 @@ impl SecondaryInputs for SymCacheInputs {
             .collect()
     }
 
+    /// A mapping counts twice: its table is about as large as its text.
     fn size(&self) -> u64 {
-        [&self.bcsymbolmap, &self.il2cpp]
-            .into_iter()
-            .flatten()
-            .map(|found| found.item.len() as u64)
-            .sum()
+        let bcsymbolmap = self.bcsymbolmap.as_ref().map_or(0, |f| f.item.len() as u64);
+        let il2cpp = self.il2cpp.as_ref().map_or(0, |f| f.item.len() as u64);
+        bcsymbolmap.saturating_add(il2cpp.saturating_mul(2))
     }
 }
 
@@ -114,6 +116,8 @@ pub struct InputFinder {
     locator: Arc<Locator>,
     il2cpp: Downloads<Il2cppFile>,
     auxdifs: Downloads<AuxDifFile>,
+    /// `max_il2cpp_mapping_size`.
+    max_il2cpp_size: u64,
 }
 
 impl InputFinder {
@@ -123,6 +127,7 @@ impl InputFinder {
             locator: lookup.locator.clone(),
             il2cpp: Downloads::new(caches, downloader.clone()),
             auxdifs: Downloads::new(caches, downloader),
+            max_il2cpp_size: lookup.objects.limits().max_il2cpp_mapping_size,
         }
     }
 
@@ -171,23 +176,33 @@ impl InputFinder {
     }
 }
 
-/// An il2cpp line mapping, checked to parse when it lands.
+/// An il2cpp line mapping, checked to parse when it lands; the hint is the largest
+/// size accepted (`max_il2cpp_mapping_size`).
 pub struct Il2cppFile;
 
 impl FileFormat for Il2cppFile {
     type Item = ByteView<'static>;
-    type Hint = ();
+    type Hint = u64;
     const KIND: CacheKind = kinds::IL2CPP;
 
-    fn prepare(path: &Path, _: &()) -> CacheResult<Option<Vec<u8>>> {
-        let data = ByteView::open(path).map_err(CacheError::internal)?;
-        match LineMapping::parse(&data) {
-            Some(_) => Ok(None),
-            None => Err(CacheError::Malformed("not an il2cpp line mapping".into())),
-        }
+    fn max_size(max: &u64) -> u64 {
+        *max
     }
 
-    fn load(data: ByteView<'static>, _: &()) -> CacheResult<Self::Item> {
+    fn prepare(path: &Path, max: &u64) -> CacheResult<Option<Vec<u8>>> {
+        let data = ByteView::open(path).map_err(CacheError::internal)?;
+        // A mapping the download's limit let through unpacked, say, from an archive.
+        if data.len() as u64 > *max {
+            return Err(CacheError::TooLarge(format!(
+                "il2cpp line mapping of {} bytes, past max_il2cpp_mapping_size ({max})",
+                data.len()
+            )));
+        }
+        Il2cppMapping::check(&data).map_err(CacheError::Malformed)?;
+        Ok(None)
+    }
+
+    fn load(data: ByteView<'static>, _: &u64) -> CacheResult<Self::Item> {
         Ok(data)
     }
 }

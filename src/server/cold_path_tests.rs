@@ -44,6 +44,13 @@ fn frames() -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_request_is_answered_before_its_symcache_exists_and_as_it_will_be() {
+    let (bytes, path, module) = lazy_elf();
+    cold_then_warm(&path, bytes, module, frames(), 50).await;
+}
+
+/// The ELF of `fixtures/lazy`: its bytes, where the native layout keeps it, and its
+/// module in a request.
+fn lazy_elf() -> (Vec<u8>, String, Value) {
     let bytes = std::fs::read(fixture().join("elf/prog")).unwrap();
     let object = Object::parse(&bytes).unwrap();
     let (debug_id, code_id) = (object.debug_id(), object.code_id().unwrap());
@@ -58,7 +65,7 @@ async fn a_cold_request_is_answered_before_its_symcache_exists_and_as_it_will_be
         "image_addr": format!("{IMAGE_ADDR:#x}"),
         "image_size": 0x100000,
     });
-    cold_then_warm(&path, bytes, module, frames(), 50).await;
+    (bytes, path, module)
 }
 
 /// The same for a Breakpad file, the only debug file of its module: every FUNC record's
@@ -122,15 +129,7 @@ async fn cold_then_warm(
     });
     let symbolicate = || async {
         let started = Instant::now();
-        let response: Value = reqwest::Client::new()
-            .post(format!("http://{addr}/symbolicate?timeout=60"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let response = post(addr, &body).await;
         (response, started.elapsed())
     };
 
@@ -171,6 +170,19 @@ async fn cold_then_warm(
     assert_eq!(cold, warm);
 }
 
+/// `body` to `/symbolicate`, waiting up to a minute for the answer.
+async fn post(addr: std::net::SocketAddr, body: &Value) -> Value {
+    reqwest::Client::new()
+        .post(format!("http://{addr}/symbolicate?timeout=60"))
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -185,4 +197,71 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     files
+}
+
+/// A cold module whose SymCache conversion fails. When the reader answered first, the
+/// file was usable for that request; once the build has failed, later requests say of
+/// the candidate what they say of the module (`malformed`, as upstream says of a file
+/// whose SymCache fails), so the console's "why not?" names the file's debug info. When
+/// the failed build is the answer of the request that started it (it ended before the
+/// reader opened), that request says so of its candidate too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_cold_build_is_recorded_on_its_candidate() {
+    for (slow, first) in [("convert", "found"), ("open", "malformed")] {
+        let markers = format!("omnisym-test-slow:{slow}\nomnisym-test-panic:symcache\n");
+        failed_build(markers.as_bytes(), first).await;
+    }
+}
+
+/// Serves the lazy fixture's ELF with `markers` appended and symbolicates it until its
+/// failed build is remembered: the first answer's module has `first` as its debug
+/// status, and every answer's candidate says what its module says.
+async fn failed_build(markers: &[u8], first: &str) {
+    let (mut bytes, rel, module) = lazy_elf();
+    bytes.extend_from_slice(markers);
+    let symbols = tempfile::tempdir().unwrap();
+    let dest = symbols.path().join(&rel);
+    std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+    std::fs::write(&dest, &bytes).unwrap();
+
+    let cache = tempfile::tempdir().unwrap();
+    let addr = start(cache.path()).await;
+    let body = json!({
+        "sources": [{"type": "filesystem", "id": "local", "path": symbols.path()}],
+        "modules": [module],
+        "stacktraces": [{"frames": frames()}],
+        "options": {"dif_candidates": true},
+    });
+    let symbolicate = || async {
+        let response = post(addr, &body).await;
+        let module = response["modules"][0].clone();
+        let candidate = module["candidates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["location"].as_str().unwrap().ends_with(&rel))
+            .cloned()
+            .unwrap_or_else(|| panic!("no candidate at {rel}: {module:#}"));
+        assert_eq!(candidate["download"]["status"], "ok", "{module:#}");
+        let status = module["debug_status"].as_str().unwrap().to_owned();
+        let expected = if status == "found" { "ok" } else { "malformed" };
+        assert_eq!(candidate["debug"]["status"], expected, "{module:#}");
+        status
+    };
+
+    assert_eq!(symbolicate().await, first);
+    let symcaches = cache.path().join("symcaches");
+    let failed = || {
+        walk(&symcaches).iter().any(|path| {
+            std::fs::read(path).is_ok_and(|data| data.starts_with(b"\0omnisym-placeholder\0"))
+        })
+    };
+    let deadline = Instant::now() + SLOW_MARKED + Duration::from_secs(60);
+    while !failed() {
+        assert!(Instant::now() < deadline, "the conversion never ended");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for _ in 0..2 {
+        assert_eq!(symbolicate().await, "malformed");
+    }
 }

@@ -81,6 +81,9 @@ pub const WRITE_TIMEOUTS: &str = "connections.write_timeouts";
 pub const HEAD_TIMEOUTS: &str = "connections.head_timeouts";
 /// Connections accepted past `max_connections` that may only ask for `/healthcheck`.
 pub const HEALTH_ONLY_CONNECTIONS: &str = "connections.health_only";
+/// Parts of symbfile uploads removed because the upload was refused or expired, by
+/// `store` (`local`, `shared`) and `reason` (`refused`, `expired`).
+pub const SYMBFILE_PARTS_REMOVED: &str = "symbfile.parts_removed";
 
 /// `HTTP_REQUESTS_IN_FLIGHT`, kept as a plain count: it changes twice per request, and
 /// handing each change to the recorder (through the fan-out, as an atomic float) cost
@@ -358,6 +361,10 @@ fn describe() {
         (
             HEALTH_ONLY_CONNECTIONS,
             "connections accepted past max_connections that may only ask for /healthcheck",
+        ),
+        (
+            SYMBFILE_PARTS_REMOVED,
+            "parts of refused or expired symbfile uploads removed, by store and reason",
         ),
     ];
     for (name, help) in counters {

@@ -36,6 +36,7 @@ mod sort;
 mod source_context;
 mod sources;
 mod symbfile;
+mod symbfile_shared;
 mod symbolicate;
 mod symcache_http;
 mod symstore_proxy;

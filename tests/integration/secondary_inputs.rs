@@ -217,6 +217,18 @@ async fn a_new_or_other_mapping_builds_another_symcache() {
     assert_eq!(symcaches.len(), 3, "{symcaches:#?}");
 }
 
+/// Asks for the game's frames with `sources` twice (a failure poisons nothing): both
+/// answers are in C++, as without a mapping.
+async fn answered_in_cpp_twice(server: &Server, sources: &Value) {
+    for _ in 0..2 {
+        let (status, response) = server
+            .post("/symbolicate", &il2cpp_request(sources.clone()))
+            .await;
+        assert_eq!(status, 200);
+        assert_eq!(locations(&response), expected(None));
+    }
+}
+
 /// A mapping that is not one costs the mapping only: the frames are answered in C++
 /// (twice: the failure poisons nothing), and a good mapping on a later source is used.
 /// JSON nested past any parser's stack is one of them.
@@ -231,19 +243,45 @@ async fn a_malformed_mapping_is_passed_over() {
     let good = mapping_dir(&std::fs::read(il2cpp_file("LineNumberMapping.json")).unwrap());
     for bad in [&truncated, &not_a_mapping, &deep] {
         let sources = json!([source("bad", bad.path()), source("game", debug.path())]);
-        for _ in 0..2 {
-            let (status, response) = server
-                .post("/symbolicate", &il2cpp_request(sources.clone()))
-                .await;
-            assert_eq!(status, 200);
-            assert_eq!(locations(&response), expected(None));
-        }
+        answered_in_cpp_twice(&server, &sources).await;
     }
     let sources = json!([
         source("bad", truncated.path()),
         source("game", debug.path()),
         source("good", good.path()),
     ]);
+    let (_, response) = server.post("/symbolicate", &il2cpp_request(sources)).await;
+    assert_eq!(locations(&response), expected(Some(PLAYER_CS)));
+}
+
+/// A mapping past `max_il2cpp_mapping_size` is refused as it downloads, never stored
+/// or read: the frames are answered in C++, the download cache holds only the refusal,
+/// and a mapping within the limit is used.
+#[tokio::test]
+async fn a_mapping_past_its_size_limit_is_refused_unread() {
+    let server = Server::start("max_il2cpp_mapping_size: 1000\n");
+    let debug = il2cpp_dir(None);
+    let mapping = std::fs::read(il2cpp_file("LineNumberMapping.json")).unwrap();
+    // The same mapping, with trailing whitespace past the limit (JSON all the same).
+    let mut padded = mapping.clone();
+    padded.resize(4000, b' ');
+    let large = mapping_dir(&padded);
+    let sources = json!([source("large", large.path()), source("game", debug.path())]);
+    answered_in_cpp_twice(&server, &sources).await;
+    let stored = crate::common::files_under(&server.cache_dir.join("il2cpp"));
+    assert!(!stored.is_empty());
+    for file in &stored {
+        let data = std::fs::read(file).unwrap();
+        assert!(
+            data.starts_with(b"\0omnisym-placeholder\0") && data.len() < 1000,
+            "{}: {}",
+            file.display(),
+            String::from_utf8_lossy(&data)
+        );
+    }
+
+    let small = mapping_dir(&mapping);
+    let sources = json!([source("small", small.path()), source("game", debug.path())]);
     let (_, response) = server.post("/symbolicate", &il2cpp_request(sources)).await;
     assert_eq!(locations(&response), expected(Some(PLAYER_CS)));
 }

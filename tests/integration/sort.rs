@@ -28,17 +28,8 @@ struct Sorted {
 }
 
 fn sort<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Sorted {
-    let out = Command::new(env!("CARGO_BIN_EXE_omnisym"))
-        .arg("sort")
-        .args(args)
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    let sorted = Sorted {
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    };
-    assert!(out.status.success(), "{}\n{}", sorted.stdout, sorted.stderr);
+    let (status, sorted) = sort_any(args);
+    assert!(status.success(), "{}\n{}", sorted.stdout, sorted.stderr);
     sorted
 }
 
@@ -345,4 +336,281 @@ fn fat_mach_o_slices_and_dsym_bundles() {
     let lldb = "4C4C/443F/5555/3144/A147/4877F85F887F";
     assert_eq!(std::fs::read(native.join(lldb)).unwrap(), dwarf);
     assert_eq!(common::files_under(&native).len(), 1, "no .meta, no refs");
+}
+
+/// `omnisym sort` with `args`, however it ends.
+fn sort_any<S: AsRef<std::ffi::OsStr>>(
+    args: impl IntoIterator<Item = S>,
+) -> (std::process::ExitStatus, Sorted) {
+    let out = Command::new(env!("CARGO_BIN_EXE_omnisym"))
+        .arg("sort")
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let sorted = Sorted {
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    };
+    (out.status, sorted)
+}
+
+/// A zip at `path` of `entries` (name, bytes), deflated.
+fn deflated_zip(path: &Path, entries: &[(&str, &[u8])]) {
+    let mut zip = zip::ZipWriter::new(std::fs::File::create(path).unwrap());
+    let options = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated);
+    for (name, data) in entries {
+        zip.start_file(*name, options).unwrap();
+        zip.write_all(data).unwrap();
+    }
+    zip.finish().unwrap();
+}
+
+/// A zip entry that inflates far past what its size allows (80 MiB of zeros in some
+/// 80 KB) is refused with the defaults, by name, before it fills the output's disk; the
+/// rest of the zip and the other inputs are sorted all the same, into an output folder
+/// that did not exist. The run fails unless `-I` says to go on.
+#[test]
+fn a_zip_bomb_is_skipped_and_named_and_the_rest_sorted() {
+    let work = tempfile::tempdir().unwrap();
+    let debug = std::fs::read(fixtures().join("native/elf/crash.debug")).unwrap();
+    let zip = work.path().join("bomb.zip");
+    let zeros = vec![0u8; 80 << 20];
+    deflated_zip(&zip, &[("bomb", &zeros), ("dir/crash.debug", &debug)]);
+    drop(zeros);
+    let zip_size = std::fs::metadata(&zip).unwrap().len();
+    assert!(zip_size < 1 << 20, "{zip_size}");
+    let code_id = "6cdc6fd968168a6de479531b3d99327bca9dc649";
+    let pdb = fixtures().join("native/pe/crash.pdb");
+
+    let out = work.path().join("new/out");
+    let (status, run) = sort_any([Path::new("-o"), &out, &zip, &pdb]);
+    assert!(!status.success(), "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains(&format!(
+            "error: skipped zip entry bomb of {}: it claims more than 200 times",
+            zip.display()
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("(--max-entry-ratio)"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("1 zip entries were past the size limits"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stdout.contains("Sorted 2 debug files"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        std::fs::read(out.join(unified_path(code_id, "debuginfo"))).unwrap(),
+        debug
+    );
+    // Nothing of the bomb is left, nor anything it was unpacked to.
+    let names: Vec<String> = common::files_under(&out)
+        .iter()
+        .map(|p| p.strip_prefix(&out).unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| n.len() < 60), "{names:?}");
+    let written: u64 = common::files_under(&out)
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
+    assert!(written < 10 << 20, "{written}");
+
+    // With -I the run goes on and succeeds, and says what it skipped.
+    let again = work.path().join("again");
+    let run = sort([Path::new("-I"), Path::new("-o"), &again, &zip]);
+    assert!(
+        run.stderr.contains("skipped zip entry bomb"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stdout
+            .contains("Skipped 1 zip entries past the size limits"),
+        "{}",
+        run.stdout
+    );
+    assert!(again.join(unified_path(code_id, "debuginfo")).is_file());
+
+    // --max-entry-size refuses what is merely large.
+    let small = work.path().join("small");
+    let (status, run) = sort_any([
+        Path::new("--max-entry-size"),
+        Path::new("4KiB"),
+        Path::new("-o"),
+        &small,
+        &zip,
+    ]);
+    assert!(!status.success());
+    assert!(
+        run.stderr.contains(&format!(
+            "skipped zip entry crash.debug of {}: it claims more than 4096 bytes (--max-entry-size)",
+            zip.display()
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("2 zip entries"), "{}", run.stderr);
+}
+
+/// An entry larger than what is unpacked in memory (16 MiB) goes to a temporary file
+/// beside the output, which is made first when it is not there yet.
+#[test]
+fn a_large_zip_entry_is_sorted_into_a_new_output_folder() {
+    let work = tempfile::tempdir().unwrap();
+    let mut debug = std::fs::read(fixtures().join("native/elf/crash.debug")).unwrap();
+    debug.resize(17 << 20, 0);
+    let zip = work.path().join("large.zip");
+    deflated_zip(&zip, &[("crash.debug", &debug)]);
+    let out = work.path().join("not/yet");
+    let run = sort([Path::new("-o"), &out, &zip]);
+    assert!(
+        run.stdout.contains("Sorted 1 debug files"),
+        "{}",
+        run.stdout
+    );
+    let code_id = "6cdc6fd968168a6de479531b3d99327bca9dc649";
+    assert_eq!(
+        std::fs::read(out.join(unified_path(code_id, "debuginfo"))).unwrap(),
+        debug
+    );
+}
+
+/// `-b .` and `-b ..` would make `bundles/<id>` the folder itself or its parent: they
+/// are refused before anything is sorted.
+#[test]
+fn bundle_ids_that_are_no_file_names_are_refused_first() {
+    let work = tempfile::tempdir().unwrap();
+    for id in [".", "..", "..."] {
+        let out = work.path().join("out");
+        let (status, run) = sort_any([
+            Path::new("-b"),
+            Path::new(id),
+            Path::new("-o"),
+            &out,
+            &fixtures().join("native/elf"),
+        ]);
+        assert!(!status.success(), "{id}: {}", run.stdout);
+        assert!(
+            run.stderr.contains(&format!("Invalid bundle id {id:?}")),
+            "{id}: {}",
+            run.stderr
+        );
+        assert!(!out.exists(), "{id}: sorted before refusing");
+    }
+}
+
+/// A Breakpad file naming `files` as its sources, with a module name and id of its own.
+fn breakpad_naming(files: &[PathBuf]) -> String {
+    let mut sym = String::from("MODULE Linux x86_64 3F2A6B8E4C1D4E0F9A7B6C5D4E3F2A1B0 srcs\n");
+    sym.push_str("INFO CODE_ID 8E6B2A3F1D4C0F4E9A7B6C5D4E3F2A1B\n");
+    for (i, file) in files.iter().enumerate() {
+        sym.push_str(&format!("FILE {i} {}\n", file.display()));
+    }
+    sym.push_str("FUNC 1000 30 0 f\n");
+    for i in 0..files.len() {
+        sym.push_str(&format!("{:x} 10 {} {i}\n", 0x1000 + i * 0x10, i + 1));
+    }
+    sym
+}
+
+/// The paths of the files in the source bundle at `path`.
+fn bundled_paths(path: &Path) -> Vec<String> {
+    let data = std::fs::read(path).unwrap();
+    let bundle = symbolic::debuginfo::sourcebundle::SourceBundle::parse(&data).unwrap();
+    let session = bundle.debug_session().unwrap();
+    let mut paths: Vec<String> = session
+        .files()
+        .map(|file| file.unwrap().abs_path_str())
+        .collect();
+    paths.sort();
+    paths
+}
+
+/// `--with-sources` reads whatever file a debug file names, unless `--source-root`
+/// limits it: then a symlink below the root that leads out of it, and a `..` that does,
+/// are left out, and so is what is not a regular file.
+#[cfg(unix)]
+#[test]
+fn with_sources_reads_only_below_the_source_roots() {
+    let work = tempfile::tempdir().unwrap();
+    let work_path = std::fs::canonicalize(work.path()).unwrap();
+    let (root, outside) = (work_path.join("src"), work_path.join("secret"));
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(root.join("main.c"), "int main() { return 0; }\n").unwrap();
+    std::fs::write(outside.join("key.pem"), "PRIVATE KEY\n").unwrap();
+    std::os::unix::fs::symlink(outside.join("key.pem"), root.join("link.c")).unwrap();
+    let named = [
+        root.join("main.c"),
+        root.join("link.c"),
+        root.join("../secret/key.pem"),
+        PathBuf::from("/dev/zero"),
+    ];
+    let input = work_path.join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    std::fs::write(input.join("srcs.sym"), breakpad_naming(&named)).unwrap();
+    // A source bundle made from a Breakpad file lands by its debug id.
+    let bundle_at = |out: &Path| {
+        out.join(unified_path(
+            "3f2a6b8e4c1d4e0f9a7b6c5d4e3f2a1b",
+            "sourcebundle",
+        ))
+    };
+
+    // Without roots, any file it names: what the docs warn of.
+    let open = work_path.join("open");
+    sort([Path::new("--with-sources"), Path::new("-o"), &open, &input]);
+    let everything = bundled_paths(&bundle_at(&open));
+    assert!(
+        everything.iter().any(|p| p.ends_with("key.pem")),
+        "{everything:?}"
+    );
+    assert!(
+        !everything.iter().any(|p| p == "/dev/zero"),
+        "{everything:?}"
+    );
+
+    let limited = work_path.join("limited");
+    let run = sort([
+        Path::new("--with-sources"),
+        Path::new("--source-root"),
+        &root,
+        Path::new("-o"),
+        &limited,
+        &input,
+    ]);
+    assert_eq!(
+        bundled_paths(&bundle_at(&limited)),
+        [root.join("main.c").to_string_lossy()],
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains(&format!(
+            "Skipping source outside --source-root: {}",
+            root.join("link.c").display()
+        )),
+        "{}",
+        run.stdout
+    );
+
+    // A root that is not there is an error, not a root that admits nothing.
+    let (status, run) = sort_any([
+        Path::new("--with-sources"),
+        Path::new("--source-root"),
+        &work_path.join("missing"),
+        Path::new("-o"),
+        &limited,
+        &input,
+    ]);
+    assert!(!status.success());
+    assert!(run.stderr.contains("--source-root"), "{}", run.stderr);
 }

@@ -31,9 +31,23 @@ pub fn make_bundle_id(input: &str) -> String {
     id.trim_matches('_').to_owned()
 }
 
-/// Whether `-b` names a bundle as it would be written (no character replaced).
+/// Whether `-b` names a bundle as it would be written (no character replaced), and as
+/// a plain file name: `bundles/<id>` and `refs/<id>` are files, and `.` or `..` (or an
+/// empty name) would make them the folder itself or its parent.
 pub fn is_bundle_id(input: &str) -> bool {
-    make_bundle_id(input) == input
+    make_bundle_id(input) == input && !input.chars().all(|c| c == '.')
+}
+
+/// The bundle `--multiple-bundles` names after `input`: its file name made safe, that
+/// of the folder it resolves to for `.` and `..`.
+pub fn bundle_id_of(input: &Path) -> String {
+    let name = match input.file_name() {
+        Some(name) => Some(name.to_owned()),
+        None => std::fs::canonicalize(input)
+            .ok()
+            .and_then(|path| path.file_name().map(ToOwned::to_owned)),
+    };
+    make_bundle_id(&name.unwrap_or_default().to_string_lossy())
 }
 
 #[derive(Serialize)]
@@ -82,6 +96,22 @@ mod tests {
         assert!(!is_bundle_id("10.3.*"));
         assert!(!is_bundle_id("../x"));
         assert!(!is_bundle_id("_x"));
+        for not_a_name in ["", ".", "..", "..."] {
+            assert!(!is_bundle_id(not_a_name), "{not_a_name:?}");
+        }
+        assert!(is_bundle_id(".hidden"));
+        assert!(is_bundle_id("1.0"));
+    }
+
+    #[test]
+    fn multiple_bundles_name_dot_after_the_folder_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = dir.path().join("iOS 17.0");
+        std::fs::create_dir(&inner).unwrap();
+        assert_eq!(bundle_id_of(&inner), "iOS_17.0");
+        assert_eq!(bundle_id_of(&inner.join(".")), "iOS_17.0");
+        assert_eq!(bundle_id_of(&inner.join("x/..")), "");
+        assert_eq!(bundle_id_of(&inner.join("..")), bundle_id_of(dir.path()));
     }
 
     #[test]

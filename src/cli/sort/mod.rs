@@ -24,7 +24,9 @@ use symbolic::debuginfo::{Archive, FileFormat, ObjectKind};
 
 use super::SortArgs;
 use super::progress::WorkBar;
+use crate::fetch::DecompressLimits;
 use crate::sources::{DirectoryLayoutType, ObjectType};
+use inputs::Entry;
 use place::{Described, describe, describe_proguard};
 use write::{Meta, Outcome, Store, zstd_level};
 
@@ -51,6 +53,7 @@ fn execute(args: SortArgs) -> Result<()> {
         Some(prefix) => args.output.join(prefix),
         None => args.output.clone(),
     };
+    let source_roots = sources::SourceRoots::new(&args.source_root)?;
     let out = Printer {
         quiet: args.quiet,
         bar: Mutex::new(None),
@@ -61,26 +64,35 @@ fn execute(args: SortArgs) -> Result<()> {
     }
 
     let groups: Vec<(Option<String>, Vec<PathBuf>)> = if args.multiple_bundles {
-        args.input
-            .iter()
-            .map(|path| {
-                let name = path
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                (Some(bundle::make_bundle_id(&name)), vec![path.clone()])
-            })
-            .collect()
+        let mut groups = Vec::new();
+        for path in &args.input {
+            let id = bundle::bundle_id_of(path);
+            if !bundle::is_bundle_id(&id) {
+                bail!(
+                    "{} names no bundle (--multiple-bundles names each bundle after its input)",
+                    path.display()
+                );
+            }
+            groups.push((Some(id), vec![path.clone()]));
+        }
+        groups
     } else {
         if let Some(id) = &args.bundle_id
             && !bundle::is_bundle_id(id)
         {
-            bail!("Invalid bundle id");
+            bail!(
+                "Invalid bundle id {id:?}: a bundle id is a file name of A-Z a-z 0-9 . , + - \
+                 and _ between them, and not of dots only (. or ..)"
+            );
         }
         vec![(args.bundle_id.clone(), args.input.clone())]
     };
+    // Large zip entries and source bundles are unpacked beside the output: the folder
+    // must be there before the first of them.
+    std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
+    let limits = inputs::entry_limits(args.max_entry_size, args.max_entry_ratio);
 
-    let (mut sorted, mut bundled, mut skipped) = (0, 0, 0);
+    let (mut sorted, mut bundled, mut skipped, mut refused) = (0, 0, 0, 0);
     for (bundle_id, paths) in groups {
         if args.multiple_bundles {
             out.log(format!("[bundle: {}]", bundle_id.as_deref().unwrap_or("")));
@@ -94,9 +106,12 @@ fn execute(args: SortArgs) -> Result<()> {
             ),
             layout: args.layout,
             ignore_errors: args.ignore_errors,
+            limits,
+            source_roots: &source_roots,
             out: &out,
             sorted: Mutex::new(Vec::new()),
             skipped: AtomicUsize::new(0),
+            refused: AtomicUsize::new(0),
         };
         let sources_made = sorter.sort_files(&paths, args.with_sources)?;
         let ids = sorter.sorted.into_inner().unwrap();
@@ -107,6 +122,7 @@ fn execute(args: SortArgs) -> Result<()> {
         sorted += ids.len();
         bundled += sources_made;
         skipped += sorter.skipped.into_inner();
+        refused += sorter.refused.into_inner();
     }
 
     out.log(String::new());
@@ -119,6 +135,18 @@ fn execute(args: SortArgs) -> Result<()> {
         out.log(format!(
             "Skipped {skipped} files the {} layout has no place for",
             layout_name(args.layout)
+        ));
+    }
+    // A refused entry is a bad input like a broken file: the run fails unless `-I`
+    // says to go on, but as nothing of it was written, the other inputs were sorted.
+    if refused > 0 {
+        if !args.ignore_errors {
+            bail!(
+                "{refused} zip entries were past the size limits and were skipped (listed above)"
+            );
+        }
+        out.log(format!(
+            "Skipped {refused} zip entries past the size limits"
         ));
     }
     Ok(())
@@ -167,11 +195,17 @@ struct Sorter<'a> {
     store: Store,
     layout: DirectoryLayoutType,
     ignore_errors: bool,
+    /// How far a zip entry may inflate.
+    limits: DecompressLimits,
+    /// Where `--with-sources` may read sources.
+    source_roots: &'a sources::SourceRoots,
     out: &'a Printer,
     /// The unified ids of the files written, for the bundle index and the count.
     sorted: Mutex<Vec<String>>,
     /// Files the layout has no place for.
     skipped: AtomicUsize,
+    /// Zip entries past `limits`.
+    refused: AtomicUsize,
 }
 
 /// Debug files whose sources `--with-sources` bundles: by unified id, the file to read
@@ -209,7 +243,7 @@ impl Sorter<'_> {
         parallel(&todo, |(id, path)| {
             let log = |line| self.out.log(line);
             let Some((bundle, object_type)) =
-                sources::make_bundle(path, id, self.store.root(), &log)?
+                sources::make_bundle(path, id, self.store.root(), self.source_roots, &log)?
             else {
                 return Ok(());
             };
@@ -250,14 +284,26 @@ impl Sorter<'_> {
     }
 
     fn sort_zip(&self, data: ByteView<'static>, zip_name: &str) -> Result<()> {
-        let result = inputs::zip_entries(Cursor::new(data), self.store.root(), |name, entry| {
-            if Archive::peek(&entry) != FileFormat::Unknown {
-                self.sort_objects(&entry, &name, None)?;
-                Ok(())
-            } else {
-                self.sort_proguard(&entry, &name)
-            }
-        });
+        let scratch = self.store.root();
+        let result =
+            inputs::zip_entries(Cursor::new(data), scratch, &self.limits, |name, entry| {
+                let entry = match entry {
+                    Entry::Read(entry) => entry,
+                    Entry::Refused(why) => {
+                        self.refused.fetch_add(1, Ordering::Relaxed);
+                        self.out.warn(format!(
+                            "error: skipped zip entry {name} of {zip_name}: {why}"
+                        ));
+                        return Ok(());
+                    }
+                };
+                if Archive::peek(&entry) != FileFormat::Unknown {
+                    self.sort_objects(&entry, &name, None)?;
+                    Ok(())
+                } else {
+                    self.sort_proguard(&entry, &name)
+                }
+            });
         match result {
             Err(err) if self.ignore_errors => {
                 self.out

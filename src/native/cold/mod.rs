@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use crate::error::CacheResult;
 use crate::lookup::{ObjectHandle, Progress, join_build};
+use crate::types::AllObjectCandidates;
 
 mod breakpad;
 #[cfg(test)]
@@ -67,9 +68,11 @@ pub enum Prefer {
 /// ready cache is used; while the cache is being built, `open` is given the downloaded
 /// file and its reader answers instead (unless `prefer` says a build that finished
 /// meanwhile wins); without a reader the build is awaited, and its outcome, an error
-/// included, is the answer.
+/// included, is the answer, and is recorded on the candidate it was built from among
+/// `candidates` (the lookup's), so they say what the module says.
 pub async fn answer_from<C, R, Open, Opening>(
     started: CacheResult<Progress<C>>,
+    candidates: &mut AllObjectCandidates,
     open: Open,
     prefer: Prefer,
 ) -> CacheResult<AnswerFrom<C, R>>
@@ -77,15 +80,23 @@ where
     Open: FnOnce(Arc<ObjectHandle>) -> Opening,
     Opening: Future<Output = Option<R>>,
 {
-    let (object, build) = match started? {
+    let (object, build, candidate) = match started? {
         Progress::Ready(cache) => return Ok(AnswerFrom::Cache(cache)),
-        Progress::Building { object, build } => (object, build),
+        Progress::Building {
+            object,
+            build,
+            candidate,
+        } => (object, build, candidate),
     };
     match open(object).await {
         Some(reader) if prefer == Prefer::File || !build.is_finished() => {
             Ok(AnswerFrom::File(reader))
         }
-        _ => join_build(build).await.map(AnswerFrom::Cache),
+        _ => {
+            let built = join_build(build).await;
+            candidate.record(candidates, &built);
+            built.map(AnswerFrom::Cache)
+        }
     }
 }
 
@@ -100,7 +111,9 @@ mod tests {
 
     use super::*;
     use crate::error::CacheError;
-    use crate::lookup::ObjectLimits;
+    use crate::lookup::{ObjectLimits, ObjectPurpose, UsedCandidate};
+    use crate::sources::SourceId;
+    use crate::types::{ObjectCandidate, ObjectDownloadInfo, ObjectUseInfo};
 
     fn object() -> Arc<ObjectHandle> {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/native/elf/crash.debug");
@@ -134,13 +147,38 @@ mod tests {
         build
     }
 
+    const LOCATION: &str = "crash.debug";
+
     fn building(
         build: JoinHandle<CacheResult<&'static str>>,
     ) -> CacheResult<Progress<&'static str>> {
         Ok(Progress::Building {
             object: object(),
             build,
+            candidate: UsedCandidate::new(
+                SourceId::new("local"),
+                LOCATION.into(),
+                ObjectPurpose::Debug,
+            ),
         })
+    }
+
+    /// The candidates of a lookup that chose `LOCATION`, marked usable as a lookup
+    /// marks a file it starts building from.
+    fn candidates() -> AllObjectCandidates {
+        AllObjectCandidates::from(vec![ObjectCandidate {
+            source: SourceId::new("local"),
+            location: LOCATION.into(),
+            download: ObjectDownloadInfo::Ok {
+                features: Default::default(),
+            },
+            unwind: ObjectUseInfo::None,
+            debug: ObjectUseInfo::Ok,
+        }])
+    }
+
+    fn debug_use(candidates: &AllObjectCandidates) -> ObjectUseInfo {
+        candidates.iter().next().unwrap().debug.clone()
     }
 
     async fn reader(_: Arc<ObjectHandle>) -> Option<&'static str> {
@@ -166,9 +204,21 @@ mod tests {
     #[tokio::test]
     async fn a_ready_cache_or_an_error_opens_no_reader() {
         for prefer in [Prefer::FinishedBuild, Prefer::File] {
-            let ready = answer_from(Ok(Progress::Ready("built")), unopened, prefer).await;
+            let ready = answer_from(
+                Ok(Progress::Ready("built")),
+                &mut candidates(),
+                unopened,
+                prefer,
+            )
+            .await;
             assert_eq!(name(ready), "cache built");
-            let failed = answer_from(Err(CacheError::NotFound), unopened, prefer).await;
+            let failed = answer_from(
+                Err(CacheError::NotFound),
+                &mut candidates(),
+                unopened,
+                prefer,
+            )
+            .await;
             assert_eq!(name(failed), "error not found");
         }
     }
@@ -177,19 +227,42 @@ mod tests {
     async fn while_the_build_runs_the_reader_answers() {
         for prefer in [Prefer::FinishedBuild, Prefer::File] {
             let (release, build) = pending_build(Ok("built"));
-            let answer = answer_from(building(build), reader, prefer).await;
+            let answer = answer_from(building(build), &mut candidates(), reader, prefer).await;
             assert_eq!(name(answer), "file reader");
             drop(release);
         }
     }
 
+    /// The failure of a build that finished first is the answer, and the candidate's.
+    #[tokio::test]
+    async fn a_failed_build_that_finished_first_is_recorded_on_its_candidate() {
+        let build = finished_build(Err(CacheError::Malformed("bad".into()))).await;
+        let mut listed = candidates();
+        let answer = answer_from(building(build), &mut listed, reader, Prefer::FinishedBuild).await;
+        assert!(matches!(answer, Err(CacheError::Malformed(_))));
+        assert_eq!(debug_use(&listed), ObjectUseInfo::Malformed);
+        // The reader answering, the file was usable, whatever the build does later.
+        let (release, build) = pending_build(Err(CacheError::Malformed("bad".into())));
+        let mut listed = candidates();
+        let answer = answer_from(building(build), &mut listed, reader, Prefer::FinishedBuild).await;
+        assert_eq!(name(answer), "file reader");
+        assert_eq!(debug_use(&listed), ObjectUseInfo::Ok);
+        drop(release);
+    }
+
     #[tokio::test]
     async fn a_build_that_finished_first_wins_only_where_preferred() {
         let build = finished_build(Ok("built")).await;
-        let answer = answer_from(building(build), reader, Prefer::FinishedBuild).await;
+        let answer = answer_from(
+            building(build),
+            &mut candidates(),
+            reader,
+            Prefer::FinishedBuild,
+        )
+        .await;
         assert_eq!(name(answer), "cache built");
         let build = finished_build(Ok("built")).await;
-        let answer = answer_from(building(build), reader, Prefer::File).await;
+        let answer = answer_from(building(build), &mut candidates(), reader, Prefer::File).await;
         assert_eq!(name(answer), "file reader");
     }
 
@@ -197,14 +270,18 @@ mod tests {
     async fn without_a_reader_the_build_is_awaited_failure_included() {
         for prefer in [Prefer::FinishedBuild, Prefer::File] {
             let (release, build) = pending_build(Ok("built"));
-            let answer = tokio::spawn(answer_from(building(build), no_reader, prefer));
+            let answer = tokio::spawn(async move {
+                answer_from(building(build), &mut candidates(), no_reader, prefer).await
+            });
             tokio::task::yield_now().await;
             release.send(()).unwrap();
             assert_eq!(name(answer.await.unwrap()), "cache built");
             let (release, build) = pending_build(Err(CacheError::Malformed("bad".into())));
             drop(release);
-            let answer = answer_from(building(build), no_reader, prefer).await;
+            let mut listed = candidates();
+            let answer = answer_from(building(build), &mut listed, no_reader, prefer).await;
             assert!(matches!(answer, Err(CacheError::Malformed(_))));
+            assert_eq!(debug_use(&listed), ObjectUseInfo::Malformed);
         }
     }
 }

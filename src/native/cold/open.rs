@@ -49,10 +49,14 @@ pub async fn open_within(
     }
     let weight = budget_weight(&object);
     let permit = budget.acquire(weight).await;
-    let reader = isolate_blocking("lazy reader", move || Ok(open(&object)))
-        .await
-        .ok()
-        .flatten();
+    let reader = isolate_blocking("lazy reader", move || {
+        #[cfg(test)]
+        crate::error::delay_if_marked("open", object.object().data());
+        Ok(open(&object))
+    })
+    .await
+    .ok()
+    .flatten();
     drop(permit);
     reader.map(|reader| (reader, weight))
 }

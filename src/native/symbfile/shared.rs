@@ -11,8 +11,15 @@
 //! The local store stays what lookups read and joins are made from; this is how it
 //! learns of parts and files another replica received. Paths come from `layout`, so
 //! no request data reaches them as text.
+//!
+//! Parts leave the store with their upload: all of them when it is published or
+//! refused (the replica that joins holds every part), and, when a replica's own copy
+//! of an unfinished upload expires, the parts that replica received: every part in the
+//! store was put there by the replica that received it, so each is removed by one that
+//! held it. A replica that is gone for good with its disk leaves its parts behind;
+//! a lifecycle rule on the pending prefix collects those (docs/fronts.md).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +29,7 @@ use tempfile::NamedTempFile;
 use super::file_id::FileId;
 use super::layout::{SymbfileKind, part_name, pending_dir, symbfile_path};
 use crate::cache::SharedCache;
+use crate::telemetry::SYMBFILE_PARTS_REMOVED;
 
 /// Under the shared cache's prefix, beside the cache kinds' directories.
 const PREFIX: &str = "symbfiles/v1";
@@ -126,6 +134,30 @@ impl SharedSymbfiles {
             }
         }
         Ok(())
+    }
+
+    /// Removes the parts named by their local paths below the store (`pending/<upload>/
+    /// part-<n>`) from the shared store, counting under `reason` each one that was there;
+    /// a failure is logged: a lifecycle rule on the prefix still collects it.
+    pub(super) async fn discard(&self, parts: &[PathBuf], reason: &'static str) {
+        let mut removed = 0;
+        for part in parts {
+            let key = key(part);
+            let outcome = match self.store.size(&key).await {
+                Ok(Some(_)) => self.store.remove(&key).await.map(|()| true),
+                Ok(None) => Ok(false),
+                Err(err) => Err(err),
+            };
+            match outcome {
+                Ok(true) => removed += 1,
+                Ok(false) => {}
+                Err(err) => {
+                    tracing::warn!(part = %key, error = %err, "cannot remove a shared symbfile part");
+                }
+            }
+        }
+        metrics::counter!(SYMBFILE_PARTS_REMOVED, "store" => "shared", "reason" => reason)
+            .increment(removed);
     }
 
     /// Whether a lookup of `id` should ask the store (again): not within [`RECHECK`]

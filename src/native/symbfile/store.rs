@@ -22,6 +22,9 @@
 //! the upload anew (a corrected file).
 //! Temp files are left alone for [`TEMP_GRACE`]: another process (`omnisym cleanup`,
 //! the offline tools, a second server on the same directory) may be writing them.
+//! The parts of refused and expired uploads are removed from a fleet's shared store
+//! too (see `shared`), and every part removed so is counted
+//! (`symbfile.parts_removed`).
 
 use std::fs;
 use std::io;
@@ -49,6 +52,7 @@ use crate::error::{CacheError, CacheResult};
 use crate::lookup::Derived;
 use crate::native::symcache::OwnedSymCache;
 use crate::sources::{Secret, SourceId};
+use crate::telemetry::SYMBFILE_PARTS_REMOVED;
 use crate::types::{ObjectCandidate, ObjectDownloadInfo, ObjectFeatures, ObjectUseInfo};
 
 /// In an upload's pending directory: the answer its completion got. Lines: `400` or
@@ -233,9 +237,17 @@ impl SymbfileStore {
         let store = SymbfileStore::new(dir, config, caches, true);
         store.disk.stored.store(stored, Ordering::Relaxed);
         store.disk.pending.bytes.store(pending, Ordering::Relaxed);
-        store
+        for place in ["local", "shared"] {
+            for reason in ["refused", "expired"] {
+                // Shown at 0 from the start, so that a rate works from the first scrape.
+                metrics::counter!(SYMBFILE_PARTS_REMOVED, "store" => place, "reason" => reason)
+                    .increment(0);
+            }
+        }
+        let (_, expired) = store
             .disk
             .live_pending_uploads(now, config.pending_upload_timeout)?;
+        store.discard_expired(expired);
         Ok(store)
     }
 
@@ -320,11 +332,12 @@ impl SymbfileStore {
         let disk = self.disk.clone();
         let (max_pending_uploads, timeout) =
             (self.max_pending_uploads, self.pending_upload_timeout);
-        let (temp, others, replay) = tokio::task::spawn_blocking(move || {
+        let (temp, others, replay, expired) = tokio::task::spawn_blocking(move || {
             disk.begin_part(id, kind, part, parts, max_pending_uploads, timeout)
         })
         .await
         .map_err(UploadError::internal)??;
+        self.discard_expired(expired);
         let file = temp.reopen().map_err(UploadError::io)?;
         Ok(PartWriter {
             store: self,
@@ -413,6 +426,27 @@ impl SymbfileStore {
 }
 
 impl SymbfileStore {
+    /// Removes from the shared store, in the background, the parts of uploads that
+    /// expired here (each part's path below the store): nothing waits for it, and a
+    /// part missed is left to the store's lifecycle rule.
+    fn discard_expired(&self, expired: Vec<PathBuf>) {
+        let Some(shared) = self.shared.clone() else {
+            return;
+        };
+        if expired.is_empty() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move { shared.discard(&expired, "expired").await });
+            }
+            Err(_) => tracing::warn!(
+                parts = expired.len(),
+                "expired symbfile parts left in the shared store: no runtime to remove them"
+            ),
+        }
+    }
+
     /// Stores here the symbfiles of `id` that another replica of the fleet received,
     /// or received anew, since this one last stored them.
     async fn take_from_shared(&self, shared: &SharedSymbfiles, id: FileId) -> anyhow::Result<()> {
@@ -548,7 +582,8 @@ impl Disk {
     }
 
     /// Checks the limits of a new part, makes room for its upload, and creates the file
-    /// it is received into; also the bytes of the upload's other parts.
+    /// it is received into; also the bytes of the upload's other parts, and the parts
+    /// of uploads that expired to make room (their paths below the store).
     fn begin_part(
         &self,
         id: FileId,
@@ -557,13 +592,15 @@ impl Disk {
         parts: u32,
         max_pending_uploads: usize,
         timeout: Duration,
-    ) -> Result<(NamedTempFile, u64, Option<RefusedUpload>), UploadError> {
+    ) -> Result<BegunPart, UploadError> {
         let pending = self.dir.join(pending_dir(id, kind, parts));
         let replay = RefusedUpload::read(&pending).filter(|r| r.part == part);
+        let mut expired = Vec::new();
         if !pending.exists() {
-            let live = self
+            let (live, gone) = self
                 .live_pending_uploads(SystemTime::now(), timeout)
                 .map_err(UploadError::io)?;
+            expired = gone;
             if live >= max_pending_uploads {
                 return Err(UploadError::TooMany(format!(
                     "{live} uploads are unfinished (symbfile.max_pending_uploads); retry later"
@@ -579,13 +616,18 @@ impl Disk {
             .prefix(".part")
             .tempfile_in(self.dir.join(TMP_DIR))
             .map_err(UploadError::io)?;
-        Ok((temp, others, replay))
+        Ok((temp, others, replay, expired))
     }
 
     /// Removes pending uploads idle for longer than `timeout`; the number left that
-    /// still take parts.
-    fn live_pending_uploads(&self, now: SystemTime, timeout: Duration) -> io::Result<usize> {
+    /// still take parts, and the parts removed (their paths below the store).
+    fn live_pending_uploads(
+        &self,
+        now: SystemTime,
+        timeout: Duration,
+    ) -> io::Result<(usize, Vec<PathBuf>)> {
         let mut live = 0;
+        let mut expired = Vec::new();
         for upload in subdirs(&self.dir.join(PENDING_DIR))? {
             let idle = fs::metadata(&upload)
                 .and_then(|m| m.modified())
@@ -598,11 +640,14 @@ impl Disk {
                 }
                 _ => {
                     tracing::info!(upload = %upload.display(), "discarding an expired symbfile upload");
-                    self.remove_upload(&upload)?;
+                    let removed = self.remove_upload(&upload)?;
+                    count_removed("expired", removed.len());
+                    let rel = upload.strip_prefix(&self.dir).unwrap_or(&upload);
+                    expired.extend(removed.iter().map(|part| rel.join(part)));
                 }
             }
         }
-        Ok(live)
+        Ok((live, expired))
     }
 
     /// Renames a received part into its upload; it replaces the same part sent before.
@@ -637,8 +682,9 @@ impl Disk {
         sync_dir(pending).map_err(UploadError::io)
     }
 
-    /// Removes an upload's directory and its parts from the pending bytes.
-    fn remove_upload(&self, pending: &Path) -> io::Result<()> {
+    /// Removes an upload's directory and its parts from the pending bytes; the names of
+    /// the parts it held.
+    fn remove_upload(&self, pending: &Path) -> io::Result<Vec<String>> {
         let _changes = self
             .pending
             .changes
@@ -648,14 +694,15 @@ impl Disk {
     }
 
     /// [`Disk::remove_upload`] with `pending.changes` held.
-    fn remove_counted(&self, pending: &Path) -> io::Result<()> {
-        let bytes = match part_bytes(pending, None) {
-            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
+    fn remove_counted(&self, pending: &Path) -> io::Result<Vec<String>> {
+        let parts = match part_files(pending) {
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
             other => other?,
         };
         remove_dir_all(pending)?;
+        let bytes = parts.iter().map(|(_, len)| len).sum();
         self.pending.bytes.fetch_sub(bytes, Ordering::Relaxed);
-        Ok(())
+        Ok(parts.into_iter().map(|(name, _)| name).collect())
     }
 
     /// Drops the parts of an upload that can never succeed and remembers why, so that
@@ -679,7 +726,8 @@ impl Disk {
             .changes
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        let marked = self.remove_counted(pending).and_then(|()| {
+        let marked = self.remove_counted(pending).and_then(|removed| {
+            count_removed("refused", removed.len());
             fs::create_dir_all(pending)?;
             refused.write(pending)
         });
@@ -881,9 +929,20 @@ impl Completion {
         };
         let disk = self.disk.clone();
         let pending = disk.dir.join(pending_dir(id, kind, parts));
-        tokio::task::spawn_blocking(move || disk.settle(&pending, result, completing))
-            .await
-            .map_err(UploadError::internal)?
+        let settled =
+            tokio::task::spawn_blocking(move || disk.settle(&pending, result, completing))
+                .await
+                .map_err(UploadError::internal)?;
+        // Refused here, with every part gathered here: none is of use to any replica.
+        if let (Some(shared), Err(err)) = (&self.shared, &settled)
+            && err.is_final()
+        {
+            let all: Vec<PathBuf> = (0..parts)
+                .map(|part| pending_dir(id, kind, parts).join(part_name(part)))
+                .collect();
+            shared.discard(&all, "refused").await;
+        }
+        settled
     }
 
     /// Brings here the parts that other replicas received, once the shared store holds
@@ -965,6 +1024,11 @@ impl Completion {
     }
 }
 
+/// A part begun: the file it is received into, the bytes of the upload's other parts,
+/// the refusal it repeats if it is the part that completed a refused upload, and the
+/// parts of uploads that expired meanwhile (their paths below the store).
+type BegunPart = (NamedTempFile, u64, Option<RefusedUpload>, Vec<PathBuf>);
+
 /// Where a completed part leaves its upload.
 enum Joining {
     Partial { received: u32, parts: u32 },
@@ -1029,20 +1093,33 @@ impl RefusedUpload {
 
 /// Bytes of the parts in an upload's directory, but `except`.
 fn part_bytes(pending: &Path, except: Option<&str>) -> io::Result<u64> {
-    let mut bytes = 0;
-    let entries = match fs::read_dir(pending) {
+    let parts = match part_files(pending) {
         Err(err) if err.kind() == io::ErrorKind::NotFound && except.is_some() => return Ok(0),
         other => other?,
     };
-    for entry in entries {
+    let others = parts
+        .iter()
+        .filter(|(name, _)| Some(name.as_str()) != except);
+    Ok(others.map(|(_, len)| len).sum())
+}
+
+/// The parts in an upload's directory: each one's name and size.
+fn part_files(pending: &Path) -> io::Result<Vec<(String, u64)>> {
+    let mut parts = Vec::new();
+    for entry in fs::read_dir(pending)? {
         let entry = entry?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with("part-") && Some(&*name) != except {
-            bytes += entry.metadata()?.len();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("part-") {
+            parts.push((name, entry.metadata()?.len()));
         }
     }
-    Ok(bytes)
+    Ok(parts)
+}
+
+/// Counts parts removed from this replica's disk.
+fn count_removed(reason: &'static str, parts: usize) {
+    metrics::counter!(SYMBFILE_PARTS_REMOVED, "store" => "local", "reason" => reason)
+        .increment(parts as u64);
 }
 
 /// Removes temp files older than [`TEMP_GRACE`]: younger ones may be a write in progress,
@@ -1163,10 +1240,17 @@ mod tests {
         assert!(young.exists() && !old.exists());
         assert_eq!(pending_bytes(&reopened), 110);
         let later = SystemTime::now() + config.pending_upload_timeout * 2;
-        let live = (reopened.disk)
+        let (live, expired) = (reopened.disk)
             .live_pending_uploads(later, config.pending_upload_timeout)
             .unwrap();
         assert_eq!((live, pending_bytes(&reopened)), (0, 0));
+        let pending = pending_dir(FileId(7), SymbfileKind::Ranges, 3);
+        let mut expired = expired;
+        expired.sort();
+        assert_eq!(
+            expired,
+            [pending.join(part_name(0)), pending.join(part_name(1))]
+        );
     }
 
     const ID: FileId = FileId(0x77ef_a716_a912_a492_1744_5787_329f_d29a);
