@@ -19,7 +19,7 @@ use std::net::{Ipv6Addr, SocketAddr};
 use axum::extract::Request;
 use axum::http::{HeaderValue, header};
 
-use super::observe::SCANNED_HEADERS;
+use super::headers::named;
 use crate::config::AllowedHost;
 
 /// The hosts a server answers for.
@@ -63,22 +63,10 @@ impl HostPolicy {
         {
             return Some(authority.as_str().as_bytes());
         }
-        let headers = request.headers();
-        // Every `Host` a request carries is asked. A request carries a few headers:
-        // comparing their names costs less than hashing this one to look it up.
-        if headers.len() <= SCANNED_HEADERS {
-            headers
-                .iter()
-                .filter(|(name, _)| *name == header::HOST)
-                .map(|(_, host)| host.as_bytes())
-                .find(|host| !allows(names, host))
-        } else {
-            headers
-                .get_all(header::HOST)
-                .iter()
-                .map(HeaderValue::as_bytes)
-                .find(|host| !allows(names, host))
-        }
+        // Every `Host` a request carries is asked.
+        named(request.headers(), &header::HOST)
+            .map(HeaderValue::as_bytes)
+            .find(|host| !allows(names, host))
     }
 }
 

@@ -10,6 +10,7 @@ mod crash;
 mod error;
 #[cfg(test)]
 mod future_size_tests;
+mod headers;
 #[cfg(test)]
 mod hostile_tests;
 mod hosts;

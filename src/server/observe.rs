@@ -39,15 +39,12 @@ use rustc_hash::FxHashMap;
 use tower::Service;
 
 use super::ApiError;
+use super::headers::named;
 use super::hosts::HostPolicy;
 use crate::telemetry::history::is_service_endpoint;
 use crate::telemetry::{HTTP_IN_FLIGHT, HTTP_REQUEST_DURATION, HTTP_REQUESTS};
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-
-/// Requests with at most this many headers are searched for an id (and a `Host`) by
-/// name.
-pub(super) const SCANNED_HEADERS: usize = 16;
 
 /// Longest client-sent id kept; a longer one is replaced, not truncated.
 const MAX_CLIENT_ID_LEN: usize = 128;
@@ -228,16 +225,7 @@ where
 
 /// The client's id when [usable](is_usable_id), else a new one.
 fn request_id(request: &mut Request) -> HeaderValue {
-    let headers = request.headers();
-    // A request carries a few headers (and most no id): comparing their names costs
-    // less than hashing this one to look it up.
-    let sent = if headers.len() <= SCANNED_HEADERS {
-        headers
-            .iter()
-            .find_map(|(name, value)| (*name == REQUEST_ID).then_some(value))
-    } else {
-        headers.get(&REQUEST_ID)
-    };
+    let sent = named(request.headers(), &REQUEST_ID).next();
     if let Some(id) = sent
         && id.to_str().is_ok_and(is_usable_id)
     {
@@ -429,6 +417,7 @@ impl Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::headers::SCANNED_HEADERS;
 
     #[test]
     fn paths_are_labelled_by_the_pattern_the_router_matches() {
