@@ -155,10 +155,7 @@ impl S3Store {
         match answer {
             Ok(head) => Ok(Some(head.content_length().unwrap_or(0).max(0) as u64)),
             Err(err) if is_missing(&err) => Ok(None),
-            Err(err) => Err(anyhow::anyhow!(
-                "{}",
-                aws_sdk_s3::error::DisplayErrorContext(err)
-            )),
+            Err(err) => Err(failed(err)),
         }
     }
 
@@ -170,7 +167,7 @@ impl S3Store {
             .key(self.key(path))
             .send()
             .await
-            .map_err(|err| anyhow::anyhow!("{}", aws_sdk_s3::error::DisplayErrorContext(err)))?;
+            .map_err(failed)?;
         Ok(())
     }
 
@@ -189,10 +186,7 @@ impl S3Store {
                 return if is_missing(&err) {
                     Ok(false)
                 } else {
-                    Err(anyhow::anyhow!(
-                        "{}",
-                        aws_sdk_s3::error::DisplayErrorContext(err)
-                    ))
+                    Err(failed(err))
                 };
             }
         };
@@ -218,12 +212,18 @@ impl S3Store {
             .body(ByteStream::from(bytes::Bytes::from_owner(data)))
             .send()
             .await
-            .map_err(|err| anyhow::anyhow!("{}", aws_sdk_s3::error::DisplayErrorContext(err)))?;
+            .map_err(failed)?;
         Ok(())
     }
 }
 
 /// Whether S3 answered that there is no such object.
+/// An SDK error with its whole chain of causes in the message: the SDK's own `Display`
+/// says only "service error".
+fn failed<E: std::error::Error + Send + Sync + 'static>(err: E) -> anyhow::Error {
+    anyhow::anyhow!("{}", aws_sdk_s3::error::DisplayErrorContext(err))
+}
+
 fn is_missing<E>(
     err: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
 ) -> bool {
