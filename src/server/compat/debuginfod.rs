@@ -289,7 +289,7 @@ fn section_range(data: &[u8], name: &str) -> Option<std::ops::Range<usize>> {
 fn parse_build_id(text: &str) -> Result<ObjectId, String> {
     if text.is_empty()
         || text.len() > MAX_BUILD_ID_HEX
-        || text.len() % 2 != 0
+        || !text.len().is_multiple_of(2)
         || !text.bytes().all(|b| b.is_ascii_hexdigit())
     {
         return Err(format!(
