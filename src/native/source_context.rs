@@ -96,8 +96,7 @@ async fn from_debuginfod(
     if servers.is_empty() || limits.max_files == 0 {
         return;
     }
-    // (build id, path) → the module's index and the frames that want it.
-    let mut wanted: HashMap<(String, String), (usize, Vec<(usize, usize)>)> = HashMap::new();
+    let mut wanted: HashMap<(String, String), Wanted> = HashMap::new();
     for (t, trace) in stacktraces.iter().enumerate() {
         for (f, frame) in trace.frames.iter().enumerate() {
             let raw = &frame.raw;
@@ -124,36 +123,37 @@ async fn from_debuginfod(
             }
             wanted
                 .entry(key)
-                .or_insert_with(|| (entry.index, Vec::new()))
-                .1
+                .or_insert_with(|| Wanted {
+                    module: entry.index,
+                    frames: Vec::new(),
+                })
+                .frames
                 .push((t, f));
         }
     }
     if wanted.is_empty() {
         return;
     }
-    let fetches = wanted
-        .into_iter()
-        .map(|((build_id, path), (module, frames))| {
-            let servers = &servers;
-            async move {
-                // The servers in the request's order; the first that has the file answers.
-                let mut tried = Vec::new();
-                for server in servers.iter() {
-                    // The source's URL is the server's `/buildid/` (where the layout finds
-                    // `<build id>/debuginfo`), so the source file is beside those.
-                    let file =
-                        RemoteFile::new((*server).clone(), format!("{build_id}/source{path}"));
-                    let result = source_files.fetch_file(scope, &file).await;
-                    let found = result.is_ok();
-                    tried.push((file, result));
-                    if found {
-                        break;
-                    }
+    let fetches = wanted.into_iter().map(|((build_id, path), wanted)| {
+        let Wanted { module, frames } = wanted;
+        let servers = &servers;
+        async move {
+            // The servers in the request's order; the first that has the file answers.
+            let mut tried = Vec::new();
+            for server in servers.iter() {
+                // The source's URL is the server's `/buildid/` (where the layout finds
+                // `<build id>/debuginfo`), so the source file is beside those.
+                let file = RemoteFile::new((*server).clone(), format!("{build_id}/source{path}"));
+                let result = source_files.fetch_file(scope, &file).await;
+                let found = result.is_ok();
+                tried.push((file, result));
+                if found {
+                    break;
                 }
-                (module, frames, tried)
             }
-        });
+            (module, frames, tried)
+        }
+    });
     let fetched = tokio::time::timeout(limits.timeout, future::join_all(fetches)).await;
     let Ok(fetched) = fetched else {
         tracing::info!(
@@ -173,6 +173,14 @@ async fn from_debuginfod(
             lookup.add_candidate(module, debuginfod_candidate(&file, &result));
         }
     }
+}
+
+/// A source file (by build id and path) that frames want from a debuginfod source.
+struct Wanted {
+    /// The request index of the module whose candidates report the downloads.
+    module: usize,
+    /// `(stack trace, frame)` positions that want its lines.
+    frames: Vec<(usize, usize)>,
 }
 
 /// An absolute path a debuginfod URL can name as it is: no empty, `.` or `..`

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use common::{Server, client, fixtures, free_port};
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// What the program's source says; the tests find lines by these markers.
 const PROGRAM: &str = r#"#include <stdio.h>
@@ -23,11 +23,20 @@ __attribute__((noinline)) int work(int x)
     return y + 1; /* @line work-return */
 }
 
+int twice(int x);
+
 int main(int argc, char **argv)
 {
     (void)argv;
-    printf("%d\n", work(argc)); /* @line main-call */
+    printf("%d\n", work(twice(argc))); /* @line main-call */
     return 0;
+}
+"#;
+
+/// A second file of the program, so that a request can need two source files.
+const UTIL: &str = r#"__attribute__((noinline)) int twice(int x)
+{
+    return x * 2; /* @line twice-body */
 }
 "#;
 
@@ -65,12 +74,15 @@ fn build(prefix: Option<&str>) -> Program {
     let dir = tempfile::tempdir().unwrap();
     let source = dir.path().join("prog.c");
     std::fs::write(&source, PROGRAM).unwrap();
+    let util = dir.path().join("util.c");
+    std::fs::write(&util, UTIL).unwrap();
     let full = dir.path().join("prog.full");
     let mut gcc = Command::new("gcc");
     gcc.current_dir(dir.path())
         .args(["-g", "-O0", "-Wl,--build-id=sha1", "-o"])
         .arg(&full)
-        .arg(&source);
+        .arg(&source)
+        .arg(&util);
     if let Some(prefix) = prefix {
         gcc.arg(format!(
             "-fdebug-prefix-map={}={prefix}",
@@ -110,7 +122,12 @@ impl Program {
     /// The address of `work`'s line with `marker`, from the full build: `nm` for the
     /// function, `addr2line` (binutils, not omnisym) for the line of each address.
     fn address_of(&self, marker: &str) -> (u64, u32) {
-        let line = PROGRAM
+        self.address_in("work", PROGRAM, marker)
+    }
+
+    /// [`Self::address_of`] for `function`, whose file's text is `text`.
+    fn address_in(&self, function: &str, text: &str, marker: &str) -> (u64, u32) {
+        let line = text
             .lines()
             .position(|l| l.contains(marker))
             .expect("marker in the program") as u32
@@ -118,7 +135,7 @@ impl Program {
         let nm = stdout(&run(Command::new("nm").arg(&self.full)));
         let work = nm
             .lines()
-            .find(|l| l.ends_with(" T work"))
+            .find(|l| l.ends_with(&format!(" T {function}")))
             .and_then(|l| u64::from_str_radix(l.split(' ').next()?, 16).ok())
             .expect("work in nm's list");
         for addr in work..work + 64 {
@@ -130,7 +147,7 @@ impl Program {
                 return (addr, line);
             }
         }
-        panic!("no address of line {line} in work");
+        panic!("no address of line {line} in {function}");
     }
 }
 
@@ -520,8 +537,16 @@ async fn source_context_asks_debuginfod_sources_for_at_most_the_configured_files
     let indexed = tempfile::tempdir().unwrap();
     std::fs::copy(&program.debug, indexed.path().join("prog.debug")).unwrap();
     let upstream = ElfutilsServer::start(indexed.path(), &program.build_id);
-    let (addr, _) = program.address_of("@line work-return");
-    let server = Server::start("debuginfod: {source_files_per_request: 0}\n");
+    // Two frames in two files; one file is all a request may ask for.
+    let (work, _) = program.address_of("@line work-return");
+    let (twice, _) = program.address_in("twice", UTIL, "@line twice-body");
+    let server = Server::start("debuginfod: {source_files_per_request: 1}\n");
+    let frame = |addr: u64| {
+        json!({
+            "instruction_addr": format!("{:#x}", BASE + addr),
+            "adjust_instruction_addr": false,
+        })
+    };
     let body = json!({
         "sources": [{
             "id": "elfutils",
@@ -536,18 +561,20 @@ async fn source_context_asks_debuginfod_sources_for_at_most_the_configured_files
             "image_addr": format!("{BASE:#x}"),
             "image_size": 0x10000,
         }],
-        "stacktraces": [{"frames": [{
-            "instruction_addr": format!("{:#x}", BASE + addr),
-            "adjust_instruction_addr": false,
-        }]}],
-        "options": {"apply_source_context": true, "dif_candidates": true},
+        "stacktraces": [{"frames": [frame(twice), frame(work)]}],
+        "options": {"apply_source_context": true},
     });
     let (status, answer) = server.post("/symbolicate", &body).await;
     assert_eq!(status, StatusCode::OK, "{answer}");
-    let frame: &Value = &answer["stacktraces"][0]["frames"][0];
-    assert_eq!(frame["function"], "work", "{answer}");
-    assert!(
-        frame.get("context_line").is_none_or(Value::is_null),
-        "{answer}"
-    );
+    let frames = answer["stacktraces"][0]["frames"].as_array().unwrap();
+    let functions: Vec<&str> = frames
+        .iter()
+        .filter_map(|f| f["function"].as_str())
+        .collect();
+    assert_eq!(functions, ["twice", "work"], "{answer}");
+    let with_context = frames
+        .iter()
+        .filter(|f| f.get("context_line").is_some_and(|l| !l.is_null()))
+        .count();
+    assert_eq!(with_context, 1, "{answer}");
 }
