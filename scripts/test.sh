@@ -26,6 +26,16 @@ command -v kubernetes-validate >/dev/null \
   || python3 -m pip install -q kubernetes-validate==1.37.0 \
   || python3 -m pip install -q --break-system-packages kubernetes-validate==1.37.0
 
+# The debuginfod tests (tests/integration/debuginfod.rs) run elfutils' clients and server
+# (Debian's `debuginfod`: debuginfod-find and debuginfod) and gdb; the Tecken download
+# test runs rust-minidump's minidump-stackwalk, the version of the minidump crates the
+# server builds with (a few minutes of compiling, once per machine).
+command -v debuginfod-find >/dev/null && command -v debuginfod >/dev/null \
+  || { apt-get update -qq && apt-get install -y -qq debuginfod; }
+command -v gdb >/dev/null || { apt-get update -qq && apt-get install -y -qq gdb; }
+command -v minidump-stackwalk >/dev/null \
+  || cargo install --locked minidump-stackwalk --version 0.27.0
+
 # The console's browser tests (tests/integration/console_browser.rs) drive Debian's
 # Chromium with playwright-core from npm, which must not download a browser of its own.
 [ -x /usr/bin/chromium ] || { apt-get update -qq && apt-get install -y -qq chromium; }

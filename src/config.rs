@@ -195,6 +195,9 @@ pub struct Config {
     pub symcache_http: SymCacheHttpConfig,
     /// Mozilla's symbolication API (`/symbolicate/v5`, `/symbolicate/v4`).
     pub mozilla: MozillaConfig,
+    /// The debuginfod front (`GET`/`HEAD /buildid/<id>/...`), for gdb, lldb, perf and
+    /// elfutils' clients (omnisym only).
+    pub debuginfod: DebuginfodConfig,
     /// Who may use the compatibility fronts (`/proxy`, `/symcache`, the Mozilla API).
     pub fronts: FrontsConfig,
     /// Replicas behind one load balancer answering as one service (omnisym only).
@@ -318,6 +321,51 @@ pub enum Front {
     Mozilla,
     /// `GET /console` and its API (when `console.enabled`)
     Console,
+    /// `GET`/`HEAD /buildid/...` (when `debuginfod.enabled`)
+    Debuginfod,
+}
+
+/// The debuginfod front: what elfutils' clients (gdb, `debuginfod-find`, perf,
+/// valgrind) ask a debuginfod server for, answered from the configured sources.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct DebuginfodConfig {
+    pub enabled: bool,
+    /// Largest source file `/buildid/<id>/source/<path>` hands out; past it, 404 (as
+    /// for a file that is not there, with the reason in the log).
+    #[serde(deserialize_with = "deserialize_size")]
+    pub max_source_size: u64,
+    /// Longest `<path>` of a source request, in bytes, decoded (400 past it).
+    pub max_path_length: usize,
+    /// How long one request may look and fetch before it is answered 504.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub timeout: Duration,
+    /// Source files one request's source context may ask of its debuginfod sources
+    /// (`http` sources with `layout.type: debuginfod`).
+    pub source_files_per_request: usize,
+    /// How long source context waits for those files; what has not arrived is left out.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub source_files_timeout: Duration,
+}
+
+impl Default for DebuginfodConfig {
+    fn default() -> Self {
+        DebuginfodConfig {
+            enabled: true,
+            // The size source context accepts for a linked file: no hand-written source
+            // file is larger; generated ones that are have no business in a debugger.
+            max_source_size: 10 * 1024 * 1024,
+            // PATH_MAX on Linux, which is what a build can have recorded.
+            max_path_length: 4096,
+            // elfutils' client waits 90 s for a transfer to make progress
+            // (`DEBUGINFOD_TIMEOUT`); a first download of a large debug file from a
+            // bucket may take minutes, and then is served from the cache.
+            timeout: Duration::from_secs(300),
+            // A crash's frames with lines are rarely from more than a few dozen files.
+            source_files_per_request: 64,
+            source_files_timeout: Duration::from_secs(10),
+        }
+    }
 }
 
 /// The SymCache HTTP front (omnisym only).
@@ -621,6 +669,7 @@ impl Default for Config {
             symcache_http: SymCacheHttpConfig::default(),
             fronts: FrontsConfig::default(),
             mozilla: MozillaConfig::default(),
+            debuginfod: DebuginfodConfig::default(),
             fleet: FleetConfig::default(),
             console: ConsoleConfig::default(),
         }

@@ -64,7 +64,15 @@ impl Engine {
             Symbfiles::Read => SymbfileStore::for_lookups(dir, &config.symbfile, &caches),
         });
         let lookup = Lookup::new(&caches, downloader.clone(), config.object_limits());
-        let native = NativeService::new(&caches, &lookup, symbfiles.clone());
+        let native = NativeService::new(
+            &caches,
+            &lookup,
+            symbfiles.clone(),
+            crate::native::DebuginfodSourceLimits {
+                max_files: config.debuginfod.source_files_per_request,
+                timeout: config.debuginfod.source_files_timeout,
+            },
+        );
         let jvm = JvmService::new(&caches, &lookup);
         let bundle_limits = BundleLimits {
             max_entries: config.max_artifact_bundle_entries,

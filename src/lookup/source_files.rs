@@ -97,6 +97,17 @@ impl SourceFiles {
             RemoteFile::from_url(SourceId::new(LINKED_SOURCES), url.clone(), BTreeMap::new());
         self.files.get(&file, scope, ()).await
     }
+
+    /// A source file at a location on a configured source (a debuginfod server's
+    /// `buildid/<id>/source/<path>`): fetched with that source's own headers and
+    /// credentials, and cached under its identity, within the same size limit.
+    pub async fn fetch_file(
+        &self,
+        scope: &Scope,
+        file: &RemoteFile,
+    ) -> CacheResult<ByteView<'static>> {
+        self.files.get(file, scope, ()).await
+    }
 }
 
 /// Only web links are followed: a `file://` link would read the server's own disk.

@@ -42,6 +42,7 @@ use interface::{
     RawStacktrace, RequestOptions, RewriteRules, Signal,
 };
 use ppdb::PpdbCaches;
+pub use source_context::DebuginfodSourceLimits;
 use source_context::apply_source_context;
 use stackwalk::{Stackwalk, read_minidump};
 use symbfile::SymbfileStore;
@@ -75,6 +76,8 @@ pub struct NativeService {
     cficaches: CfiCaches,
     ppdb_caches: PpdbCaches,
     source_files: Arc<SourceFiles>,
+    /// What source context may ask of the request's debuginfod sources.
+    debuginfod_sources: DebuginfodSourceLimits,
     memos: Arc<Memos>,
     /// Lazy reads share the budget of conversions.
     conversions: Arc<ConversionBudget>,
@@ -102,7 +105,12 @@ pub struct CrashReportRequest {
 }
 
 impl NativeService {
-    pub fn new(caches: &Caches, lookup: &Lookup, symbfiles: Arc<SymbfileStore>) -> Self {
+    pub fn new(
+        caches: &Caches,
+        lookup: &Lookup,
+        symbfiles: Arc<SymbfileStore>,
+        debuginfod_sources: DebuginfodSourceLimits,
+    ) -> Self {
         let objects = lookup.objects.clone();
         NativeService {
             symcaches: SymCaches::new(caches, objects.clone(), InputFinder::new(caches, lookup)),
@@ -114,6 +122,7 @@ impl NativeService {
             // 10 MiB of names; 16,384 paths of about 100 bytes.
             memos: Arc::new(Memos::new(10 * 1024 * 1024, 16 * 1024)),
             conversions: caches.conversions(),
+            debuginfod_sources,
         }
     }
 
@@ -277,6 +286,7 @@ impl NativeService {
                 request.scope,
                 &mut lookup,
                 &mut stacktraces,
+                self.debuginfod_sources,
             )
             .await;
         }

@@ -76,6 +76,12 @@ async fn request_futures_stay_small() {
         Uri::from_static("/proxy/crash.pdb/0123456789ABCDEF0123456789ABCDEF1/crash.pdb"),
         HeaderMap::new(),
         Path("crash.pdb/0123456789ABCDEF0123456789ABCDEF1/crash.pdb".to_owned()),
+        axum::extract::RawQuery(None),
+    );
+    let debuginfod = super::compat::debuginfod::buildid(
+        State(state.clone()),
+        Method::GET,
+        Path(("0123456789abcdef".to_owned(), "source/a/b.c".to_owned())),
     );
     let http: crate::sources::HttpSourceConfig =
         serde_json::from_str(r#"{"id":"x","url":"http://x/","layout":{"type":"native"}}"#).unwrap();
@@ -101,6 +107,7 @@ async fn request_futures_stay_small() {
         ("a minidump's processing", std::mem::size_of_val(&minidump)),
         ("the Mozilla front's v5", std::mem::size_of_val(&mozilla)),
         ("the symstore proxy", std::mem::size_of_val(&proxy)),
+        ("the debuginfod front", std::mem::size_of_val(&debuginfod)),
         ("a download", std::mem::size_of_val(&download)),
     ] {
         assert!(size <= BOUND, "the future of {what} is {size} bytes");

@@ -95,6 +95,8 @@ pub struct AppParts {
     pub symbfiles: Arc<SymbfileStore>,
     /// `None` when `symstore_proxy` is off.
     pub symstore_proxy: Option<Arc<compat::SymstoreProxy>>,
+    /// `None` when `debuginfod.enabled` is off.
+    pub debuginfod: Option<Arc<compat::Debuginfod>>,
     /// `None` when `symcache_http.enabled` is off.
     pub symcache_http: Option<Arc<compat::SymCacheHttp>>,
     /// `None` outside a fleet (no `fleet.advertise_url`).
@@ -160,6 +162,14 @@ impl AppState {
                 default_sources.clone(),
             ))
         });
+        let debuginfod = config.debuginfod.enabled.then(|| {
+            Arc::new(compat::Debuginfod::new(
+                lookup.objects.clone(),
+                lookup.source_files.clone(),
+                default_sources.clone(),
+                config.debuginfod.clone(),
+            ))
+        });
         let symcache_http = config.symcache_http.enabled.then(|| {
             Arc::new(compat::SymCacheHttp::new(
                 native.clone(),
@@ -187,6 +197,7 @@ impl AppState {
             max_poll_timeout: config.max_poll_timeout,
             symbfiles,
             symstore_proxy,
+            debuginfod,
             symcache_http,
             fleet,
             readiness: Readiness::default(),
@@ -244,6 +255,14 @@ pub fn router(state: AppState, config: &Config) -> App {
                 get(compat::proxy::proxy).head(compat::proxy::proxy),
             ),
             Front::Proxy,
+            &config.fronts,
+        ))
+        .merge(guard(
+            Routes::default().route(
+                "/buildid/{id}/{*rest}",
+                get(compat::debuginfod::buildid).head(compat::debuginfod::buildid),
+            ),
+            Front::Debuginfod,
             &config.fronts,
         ))
         .merge(guard(

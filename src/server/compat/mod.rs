@@ -11,14 +11,18 @@
 //!   the protocol of Microsoft's SymCache HTTP server for this engine's SymCaches.
 //! - `symbfile`: Elastic's profiler symbol uploads (`/api/symbols-ranges`,
 //!   `/api/symbols-returnpads`).
-//! - `access`: the bearer token and CORS policy in front of the first three (the
+//! - `debuginfod`: elfutils' debuginfod protocol (`GET`/`HEAD /buildid/<id>/...`), as
+//!   gdb, perf and `debuginfod-find` speak it.
+//! - `access`: the bearer token and CORS policy in front of the others but `symbfile` (the
 //!   console, not a front, has its own login, `console/login.rs`).
 
 pub mod access;
+pub mod debuginfod;
 pub mod mozilla;
 pub mod proxy;
 pub mod symbfile;
 pub mod symcache_http;
 
+pub use debuginfod::Debuginfod;
 pub use proxy::SymstoreProxy;
 pub use symcache_http::SymCacheHttp;

@@ -3,20 +3,26 @@
 //! symstore request from the configured sources. The path names an object (a PDB by
 //! GUID and age, a PE by timestamp and size, ELF and Mach-O by SSQP keys); it is found
 //! by the same object lookup `/symbolicate` uses and served from the download cache.
+//!
+//! The same prefix serves Tecken's download API, which minidump-stackwalk's
+//! `--symbols-url` and Breakpad's tools read: `<debug_file>/<debug_id>/<file>.sym`
+//! (the name without a `.pdb` extension) asks for the module's Breakpad file.
 
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use symbolic::common::{CodeId, DebugId};
+use symbolic::debuginfo::Object;
 
 use crate::cache::Scope;
 use crate::error::{CacheError, CacheResult};
 use crate::lookup::{ObjectHandle, ObjectLookup, ObjectPurpose};
 use crate::server::{ApiError, AppState};
-use crate::sources::{FileType, ObjectId, SourceConfig, parse_symstore_path};
+use crate::sources::{FileType, ObjectId, ObjectType, SourceConfig, parse_symstore_path};
 
 /// The proxy's view of the server: the shared object lookup and the configured sources.
 pub struct SymstoreProxy {
@@ -49,6 +55,115 @@ impl SymstoreProxy {
         found.meta.as_ref().map_err(Clone::clone)?;
         self.objects.fetch(&found, &request.id).await
     }
+
+    /// The Breakpad file of a Tecken request: where the layouts keep one (`breakpad`),
+    /// else at the debug file's places, where `omnisym sort` (as symsorter) puts a
+    /// Breakpad file in the unified layout. Only a Breakpad file of the asked debug id
+    /// answers: a DWARF or PDB file there is not what a stackwalker can read.
+    async fn find_breakpad(&self, id: &ObjectId) -> CacheResult<Arc<ObjectHandle>> {
+        let scope = Scope::Global;
+        let mut first_error = None;
+        for filetypes in [
+            &[FileType::Breakpad][..],
+            &[FileType::Pdb],
+            &[FileType::ElfDebug],
+            &[FileType::MachDebug],
+        ] {
+            let Some(found) = self
+                .objects
+                .find(&self.sources, filetypes, id, &scope, ObjectPurpose::Whole)
+                .await
+                .found
+            else {
+                continue;
+            };
+            match &found.meta {
+                Ok(meta) if same_module(meta.debug_id, id.debug_id) => {}
+                Ok(_) => continue,
+                Err(err) => {
+                    first_error.get_or_insert(err.clone());
+                    continue;
+                }
+            }
+            match self.objects.fetch(&found, id).await {
+                Ok(handle) if matches!(handle.object(), Object::Breakpad(_)) => {
+                    return Ok(handle);
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    first_error.get_or_insert(err);
+                }
+            }
+        }
+        Err(first_error.unwrap_or(CacheError::NotFound))
+    }
+}
+
+/// Whether a file recording `found` serves a request for `wanted`: the same GUID or
+/// UUID, and for a PDB's Breakpad file any age at least the asked one.
+fn same_module(found: Option<DebugId>, wanted: Option<DebugId>) -> bool {
+    match (found, wanted) {
+        (Some(found), Some(wanted)) => {
+            found.uuid() == wanted.uuid() && found.appendix() >= wanted.appendix()
+        }
+        _ => false,
+    }
+}
+
+/// What minidump-stackwalk adds to a Tecken request: the module's code file and code
+/// id, with which a file is found where it is kept by code id (ELF and Mach-O files
+/// in the unified layout).
+#[derive(Debug, Default)]
+pub struct TeckenQuery {
+    code_file: Option<String>,
+    code_id: Option<String>,
+}
+
+/// The longest code id taken from a query: an ELF build id of 64 bytes, in hex.
+const MAX_CODE_ID_HEX: usize = 128;
+
+impl TeckenQuery {
+    /// `code_file` and `code_id` of a query string; other keys are ignored, as Tecken
+    /// ignores them.
+    fn parse(query: &str) -> Self {
+        let mut parsed = TeckenQuery::default();
+        for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
+            match &*key {
+                "code_file" => parsed.code_file = Some(value.into_owned()),
+                "code_id" => parsed.code_id = Some(value.into_owned()),
+                _ => {}
+            }
+        }
+        parsed
+    }
+
+    /// Adds the query's ids to `id`; a malformed one is refused, naming it.
+    fn apply(self, id: &mut ObjectId) -> Result<(), &'static str> {
+        if let Some(code_id) = self.code_id.filter(|c| !c.is_empty()) {
+            if code_id.len() > MAX_CODE_ID_HEX || !code_id.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err("code_id must be at most 128 hex digits");
+            }
+            let code_id = code_id.to_ascii_lowercase();
+            if id.object_type == ObjectType::Unknown {
+                // A Mach-O code id is the UUID the debug id is made of; anything else
+                // that is not a PDB's module is ELF (a build id).
+                let uuid = id.debug_id.map(|d| d.uuid().as_simple().to_string());
+                id.object_type = if uuid.as_deref() == Some(code_id.as_str()) {
+                    ObjectType::Macho
+                } else {
+                    ObjectType::Elf
+                };
+            }
+            id.code_id = Some(CodeId::new(code_id));
+        }
+        if let Some(code_file) = self.code_file.filter(|c| !c.is_empty()) {
+            if code_file.len() > 1024 || code_file.contains(['/', '\\', '\0']) {
+                return Err("code_file must be a file name");
+            }
+            id.code_file = Some(code_file);
+        }
+        Ok(())
+    }
 }
 
 /// `GET` and `HEAD /proxy/{*path}`.
@@ -58,27 +173,39 @@ pub async fn proxy(
     uri: Uri,
     headers: HeaderMap,
     Path(path): Path<String>,
+    RawQuery(query): RawQuery,
 ) -> Response {
     // Upstream answers a disabled proxy as if the route did not exist.
     let Some(proxy) = state.symstore_proxy.clone() else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    let request = match SymstoreRequest::parse(&path) {
+    let mut request = match SymstoreRequest::parse(&path) {
         Ok(request) => request,
         Err(PathError::Refused) => {
             return ApiError::bad_request("path segments must be plain file names").into_response();
         }
         Err(PathError::NotSymstore) => return StatusCode::NOT_FOUND.into_response(),
     };
+    if request.answer == Answer::Breakpad {
+        let query = TeckenQuery::parse(query.as_deref().unwrap_or(""));
+        if let Err(message) = query.apply(&mut request.id) {
+            return ApiError::bad_request(message).into_response();
+        }
+    }
     // A lookup downloads: it counts against `max_concurrent_requests` like any request.
     let Ok(_slot) = state.service.reserve() else {
         return ApiError::overloaded().into_response();
     };
-    let handle = match proxy.find(&request).await {
+    let found = match request.answer {
+        Answer::Breakpad => proxy.find_breakpad(&request.id).await,
+        _ => proxy.find(&request).await,
+    };
+    let handle = match found {
         Ok(handle) => handle,
         Err(err) => return lookup_failure(&err),
     };
     let (content_type, body) = match request.answer {
+        Answer::Breakpad => ("text/plain", Bytes::from_owner(ObjectBytes(handle))),
         Answer::File => (
             "application/octet-stream",
             Bytes::from_owner(ObjectBytes(handle)),
@@ -183,6 +310,8 @@ enum Answer {
     File,
     /// A `file.ptr` that points to it.
     Pointer,
+    /// The module's Breakpad file (Tecken's `<name>/<id>/<stem>.sym`).
+    Breakpad,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -209,6 +338,9 @@ impl SymstoreRequest {
         let [name, key, file] = segments[..] else {
             return Err(PathError::NotSymstore);
         };
+        if is_breakpad_name(name, file) {
+            return breakpad_request(name, key);
+        }
         let (answer, compressed) = if file.eq_ignore_ascii_case("file.ptr") {
             (Answer::Pointer, false)
         } else {
@@ -230,6 +362,38 @@ impl SymstoreRequest {
             answer,
         })
     }
+}
+
+/// Whether `file` is the Breakpad file name of the debug file `name`: `xul.pdb` →
+/// `xul.sym`, `libxul.so` → `libxul.so.sym` (as Breakpad's and rust-minidump's clients
+/// name it), ignoring case.
+fn is_breakpad_name(name: &str, file: &str) -> bool {
+    let (name, file) = (name.to_lowercase(), file.to_lowercase());
+    let Some(stem) = file.strip_suffix(".sym") else {
+        return false;
+    };
+    name != file && (stem == name || name.strip_suffix(".pdb") == Some(stem))
+}
+
+/// A Tecken request for the Breakpad file of the module `name` with the Breakpad id
+/// `key` (GUID or UUID and age, in hex).
+fn breakpad_request(name: &str, key: &str) -> Result<SymstoreRequest, PathError> {
+    let debug_id = DebugId::from_breakpad(key).map_err(|_| PathError::NotSymstore)?;
+    let object_type = if name.to_lowercase().ends_with(".pdb") {
+        ObjectType::Pe
+    } else {
+        ObjectType::Unknown
+    };
+    Ok(SymstoreRequest {
+        filetypes: &[FileType::Breakpad],
+        id: ObjectId {
+            debug_id: Some(debug_id),
+            debug_file: Some(name.to_owned()),
+            object_type,
+            ..ObjectId::default()
+        },
+        answer: Answer::Breakpad,
+    })
 }
 
 /// Whether `file` is `name` with its last character replaced by `_` (`crash.pdb` and
@@ -293,6 +457,65 @@ mod tests {
                 PathError::NotSymstore,
                 "{path}"
             );
+        }
+    }
+
+    #[test]
+    fn tecken_paths_ask_for_the_breakpad_file() {
+        for (path, name) in [
+            (format!("xul.pdb/{PDB_KEY}/xul.sym"), "xul.pdb"),
+            (
+                "crash/8601349CB5D5F5B3A971B363182E64E40/crash.sym".into(),
+                "crash",
+            ),
+            (
+                "libxul.so/8601349CB5D5F5B3A971B363182E64E40/LIBXUL.SO.sym".into(),
+                "libxul.so",
+            ),
+        ] {
+            let request = SymstoreRequest::parse(&path).unwrap();
+            assert_eq!(request.answer, Answer::Breakpad, "{path}");
+            assert_eq!(request.filetypes, [FileType::Breakpad]);
+            assert_eq!(request.id.debug_file.as_deref(), Some(name));
+        }
+        // A symstore name ending in `.sym` stays a symstore request.
+        let same = SymstoreRequest::parse("a.sym/BCBA5D045000/a.sym").unwrap();
+        assert_eq!(same.answer, Answer::File);
+        for path in [
+            format!("xul.pdb/{PDB_KEY}/other.sym"),
+            "crash/nothex/crash.sym".to_owned(),
+        ] {
+            assert_eq!(
+                SymstoreRequest::parse(&path).unwrap_err(),
+                PathError::NotSymstore,
+                "{path}"
+            );
+        }
+        let mut id = SymstoreRequest::parse("crash/8601349CB5D5F5B3A971B363182E64E40/crash.sym")
+            .unwrap()
+            .id;
+        TeckenQuery {
+            code_file: Some("crash".into()),
+            code_id: Some("9C340186d5b5b3f5a971b363182e64e4b7969622".into()),
+        }
+        .apply(&mut id)
+        .unwrap();
+        assert_eq!(id.object_type, ObjectType::Elf);
+        assert_eq!(
+            id.code_id.unwrap().as_str(),
+            "9c340186d5b5b3f5a971b363182e64e4b7969622"
+        );
+        for bad in [
+            TeckenQuery {
+                code_id: Some("zz".into()),
+                ..TeckenQuery::default()
+            },
+            TeckenQuery {
+                code_file: Some("../x".into()),
+                ..TeckenQuery::default()
+            },
+        ] {
+            assert!(bad.apply(&mut ObjectId::default()).is_err());
         }
     }
 
