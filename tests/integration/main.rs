@@ -35,6 +35,7 @@ mod soak;
 mod sort;
 mod source_context;
 mod sources;
+mod store;
 mod symbfile;
 mod symbfile_shared;
 mod symbolicate;
