@@ -60,12 +60,13 @@ fn bad(reason: impl Into<String>) -> Refused {
 
 /// Whether a zip entry's name stays inside the folder it would be unpacked in.
 fn is_safe_name(name: &str) -> bool {
-    !name.is_empty()
-        && !name.starts_with('/')
-        && !name.contains('\\')
-        && !name.contains(char::is_control)
-        && !name.split('/').any(|s| s == "..")
-        && !(name.len() > 1 && name.as_bytes()[1] == b':')
+    let escapes = name.is_empty()
+        || name.starts_with('/')
+        || name.contains('\\')
+        || name.contains(char::is_control)
+        || name.split('/').any(|s| s == "..")
+        || (name.len() > 1 && name.as_bytes()[1] == b':');
+    !escapes
 }
 
 fn unified() -> CommonSourceConfig {
