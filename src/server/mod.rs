@@ -49,6 +49,7 @@ use crate::native::NativeService;
 use crate::native::symbfile::SymbfileStore;
 use crate::service::{RequestService, Reservation};
 use crate::sources::SourceConfig;
+use crate::store::Store;
 use crate::telemetry;
 use compat::access::guard;
 use limits::Counted;
@@ -91,6 +92,9 @@ pub struct AppParts {
     pub body_limit: BodyLimit,
     /// The longest a poll waits for its answer.
     pub max_poll_timeout: Duration,
+    /// The team's symbol store (`store`); `None` when none is configured. Its sources
+    /// come first for every request (`store::first_sources`).
+    pub store: Option<Store>,
     /// Uploaded symbfiles (the native pipeline reads them too).
     pub symbfiles: Arc<SymbfileStore>,
     /// `None` when `symstore_proxy` is off.
@@ -156,10 +160,15 @@ impl AppState {
             None => service,
         };
         let default_sources: Arc<[SourceConfig]> = config.sources.clone().into();
+        let store = Store::open(&config.store, &config.cache_dir, config.connect_timeout)?;
+        // The fronts that serve by path know no request scope: the team's store, then
+        // the configured sources.
+        let unscoped_sources =
+            crate::store::first_sources(store.as_ref(), &Scope::Global, &default_sources);
         let symstore_proxy = config.symstore_proxy.then(|| {
             Arc::new(compat::SymstoreProxy::new(
                 lookup.objects.clone(),
-                default_sources.clone(),
+                unscoped_sources.clone(),
             ))
         });
         let debuginfod = config.debuginfod.enabled.then(|| {
@@ -173,7 +182,7 @@ impl AppState {
         let symcache_http = config.symcache_http.enabled.then(|| {
             Arc::new(compat::SymCacheHttp::new(
                 native.clone(),
-                default_sources.clone(),
+                unscoped_sources.clone(),
                 service.clone(),
                 config.symcache_http.clone(),
             ))
@@ -184,6 +193,7 @@ impl AppState {
             jvm,
             js,
             default_sources,
+            store,
             downloader,
             crash_files: crash::CrashFiles::new(
                 config.cache_dir.join("tmp"),
