@@ -175,7 +175,7 @@ impl AppState {
             Arc::new(compat::Debuginfod::new(
                 lookup.objects.clone(),
                 lookup.source_files.clone(),
-                default_sources.clone(),
+                unscoped_sources.clone(),
                 config.debuginfod.clone(),
             ))
         });
