@@ -6,7 +6,11 @@
 //! ```text
 //! symbfiles/v1/pending/<kind>-<fileid>-<parts>/part-<n>
 //! symbfiles/v1/files/<ab>/<fileid>/<kind>.symbfile
+//! symbfiles/v1/files/<ab>/<fileid>/<kind>.sha256    its content's SHA-256, in hex
 //! ```
+//!
+//! A replica takes a finished symbfile again when its checksum differs from the one it
+//! holds: a new upload of a FileID is often the same size as the last.
 //!
 //! The local store stays what lookups read and joins are made from; this is how it
 //! learns of parts and files another replica received. Paths come from `layout`, so
@@ -27,7 +31,8 @@ use symbolic::common::ByteView;
 use tempfile::NamedTempFile;
 
 use super::file_id::FileId;
-use super::layout::{SymbfileKind, part_name, pending_dir, symbfile_path};
+use super::layout::{SymbfileKind, checksum_path, part_name, pending_dir, symbfile_path};
+use super::store::is_checksum;
 use crate::cache::SharedCache;
 use crate::telemetry::SYMBFILE_PARTS_REMOVED;
 
@@ -117,7 +122,8 @@ impl SharedSymbfiles {
             .await
     }
 
-    /// Puts a finished symbfile in the store for every replica, then removes the
+    /// Puts a finished symbfile in the store for every replica, its checksum after it
+    /// (a replica that reads the new checksum finds the new file), then removes the
     /// upload's parts (a failure there is logged: the parts are not needed any more).
     pub(super) async fn publish(
         &self,
@@ -125,9 +131,12 @@ impl SharedSymbfiles {
         kind: SymbfileKind,
         parts: u32,
         file: &Path,
+        checksum: &str,
     ) -> anyhow::Result<()> {
         let data = ByteView::open(file)?;
         self.store.put(&key(&symbfile_path(id, kind)), data).await?;
+        let sum = ByteView::from_vec(checksum.as_bytes().to_vec());
+        self.store.put(&key(&checksum_path(id, kind)), sum).await?;
         for part in 0..parts {
             if let Err(err) = self.store.remove(&part_key(id, kind, parts, part)).await {
                 tracing::warn!(file_id = %id, part, error = %err, "cannot remove a shared symbfile part");
@@ -171,6 +180,27 @@ impl SharedSymbfiles {
     /// The size of the `kind` symbfile of `id` in the store, if it holds one.
     pub(super) async fn size(&self, id: FileId, kind: SymbfileKind) -> anyhow::Result<Option<u64>> {
         self.store.size(&key(&symbfile_path(id, kind))).await
+    }
+
+    /// The checksum of the `kind` symbfile of `id` in the store; `None` when it has
+    /// none (put there by an older omnisym) or it does not read as one. Fetched
+    /// through a temp file in `tmp`, as the store hands out files.
+    pub(super) async fn checksum(
+        &self,
+        id: FileId,
+        kind: SymbfileKind,
+        tmp: &Path,
+    ) -> anyhow::Result<Option<String>> {
+        let mut temp = tempfile::Builder::new().prefix(".sum").tempfile_in(tmp)?;
+        if !self
+            .store
+            .try_fetch(&key(&checksum_path(id, kind)), &mut temp)
+            .await?
+        {
+            return Ok(None);
+        }
+        let text = std::fs::read_to_string(temp.path()).unwrap_or_default();
+        Ok(is_checksum(&text).then_some(text))
     }
 
     /// Copies the `kind` symbfile of `id` into `dest`; `false` when there is none.

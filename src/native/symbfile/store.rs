@@ -40,7 +40,8 @@ use tokio::io::AsyncWriteExt;
 
 use super::file_id::FileId;
 use super::layout::{
-    FILES_DIR, PENDING_DIR, SymbfileKind, TMP_DIR, file_dir, part_name, pending_dir, symbfile_path,
+    FILES_DIR, PENDING_DIR, SymbfileKind, TMP_DIR, checksum_path, file_dir, part_name, pending_dir,
+    symbfile_path,
 };
 use super::read::{FormatError, MAGIC, Records, read_isolated};
 use super::shared::SharedSymbfiles;
@@ -457,9 +458,25 @@ impl SymbfileStore {
             let Some(size) = shared.size(id, kind).await? else {
                 continue;
             };
-            let local = self.disk.dir.join(symbfile_path(id, kind));
-            // Another upload of the same FileID is another size, all but always.
-            if fs::metadata(&local).is_ok_and(|m| m.len() == size) {
+            // Told apart by content: a new upload of a FileID is often the same size (a
+            // rebuild with one name changed). A fleet's copy put there by an older
+            // omnisym has no checksum, and only its size tells.
+            let same = match shared
+                .checksum(id, kind, &self.disk.dir.join(TMP_DIR))
+                .await?
+            {
+                Some(remote) => {
+                    let disk = self.disk.clone();
+                    let local =
+                        tokio::task::spawn_blocking(move || disk.checksum(id, kind)).await??;
+                    local.as_deref() == Some(remote.as_str())
+                }
+                None => {
+                    let local = self.disk.dir.join(symbfile_path(id, kind));
+                    fs::metadata(&local).is_ok_and(|m| m.len() == size)
+                }
+            };
+            if same {
                 continue;
             }
             let mut temp = tempfile::Builder::new()
@@ -475,6 +492,7 @@ impl SymbfileStore {
                 temp.as_file().sync_all()?;
                 let is_new = !disk.dir.join(file_dir(id)).exists();
                 disk.publish(id, kind, temp, is_new)
+                    .map(drop)
                     .map_err(|err| anyhow::anyhow!("{err}"))
             })
             .await??;
@@ -831,24 +849,60 @@ impl Disk {
         }))
     }
 
-    /// Renames the joined symbfile into place; the FileID's SymCache is built.
+    /// Renames the joined symbfile into place, with its checksum beside it; the
+    /// FileID's SymCache is built. Returns the checksum.
     fn publish(
         &self,
         id: FileId,
         kind: SymbfileKind,
         file: NamedTempFile,
         is_new: bool,
-    ) -> Result<(), UploadError> {
+    ) -> Result<String, UploadError> {
+        let checksum = file_sha256(file.as_file()).map_err(UploadError::io)?;
         let target = self.dir.join(file_dir(id));
         fs::create_dir_all(&target).map_err(UploadError::io)?;
         file.persist(self.dir.join(symbfile_path(id, kind)))
             .map_err(|e| UploadError::io(e.error))?;
+        // After the file: a crash between the two leaves an old checksum beside a new
+        // file, which only makes a replica fetch the fleet's copy once more.
+        self.write_checksum(id, kind, &checksum)
+            .map_err(UploadError::io)?;
         remove_old_indexes(&target);
         sync_dir(&target).map_err(UploadError::io)?;
         if is_new {
             self.stored.fetch_add(1, Ordering::Relaxed);
         }
+        Ok(checksum)
+    }
+
+    fn write_checksum(&self, id: FileId, kind: SymbfileKind, checksum: &str) -> io::Result<()> {
+        let mut temp = tempfile::Builder::new()
+            .prefix(".sum")
+            .tempfile_in(self.dir.join(TMP_DIR))?;
+        io::Write::write_all(temp.as_file_mut(), checksum.as_bytes())?;
+        temp.persist(self.dir.join(checksum_path(id, kind)))
+            .map_err(|e| e.error)?;
         Ok(())
+    }
+
+    /// The checksum of the stored `kind` symbfile of `id`, `None` when there is none.
+    /// A store written by an older omnisym has no checksums: it is computed once, then
+    /// kept beside the file.
+    fn checksum(&self, id: FileId, kind: SymbfileKind) -> io::Result<Option<String>> {
+        let file = match fs::File::open(self.dir.join(symbfile_path(id, kind))) {
+            Ok(file) => file,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(err) => return Err(err),
+        };
+        match fs::read_to_string(self.dir.join(checksum_path(id, kind))) {
+            Ok(sum) if is_checksum(&sum) => return Ok(Some(sum)),
+            Ok(_) => {}
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+            Err(err) => return Err(err),
+        }
+        let sum = file_sha256(&file)?;
+        self.write_checksum(id, kind, &sum)?;
+        Ok(Some(sum))
     }
 
     /// What becomes of a completed upload's parts: published, they go; refused for what
@@ -1008,7 +1062,7 @@ impl Completion {
             Err(err) => return Err(FormatError::unreadable(&err).into()),
         }
         let disk = self.disk.clone();
-        tokio::task::spawn_blocking(move || disk.publish(id, kind, file, is_new))
+        let checksum = tokio::task::spawn_blocking(move || disk.publish(id, kind, file, is_new))
             .await
             .map_err(UploadError::internal)??;
         // The fleet's copy: until it is stored the upload is not complete, and the
@@ -1016,7 +1070,7 @@ impl Completion {
         if let Some(shared) = &self.shared {
             let published = self.disk.dir.join(symbfile_path(id, kind));
             shared
-                .publish(id, kind, parts, &published)
+                .publish(id, kind, parts, &published, &checksum)
                 .await
                 .map_err(UploadError::shared)?;
         }
@@ -1089,6 +1143,29 @@ impl RefusedUpload {
             text: self.text,
         }
     }
+}
+
+/// The hex SHA-256 of a file's content, read from its start.
+pub(super) fn file_sha256(file: &fs::File) -> io::Result<String> {
+    use std::io::{Read, Seek};
+    let mut file = file;
+    file.seek(io::SeekFrom::Start(0))?;
+    let mut digest = Sha256::new();
+    let mut buf = vec![0; 1 << 20];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => digest.update(&buf[..n]),
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(hex::encode(digest.finalize()))
+}
+
+/// Whether `text` is a checksum as [`file_sha256`] writes it.
+pub(super) fn is_checksum(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// Bytes of the parts in an upload's directory, but `except`.
