@@ -15,6 +15,7 @@ use crate::cache::{CachesConfig, SharedCacheConfig};
 use crate::fetch::{DenyListConfig, FetchConfig};
 use crate::lookup::ObjectLimits;
 use crate::sources::{Secret, SourceConfig};
+use crate::store::StoreConfig;
 use crate::telemetry::MetricsConfig;
 use crate::units::{deserialize_duration, deserialize_limit, deserialize_size};
 
@@ -188,6 +189,8 @@ pub struct Config {
     pub max_symstore_index_size: u64,
     /// Symbfile uploads (`POST /api/symbols-ranges`, `/api/symbols-returnpads`).
     pub symbfile: SymbfileConfig,
+    /// The team's symbol store: uploads, and a source for every endpoint (omnisym only).
+    pub store: StoreConfig,
     /// Upstream's switch for the symbol-server proxy: `GET`/`HEAD /proxy/<symstore path>`
     /// serve debug files from `sources`.
     pub symstore_proxy: bool,
@@ -616,6 +619,7 @@ impl Default for Config {
             decompression_ratio_floor: fetch.decompression_ratio_floor,
             max_symstore_index_size: fetch.max_symstore_index_size,
             symbfile: SymbfileConfig::default(),
+            store: StoreConfig::default(),
             // Upstream's default.
             symstore_proxy: true,
             symcache_http: SymCacheHttpConfig::default(),
@@ -803,6 +807,9 @@ impl Config {
             ));
         }
         self.fleet.check().map_err(ConfigError::Semantic)?;
+        self.store
+            .check(&self.cache_dir, self.max_download_size)
+            .map_err(ConfigError::Semantic)?;
         if self.fronts.token.as_ref().is_some_and(Secret::is_empty) {
             return Err(ConfigError::Semantic(
                 "fronts.token is empty; remove it to leave the fronts open".into(),

@@ -20,6 +20,7 @@ pub mod objstore;
 pub mod server;
 pub mod service;
 pub mod sources;
+pub mod store;
 pub mod telemetry;
 pub mod types;
 pub mod units;

@@ -22,6 +22,7 @@ const PIPELINES: &[&str] = &["native", "js", "jvm"];
 const CORE: &[&[&str]] = &[
     &["config"],
     &["lookup"],
+    &["store"],
     &["cache", "fetch"],
     &["objstore"],
     &["types"],

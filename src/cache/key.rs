@@ -44,7 +44,7 @@ impl Scope {
     /// replaced by their hash behind `~`, a byte the encoding never leaves as it is, so
     /// no scope's name can be another's hashed form. A scope named "global" cannot
     /// collide with `Global` because `Scope::new` maps that name to `Global` itself.
-    fn dir_name(&self) -> String {
+    pub fn dir_name(&self) -> String {
         let raw = self.as_str();
         let out = utf8_percent_encode(raw, DIR_NAME_KEEPS).to_string();
         if out.len() > 100 {

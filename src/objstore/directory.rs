@@ -45,6 +45,16 @@ impl DirectoryStore {
         Ok(())
     }
 
+    pub fn store_file(&self, path: &str, file: &Path) -> anyhow::Result<()> {
+        let path = self.root.join(path);
+        let dir = path.parent().expect("a store path has a parent");
+        std::fs::create_dir_all(dir)?;
+        let temp = tempfile::Builder::new().prefix(".tmp").tempfile_in(dir)?;
+        std::fs::copy(file, temp.path())?;
+        temp.persist(&path).map_err(|e| e.error)?;
+        Ok(())
+    }
+
     pub fn remove(&self, path: &str) -> anyhow::Result<()> {
         match std::fs::remove_file(self.root.join(path)) {
             Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err.into()),

@@ -72,6 +72,16 @@ impl ObjectStore {
         }
     }
 
+    /// Writes the file at `file` to `path`, read through a memory map rather than into
+    /// memory (a store's uploads run to gigabytes); a reader never sees part of it.
+    pub async fn store_file(&self, path: &str, file: &std::path::Path) -> anyhow::Result<()> {
+        match &self.0 {
+            Backend::Directory(dir) => dir.store_file(path, file),
+            Backend::S3(s3) => s3.store(path, ByteView::open(file)?).await,
+            Backend::Gcs(gcs) => gcs.store(path, ByteView::open(file)?).await,
+        }
+    }
+
     /// Removes the object at `path`, if there is one.
     pub async fn remove(&self, path: &str) -> anyhow::Result<()> {
         match &self.0 {

@@ -84,6 +84,11 @@ pub const HEALTH_ONLY_CONNECTIONS: &str = "connections.health_only";
 /// Parts of symbfile uploads removed because the upload was refused or expired, by
 /// `store` (`local`, `shared`) and `reason` (`refused`, `expired`).
 pub const SYMBFILE_PARTS_REMOVED: &str = "symbfile.parts_removed";
+/// Objects an upload brought to the store, by `outcome` (`stored`, `replaced`,
+/// `kept_existing`, `already_stored`).
+pub const STORE_PUBLISHED: &str = "store.published";
+/// Files the store's retention sweep removed, by `reason` (`superseded`, `expired`).
+pub const STORE_RETENTION_REMOVED: &str = "store.retention_removed";
 
 /// `HTTP_REQUESTS_IN_FLIGHT`, kept as a plain count: it changes twice per request, and
 /// handing each change to the recorder (through the fan-out, as an atomic float) cost
@@ -365,6 +370,14 @@ fn describe() {
         (
             SYMBFILE_PARTS_REMOVED,
             "parts of refused or expired symbfile uploads removed, by store and reason",
+        ),
+        (
+            STORE_PUBLISHED,
+            "objects uploads brought to the store, by outcome",
+        ),
+        (
+            STORE_RETENTION_REMOVED,
+            "files the store's retention sweep removed, by reason",
         ),
     ];
     for (name, help) in counters {

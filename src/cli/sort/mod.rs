@@ -2,13 +2,12 @@
 //! in a directory a filesystem, S3 or GCS source reads. The unified layout is
 //! symsorter's tree, `.meta` files, `refs/` and `bundles/` included; every other layout
 //! the sources read works too. This module walks the inputs and runs the workers;
-//! `place` says what a file is and where it goes (through `sources`' layout rules),
-//! `write` puts it there, `inputs` opens files and zip entries, `bundle` names imports
+//! `store::layout` says what a file is and where it goes (through `sources`' layout
+//! rules, shared with the store that takes uploads), `write` puts it there, `inputs` opens files and zip entries, `bundle` names imports
 //! and writes their index, `sources` makes source bundles for `--with-sources`.
 
 mod bundle;
 mod inputs;
-mod place;
 mod sources;
 mod write;
 
@@ -26,9 +25,9 @@ use super::SortArgs;
 use super::progress::WorkBar;
 use crate::fetch::DecompressLimits;
 use crate::sources::{DirectoryLayoutType, ObjectType};
+use crate::store::layout::{Described, Meta, describe, describe_proguard};
 use inputs::Entry;
-use place::{Described, describe, describe_proguard};
-use write::{Meta, Outcome, Store, zstd_level};
+use write::{Outcome, Store, zstd_level};
 
 pub fn run(args: SortArgs) -> Result<()> {
     let ignore_errors = args.ignore_errors;

@@ -13,8 +13,8 @@ use symbolic::common::ByteView;
 use symbolic::debuginfo::sourcebundle::{SourceBundleWriter, SourceFileDescriptor};
 use symbolic::debuginfo::{Archive, FileEntry};
 
-use super::place::describe;
 use crate::sources::ObjectType;
+use crate::store::layout::describe;
 
 /// Sources above this size are left out, as symsorter leaves them out: generated or
 /// vendored blobs that nobody reads as context.

@@ -9,10 +9,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use crate::store::layout::{Meta, Rank};
 use anyhow::{Context, Result};
-use serde::Serialize;
-
-use super::place::Rank;
 
 /// symsorter's `-z` count to a zstd level: more `z`s trade speed for size, and past
 /// three the maximum.
@@ -24,15 +22,6 @@ pub fn zstd_level(count: u8) -> i32 {
         3 => 19,
         _ => 22,
     }
-}
-
-/// The `.meta` file symsorter writes beside each file of the unified layout.
-#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
-pub struct Meta {
-    /// The input file's name (its base name).
-    pub name: Option<String>,
-    pub arch: Option<String>,
-    pub file_format: Option<String>,
 }
 
 pub enum Outcome {
@@ -117,8 +106,7 @@ impl Store {
         };
         written.insert(target.clone(), rank);
         if self.unified {
-            // `debuginfo` -> `debuginfo.meta`, as symsorter names it.
-            fs::write(target.with_extension("meta"), serde_json::to_vec(meta)?)?;
+            fs::write(meta.path_beside(&target), meta.to_json())?;
         }
         Ok(outcome)
     }

@@ -1,9 +1,14 @@
-//! What a sorted file is (its file type and ids, told from the parsed object) and where
-//! it goes in a layout. The path itself always comes from `sources::get_directory_paths`,
-//! the rules the reader probes with: sorting only picks the file type to ask for, so a
+//! What a debug file is (its file type and ids, told from the parsed object) and where
+//! it goes in a layout: the one home of the layout code, used by `omnisym sort` and by
+//! the store that takes uploads, so that a store directory is a tree sort would write.
+//! The path itself always comes from `sources::get_directory_paths`, the rules the
+//! reader probes with: placing a file only picks the file type to ask for, so a
 //! filesystem source with the same layout finds what was written.
 
+use std::path::{Path, PathBuf};
+
 use anyhow::{Result, bail};
+use serde::Serialize;
 use symbolic::common::{CodeId, DebugId};
 use symbolic::debuginfo::{FileFormat, Object, ObjectKind};
 
@@ -11,6 +16,27 @@ use crate::sources::{
     DirectoryLayout, DirectoryLayoutType, FileType, FilenameCasing, ObjectId, ObjectType,
     get_directory_paths,
 };
+
+/// The `.meta` file symsorter writes beside each file of the unified layout.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct Meta {
+    /// The input file's name (its base name).
+    pub name: Option<String>,
+    pub arch: Option<String>,
+    pub file_format: Option<String>,
+}
+
+impl Meta {
+    /// `debuginfo` -> `debuginfo.meta`, as symsorter names it.
+    pub fn path_beside(&self, file: &Path) -> PathBuf {
+        file.with_extension("meta")
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        // Three optional strings: serialising cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
 
 /// One file to sort, described as the lookup would ask for it.
 #[derive(Clone, Debug, PartialEq, Eq)]

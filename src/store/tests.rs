@@ -1,0 +1,331 @@
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+const ELF_ID: &str = "crash"; // fixtures/native/elf, made by fixtures/native/build.sh
+
+fn fixture(path: &str) -> Vec<u8> {
+    std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures")
+            .join(path),
+    )
+    .unwrap()
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    store: Store,
+}
+
+fn directory_store(edit: impl FnOnce(&mut StoreConfig)) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    let mut config = StoreConfig {
+        backend: Some(StoreBackend::Filesystem { path: root.clone() }),
+        ..StoreConfig::default()
+    };
+    edit(&mut config);
+    let store = Store::open(&config, &dir.path().join("cache"), Duration::from_secs(1))
+        .unwrap()
+        .unwrap();
+    Fixture {
+        _dir: dir,
+        root,
+        store,
+    }
+}
+
+async fn upload(
+    store: &Store,
+    ns: &Namespace,
+    data: &[u8],
+    name: &str,
+) -> Result<Vec<Published>, Refused> {
+    let mut file = store.staging_file().unwrap();
+    file.write_all(data).unwrap();
+    store.publish(ns, file, Some(name)).await
+}
+
+/// Files below `dir`, relative, sorted; the staging area left out.
+fn tree(dir: &Path) -> Vec<String> {
+    let mut out: Vec<String> = walkdir::WalkDir::new(dir)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+        .map(|e| {
+            e.path()
+                .strip_prefix(dir)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|p| !p.starts_with("state/tmp/"))
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn a_debug_file_lands_where_sort_puts_it_and_a_second_upload_is_already_stored() {
+    let f = directory_store(|_| {});
+    let debug = fixture("native/elf/crash.debug");
+    let published = upload(&f.store, &Namespace::Team, &debug, "crash.debug")
+        .await
+        .unwrap();
+    assert_eq!(published.len(), 1);
+    let p = &published[0];
+    assert_eq!(p.outcome, Outcome::Stored);
+    assert_eq!(p.file_type, FileType::ElfDebug);
+    assert!(p.path.ends_with("/debuginfo"), "{}", p.path);
+    assert_eq!(std::fs::read(f.root.join(&p.path)).unwrap(), debug);
+
+    // The same tree `omnisym sort` writes for the same file.
+    let archive = symbolic::debuginfo::Archive::parse(&debug).unwrap();
+    let object = archive.objects().next().unwrap().unwrap();
+    let described = layout::describe(&object, "crash.debug", None)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        described.path(DirectoryLayoutType::Unified).as_deref(),
+        Some(p.path.as_str())
+    );
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(f.root.join(format!("{}.meta", p.path))).unwrap())
+            .unwrap();
+    assert_eq!(meta["name"], "crash.debug");
+    assert_eq!(meta["file_format"], "elf");
+
+    let again = upload(&f.store, &Namespace::Team, &debug, "crash.debug")
+        .await
+        .unwrap();
+    assert_eq!(again[0].outcome, Outcome::AlreadyStored);
+    let records = std::fs::read_dir(f.root.join("state/records"))
+        .unwrap()
+        .count();
+    assert_eq!(records, 1);
+    // Nothing is left in staging: the upload was renamed into place.
+    assert_eq!(
+        std::fs::read_dir(f.root.join("state/tmp")).unwrap().count(),
+        0
+    );
+}
+
+#[tokio::test]
+async fn a_better_file_replaces_a_worse_one_which_is_kept_aside() {
+    let f = directory_store(|_| {});
+    let stripped = fixture("native/elf/crash.stripped");
+    let full = fixture("native/elf/crash");
+    let first = upload(&f.store, &Namespace::Team, &stripped, ELF_ID)
+        .await
+        .unwrap();
+    assert_eq!(first[0].outcome, Outcome::Stored);
+    assert!(first[0].path.ends_with("/executable"));
+    let second = upload(&f.store, &Namespace::Team, &full, ELF_ID)
+        .await
+        .unwrap();
+    assert_eq!(second[0].outcome, Outcome::Replaced);
+    assert_eq!(std::fs::read(f.root.join(&second[0].path)).unwrap(), full);
+    // Without retention the stripped file is kept in the state area.
+    let superseded: Vec<String> = tree(&f.root.join("state/superseded"));
+    assert_eq!(superseded.len(), 1, "{superseded:?}");
+    let kept = f.root.join("state/superseded").join(&superseded[0]);
+    assert_eq!(std::fs::read(kept).unwrap(), stripped);
+
+    // The stripped file again adds nothing: the full one stays.
+    let third = upload(&f.store, &Namespace::Team, &stripped, ELF_ID)
+        .await
+        .unwrap();
+    assert_eq!(third[0].outcome, Outcome::KeptExisting);
+    assert_eq!(std::fs::read(f.root.join(&third[0].path)).unwrap(), full);
+}
+
+#[tokio::test]
+async fn refused_uploads_publish_nothing() {
+    let f = directory_store(|c| c.max_file_size = 10_000);
+    let before = tree(&f.root);
+    let refused = upload(&f.store, &Namespace::Team, b"just some text\n", "notes.txt")
+        .await
+        .unwrap_err();
+    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        refused.reason.contains("not a debug file"),
+        "{}",
+        refused.reason
+    );
+    let truncated = &fixture("native/elf/crash.debug")[..2000];
+    let refused = upload(&f.store, &Namespace::Team, truncated, "crash.debug")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{refused}"
+    );
+    let too_large = fixture("native/elf/crash");
+    let refused = upload(&f.store, &Namespace::Team, &too_large, "crash")
+        .await
+        .unwrap_err();
+    assert_eq!(refused.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(refused.reason.contains("store.max_file_size"));
+    assert_eq!(tree(&f.root), before);
+    assert_eq!(
+        std::fs::read_dir(f.root.join("state/tmp")).unwrap().count(),
+        0
+    );
+}
+
+#[tokio::test]
+async fn a_proguard_mapping_is_named_by_its_uuid() {
+    let f = directory_store(|_| {});
+    let mapping = fixture("jvm/inline.txt");
+    let uuid = proguard::ProguardMapping::new(&mapping).uuid();
+    let published = upload(&f.store, &Namespace::Team, &mapping, "mapping.txt")
+        .await
+        .unwrap();
+    let simple = uuid.as_simple().to_string();
+    assert_eq!(
+        published[0].path,
+        format!("{}/{}/proguard", &simple[..2], &simple[2..])
+    );
+    assert_eq!(published[0].file_type, FileType::Proguard);
+}
+
+#[tokio::test]
+async fn scopes_have_their_own_namespace_and_sources() {
+    let f = directory_store(|c| {
+        c.scopes.insert("acme/web".into(), "42".into());
+    });
+    assert_eq!(
+        f.store.namespace_of("acme", "web"),
+        Namespace::Scope("42".into())
+    );
+    assert_eq!(f.store.namespace_of("acme", "app"), Namespace::Team);
+    let ns = f.store.namespace_of("acme", "web");
+    let published = upload(
+        &f.store,
+        &ns,
+        &fixture("native/elf/crash.debug"),
+        "crash.debug",
+    )
+    .await
+    .unwrap();
+    assert!(f.root.join("scopes/42").join(&published[0].path).is_file());
+    assert!(!f.root.join(&published[0].path).exists());
+
+    let ids = |scope: &str| -> Vec<String> {
+        f.store
+            .sources(&Scope::new(scope))
+            .iter()
+            .map(|s| s.id().to_string())
+            .collect()
+    };
+    assert_eq!(ids("42"), ["omnisym:store:42", "omnisym:store"]);
+    assert_eq!(ids("43"), ["omnisym:store"]);
+    assert_eq!(ids("global"), ["omnisym:store"]);
+    let sources = f.store.sources(&Scope::new("42"));
+    let SourceConfig::Filesystem(scoped) = &sources[0] else {
+        panic!("a directory store is a filesystem source")
+    };
+    assert_eq!(scoped.path, f.root.join("scopes/42"));
+    assert!(!scoped.files.is_public);
+    assert_eq!(scoped.files.layout.ty, DirectoryLayoutType::Unified);
+    assert!(sources[1].files().is_public);
+    assert!(sources[1].is_from_config_file());
+}
+
+#[tokio::test]
+async fn state_paths_stay_in_the_state_area() {
+    let f = directory_store(|_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let chunk = dir.path().join("chunk");
+    std::fs::write(&chunk, b"chunk bytes").unwrap();
+    f.store.state_put("chunks/ab/abcdef", &chunk).await.unwrap();
+    assert_eq!(
+        f.store.state_size("chunks/ab/abcdef").await.unwrap(),
+        Some(11)
+    );
+    let mut dest = tempfile::NamedTempFile::new().unwrap();
+    assert!(
+        f.store
+            .state_fetch("chunks/ab/abcdef", &mut dest)
+            .await
+            .unwrap()
+    );
+    assert_eq!(std::fs::read(dest.path()).unwrap(), b"chunk bytes");
+    assert!(f.root.join("state/chunks/ab/abcdef").is_file());
+    for evil in ["../x", "a/../../x", "/etc/passwd", "a\\b", "", "a//b", "."] {
+        assert!(f.store.state_put(evil, &chunk).await.is_err(), "{evil:?}");
+        assert!(f.store.state_size(evil).await.is_err(), "{evil:?}");
+    }
+    f.store.state_remove("chunks/ab/abcdef").await.unwrap();
+    assert_eq!(f.store.state_size("chunks/ab/abcdef").await.unwrap(), None);
+}
+
+#[test]
+fn tokens_grant_what_they_say() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig {
+        backend: Some(StoreBackend::Filesystem {
+            path: dir.path().join("s"),
+        }),
+        tokens: vec![
+            StoreToken {
+                token: crate::sources::Secret::new("w"),
+                access: Access::Write,
+            },
+            StoreToken {
+                token: crate::sources::Secret::new("r"),
+                access: Access::Read,
+            },
+        ],
+        ..StoreConfig::default()
+    };
+    let store = Store::open(&config, dir.path(), Duration::from_secs(1))
+        .unwrap()
+        .unwrap();
+    assert!(store.authorize(Some("w"), Access::Write));
+    assert!(store.authorize(Some("w"), Access::Read));
+    assert!(store.authorize(Some("r"), Access::Read));
+    assert!(!store.authorize(Some("r"), Access::Write));
+    assert!(!store.authorize(Some("x"), Access::Read));
+    assert!(!store.authorize(None, Access::Read));
+    assert!(
+        Store::open(&StoreConfig::default(), dir.path(), Duration::from_secs(1))
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[test]
+fn the_config_section_is_read_and_checked() {
+    let yaml = "store:\n  backend:\n    type: filesystem\n    path: /srv/store\n  max_file_size: 1GiB\n  tokens:\n    - token: abc\n      access: write\n  scopes:\n    acme/web: \"42\"\n  retention: 30d\n";
+    let (config, ignored) = crate::config::Config::from_yaml(yaml).unwrap();
+    assert!(ignored.is_empty(), "{ignored:?}");
+    assert!(matches!(
+        config.store.backend,
+        Some(StoreBackend::Filesystem { ref path }) if path == Path::new("/srv/store")
+    ));
+    assert_eq!(config.store.max_file_size, 1 << 30);
+    assert_eq!(
+        config.store.retention,
+        Some(Duration::from_secs(30 * 86400))
+    );
+    assert_eq!(config.store.scopes["acme/web"], "42");
+    for (bad, key) in [
+        ("store:\n  scopes:\n    acme: \"1\"\n", "store.scopes"),
+        ("store:\n  scopes:\n    a/b: global\n", "store.scopes.a/b"),
+        ("store:\n  max_file_size: 0\n", "store.max_file_size"),
+        (
+            "max_download_size: 1MiB\nstore:\n  backend:\n    type: s3\n    bucket: b\n    region: us-east-1\n",
+            "store.max_file_size",
+        ),
+    ] {
+        let err = crate::config::Config::from_yaml(bad)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{bad}: {err}");
+    }
+}
