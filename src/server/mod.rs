@@ -93,6 +93,8 @@ pub struct AppParts {
     pub max_poll_timeout: Duration,
     /// Uploaded symbfiles (the native pipeline reads them too).
     pub symbfiles: Arc<SymbfileStore>,
+    /// The team's symbol store; `None` without a `store` section (uploads answer 404).
+    pub store: Option<crate::store::Store>,
     /// `None` when `symstore_proxy` is off.
     pub symstore_proxy: Option<Arc<compat::SymstoreProxy>>,
     /// `None` when `symcache_http.enabled` is off.
@@ -145,6 +147,7 @@ impl AppState {
             jvm,
             js,
             symbfiles,
+            store,
         } = Engine::build(config, &downloader, Symbfiles::Receive, None)?;
         // Results waiting to be polled may hold at most 64 MiB.
         let service = RequestService::new(config.max_concurrent_requests, 64 * 1024 * 1024);
@@ -186,6 +189,7 @@ impl AppState {
             ),
             max_poll_timeout: config.max_poll_timeout,
             symbfiles,
+            store,
             symstore_proxy,
             symcache_http,
             fleet,
@@ -268,7 +272,12 @@ pub fn router(state: AppState, config: &Config) -> App {
         .route(
             "/api/symbols-returnpads",
             post(compat::symbfile::upload_return_pads),
-        );
+        )
+        // Uploads into the store count their own bytes against `store.max_file_size`,
+        // and take the store's tokens, not the fronts'.
+        .route("/upload/", post(compat::upload::tecken::upload))
+        .route("/upload", post(compat::upload::tecken::upload))
+        .route("/symupload", post(compat::upload::symupload::upload));
     // Only with `sentry_dsn`: a request's errors carry its scope, and a sampled share
     // of requests become traces named by route. Without it, nothing on the path.
     let routes = if config.sentry_dsn.is_some() {

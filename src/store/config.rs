@@ -81,6 +81,12 @@ pub struct StoreConfig {
     pub max_sweep_files: usize,
     /// Hosts Tecken's upload-by-URL may fetch from.
     pub upload_url_hosts: Vec<String>,
+    /// Entries of one uploaded zip (Tecken's), directories and ignored files included.
+    #[serde(deserialize_with = "deserialize_limit")]
+    pub max_archive_entries: usize,
+    /// How many times its compressed size a zip entry over 1 MiB may unpack to.
+    #[serde(deserialize_with = "deserialize_limit")]
+    pub max_archive_ratio: usize,
     /// Where uploads to an S3 or GCS store wait on local disk before they are
     /// published; default `<cache_dir>/store-staging` (cache cleanup does not touch
     /// it). A directory store stages inside itself.
@@ -99,6 +105,8 @@ impl Default for StoreConfig {
             sweep_interval: Duration::from_secs(3600),
             max_sweep_files: 100_000,
             upload_url_hosts: Vec::new(),
+            max_archive_entries: 10_000,
+            max_archive_ratio: 250,
             staging_dir: None,
         }
     }
@@ -109,6 +117,11 @@ impl StoreConfig {
     pub fn check(&self, cache_dir: &Path, max_download_size: u64) -> Result<(), String> {
         if self.max_file_size == 0 {
             return Err("store.max_file_size must be at least 1 byte".into());
+        }
+        if self.max_archive_entries == 0 || self.max_archive_ratio == 0 {
+            return Err(
+                "store.max_archive_entries and store.max_archive_ratio must be at least 1".into(),
+            );
         }
         if self.max_sweep_files == 0 {
             return Err("store.max_sweep_files must be at least 1".into());

@@ -229,6 +229,16 @@ impl Store {
         self.0.config.max_file_size
     }
 
+    /// `store.max_archive_entries`: entries of one uploaded zip.
+    pub fn max_archive_entries(&self) -> usize {
+        self.0.config.max_archive_entries
+    }
+
+    /// `store.max_archive_ratio`: unpacked over compressed size of a large zip entry.
+    pub fn max_archive_ratio(&self) -> u64 {
+        self.0.config.max_archive_ratio as u64
+    }
+
     pub fn upload_url_hosts(&self) -> &[String] {
         &self.0.config.upload_url_hosts
     }

@@ -44,7 +44,7 @@ use super::layout::{
     symbfile_path,
 };
 use super::read::{FormatError, MAGIC, Records, read_isolated};
-use super::shared::SharedSymbfiles;
+use super::shared::{Remote, SharedSymbfiles};
 use super::symcache::{ReadSymbfiles, StoredSymbfile, SymbfileSymCaches};
 use crate::cache::Caches;
 use crate::cache::cleanup::TEMP_GRACE;
@@ -53,6 +53,7 @@ use crate::error::{CacheError, CacheResult};
 use crate::lookup::Derived;
 use crate::native::symcache::OwnedSymCache;
 use crate::sources::{Secret, SourceId};
+use crate::store::Store;
 use crate::telemetry::SYMBFILE_PARTS_REMOVED;
 use crate::types::{ObjectCandidate, ObjectDownloadInfo, ObjectFeatures, ObjectUseInfo};
 
@@ -221,7 +222,16 @@ impl SymbfileStore {
     /// Opens (creating) the store at `dir` to receive uploads, as the server does:
     /// removes abandoned temp files, drops expired uploads, counts the stored FileIDs and
     /// the bytes of unfinished uploads. The SymCaches of its symbfiles go to `caches`.
-    pub fn open(dir: PathBuf, config: &SymbfileConfig, caches: &Caches) -> io::Result<Self> {
+    ///
+    /// With a `store`, uploads are kept in its state area (the directory at `dir` is
+    /// this replica's working copy), and the symbfiles published in `dir` before there
+    /// was a store are put there once, in the background (see [`MIGRATED`]).
+    pub fn open(
+        dir: PathBuf,
+        config: &SymbfileConfig,
+        caches: &Caches,
+        store: Option<&Store>,
+    ) -> io::Result<Self> {
         for sub in [TMP_DIR, FILES_DIR, PENDING_DIR] {
             fs::create_dir_all(dir.join(sub))?;
         }
@@ -235,10 +245,10 @@ impl SymbfileStore {
         for upload in subdirs(&dir.join(PENDING_DIR))? {
             pending += part_bytes(&upload, None)?;
         }
-        let store = SymbfileStore::new(dir, config, caches, true);
+        let store = SymbfileStore::new(dir, config, caches, true, store);
         store.disk.stored.store(stored, Ordering::Relaxed);
         store.disk.pending.bytes.store(pending, Ordering::Relaxed);
-        for place in ["local", "shared"] {
+        for place in ["local", "shared", "store"] {
             for reason in ["refused", "expired"] {
                 // Shown at 0 from the start, so that a rate works from the first scrape.
                 metrics::counter!(SYMBFILE_PARTS_REMOVED, "store" => place, "reason" => reason)
@@ -249,6 +259,7 @@ impl SymbfileStore {
             .disk
             .live_pending_uploads(now, config.pending_upload_timeout)?;
         store.discard_expired(expired);
+        store.start_migration();
         Ok(store)
     }
 
@@ -256,10 +267,22 @@ impl SymbfileStore {
     /// tools, `omnisym cleanup` building the server's cache kinds): it changes nothing
     /// on disk, and refuses uploads.
     pub fn for_lookups(dir: PathBuf, config: &SymbfileConfig, caches: &Caches) -> Self {
-        SymbfileStore::new(dir, config, caches, false)
+        SymbfileStore::new(dir, config, caches, false, None)
     }
 
-    fn new(dir: PathBuf, config: &SymbfileConfig, caches: &Caches, receives: bool) -> Self {
+    fn new(
+        dir: PathBuf,
+        config: &SymbfileConfig,
+        caches: &Caches,
+        receives: bool,
+        store: Option<&Store>,
+    ) -> Self {
+        // The store is the home of uploads when there is one; else a fleet's shared
+        // cache keeps them beyond this replica.
+        let remote = match store {
+            Some(store) => Some(Remote::Store(store.clone())),
+            None => caches.shared().map(Remote::Cache),
+        };
         SymbfileStore {
             disk: Disk {
                 dir,
@@ -286,10 +309,9 @@ impl SymbfileStore {
             locks: (0..LOCK_STRIPES)
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
-            shared: caches
-                .shared()
+            shared: remote
                 .filter(|_| receives)
-                .map(|store| Arc::new(SharedSymbfiles::new(store))),
+                .map(|remote| Arc::new(SharedSymbfiles::new(remote))),
         }
     }
 
@@ -448,6 +470,28 @@ impl SymbfileStore {
         }
     }
 
+    /// Puts the symbfiles published in this directory before a store was configured in
+    /// the store, once: in the background, logged, and marked done in [`MIGRATED`]; a
+    /// migration that failed in part is tried again at the next start.
+    fn start_migration(&self) {
+        let Some(shared) = self.shared.clone() else {
+            return;
+        };
+        if !shared.is_store() || self.disk.dir.join(MIGRATED).exists() {
+            return;
+        }
+        let disk = self.disk.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move { migrate(disk, shared).await });
+            }
+            Err(_) => tracing::warn!(
+                dir = %disk.dir.display(),
+                "symbfiles not moved into the store: no runtime; tried again at the next start"
+            ),
+        }
+    }
+
     /// Stores here the symbfiles of `id` that another replica of the fleet received,
     /// or received anew, since this one last stored them.
     async fn take_from_shared(&self, shared: &SharedSymbfiles, id: FileId) -> anyhow::Result<()> {
@@ -499,6 +543,73 @@ impl SymbfileStore {
         }
         Ok(())
     }
+}
+
+/// In a `symbfile.dir`: its published symbfiles were put in the store.
+const MIGRATED: &str = "migrated-to-store";
+
+/// Every symbfile published in the directory: its FileID, kind and path.
+fn published(dir: &Path) -> io::Result<Vec<(FileId, SymbfileKind, PathBuf)>> {
+    let mut out = Vec::new();
+    for fanout in subdirs(&dir.join(FILES_DIR))? {
+        for file_dir in subdirs(&fanout)? {
+            let Some(id) = (file_dir.file_name())
+                .and_then(|name| name.to_str())
+                .and_then(|name| name.parse::<FileId>().ok())
+            else {
+                continue;
+            };
+            for kind in SymbfileKind::ALL {
+                let path = dir.join(symbfile_path(id, kind));
+                if path.is_file() {
+                    out.push((id, kind, path));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+async fn migrate(disk: Disk, shared: Arc<SharedSymbfiles>) {
+    let dir = disk.dir.clone();
+    let found = match tokio::task::spawn_blocking(move || published(&dir)).await {
+        Ok(Ok(found)) => found,
+        Ok(Err(err)) => {
+            tracing::error!(dir = %disk.dir.display(), error = %err, "cannot list the symbfiles to move into the store");
+            return;
+        }
+        Err(_) => return,
+    };
+    let (mut moved, mut failed) = (0usize, 0usize);
+    for (id, kind, path) in found {
+        let sums = disk.clone();
+        let checksum = match tokio::task::spawn_blocking(move || sums.checksum(id, kind)).await {
+            Ok(Ok(Some(sum))) => sum,
+            Ok(Ok(None)) => continue,
+            Ok(Err(err)) => {
+                tracing::warn!(file_id = %id, error = %err, "cannot read a symbfile to move into the store");
+                failed += 1;
+                continue;
+            }
+            Err(_) => return,
+        };
+        match shared.migrate(id, kind, &path, &checksum).await {
+            Ok(true) => moved += 1,
+            Ok(false) => {}
+            Err(err) => {
+                tracing::warn!(file_id = %id, error = %err, "cannot move a symbfile into the store");
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        tracing::warn!(dir = %disk.dir.display(), moved, failed, "some symbfiles of symbfile.dir are not in the store yet; tried again at the next start");
+        return;
+    }
+    if let Err(err) = fs::write(disk.dir.join(MIGRATED), format!("{moved}\n")) {
+        tracing::warn!(dir = %disk.dir.display(), error = %err, "cannot mark symbfile.dir as moved into the store");
+    }
+    tracing::info!(dir = %disk.dir.display(), moved, "the symbfiles of symbfile.dir are in the store now");
 }
 
 /// One part being received; dropped unfinished, it leaves nothing behind.
@@ -1278,7 +1389,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let config = SymbfileConfig::default();
         let caches = caches(&dir.path().join("cache"));
-        let store = SymbfileStore::open(dir.path().to_owned(), &config, &caches).unwrap();
+        let store = SymbfileStore::open(dir.path().to_owned(), &config, &caches, None).unwrap();
         let head = [MAGIC.as_slice(), &[0; 92]].concat();
         assert_eq!(
             send(&store, 0, &head).await.unwrap(),
@@ -1313,7 +1424,7 @@ mod tests {
         }
         let file = fs::File::options().append(true).open(&old).unwrap();
         file.set_modified(SystemTime::now() - TEMP_GRACE).unwrap();
-        let reopened = SymbfileStore::open(dir.path().to_owned(), &config, &caches).unwrap();
+        let reopened = SymbfileStore::open(dir.path().to_owned(), &config, &caches, None).unwrap();
         assert!(young.exists() && !old.exists());
         assert_eq!(pending_bytes(&reopened), 110);
         let later = SystemTime::now() + config.pending_upload_timeout * 2;
@@ -1337,7 +1448,7 @@ mod tests {
     fn store_in(dir: &Path) -> SymbfileStore {
         let caches = caches(&dir.join("cache"));
         let config = SymbfileConfig::default();
-        SymbfileStore::open(dir.join("symbfiles"), &config, &caches).unwrap()
+        SymbfileStore::open(dir.join("symbfiles"), &config, &caches, None).unwrap()
     }
 
     /// Uploads `body` as the `kind` symbfile of `ID`, in one part.

@@ -11,6 +11,8 @@
 //!   the protocol of Microsoft's SymCache HTTP server for this engine's SymCaches.
 //! - `symbfile`: Elastic's profiler symbol uploads (`/api/symbols-ranges`,
 //!   `/api/symbols-returnpads`).
+//! - `upload`: uploads into the store in Mozilla Tecken's protocol (`POST /upload/`)
+//!   and Breakpad symupload's (`POST /symupload`), authorized by the store's tokens.
 //! - `access`: the bearer token and CORS policy in front of the first three (the
 //!   console, not a front, has its own login, `console/login.rs`).
 
@@ -19,6 +21,7 @@ pub mod mozilla;
 pub mod proxy;
 pub mod symbfile;
 pub mod symcache_http;
+pub mod upload;
 
 pub use proxy::SymstoreProxy;
 pub use symcache_http::SymCacheHttp;
