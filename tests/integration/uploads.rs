@@ -41,6 +41,28 @@ fn sym_file() -> PathBuf {
     fixtures().join("native/breakpad/crash.sym")
 }
 
+/// The fixture's Breakpad file without its `INFO CODE_ID` line, as a Tecken zip from a
+/// Windows or macOS build holds them: the store files it by its debug id alone, which
+/// is what Mozilla's API asks by. Written into `dir`.
+fn sym_by_debug_id(dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(sym_file()).unwrap();
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with("INFO CODE_ID"))
+        .collect();
+    let out = dir.join("crash.sym");
+    std::fs::write(&out, kept.join("\n") + "\n").unwrap();
+    out
+}
+
+/// The files published in the store's directory (its own `state/` left out).
+fn published(store: &Path) -> Vec<PathBuf> {
+    crate::common::files_under(store)
+        .into_iter()
+        .filter(|p| !p.strip_prefix(store).unwrap().starts_with("state"))
+        .collect()
+}
+
 /// A zip of `(name, file)` entries, deflated, at `dest`.
 fn make_zip(dest: &Path, entries: &[(&str, &Path)]) {
     use std::io::Write;
@@ -119,7 +141,7 @@ async fn symbolicated_from_store(server: &Server) -> bool {
     answer["modules"][0]["debug_status"] == "found"
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tecken_zip_then_mozilla_and_symbolicate_answer_from_the_store() {
     let store = tempfile::tempdir().unwrap();
     let server = Server::start(&store_yaml(store.path(), ""));
@@ -129,12 +151,15 @@ async fn tecken_zip_then_mozilla_and_symbolicate_answer_from_the_store() {
     make_zip(
         &zip,
         &[
-            (&format!("crash/{id}/crash.sym"), &sym_file()),
+            (
+                &format!("crash/{id}/crash.sym"),
+                &sym_by_debug_id(work.path()),
+            ),
             (&format!("crash/{id}/crash.debug"), &elf_debug_file()),
             ("crash-symbols.txt", &sym_file()),
         ],
     );
-    assert!(!symbolicated_from_store(&server).await);
+    assert_eq!(published(store.path()), Vec::<PathBuf>::new());
 
     let (status, body) = tecken_upload(&server, Some(WRITE), &zip);
     assert_eq!(status, 201, "{body}");
@@ -173,7 +198,7 @@ async fn tecken_zip_then_mozilla_and_symbolicate_answer_from_the_store() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tecken_refuses_bad_tokens_and_hostile_zips_and_publishes_nothing() {
     let store = tempfile::tempdir().unwrap();
     let server = Server::start(&store_yaml(store.path(), "  max_file_size: 200KiB\n"));
@@ -256,8 +281,9 @@ async fn tecken_refuses_bad_tokens_and_hostile_zips_and_publishes_nothing() {
         assert_eq!(status, want, "{label}: {body}");
         let error = body["error"].as_str().unwrap_or_default();
         assert!(error.contains(says), "{label}: {body}");
-        assert!(
-            !symbolicated_from_store(&server).await,
+        assert_eq!(
+            published(store.path()),
+            Vec::<PathBuf>::new(),
             "{label}: half published"
         );
     }
@@ -284,7 +310,7 @@ async fn tecken_refuses_bad_tokens_and_hostile_zips_and_publishes_nothing() {
             .contains("store.max_file_size"),
         "{body}"
     );
-    assert!(!symbolicated_from_store(&server).await);
+    assert_eq!(published(store.path()), Vec::<PathBuf>::new());
 
     // And the good zip is taken.
     let (status, body) = tecken_upload(&server, Some(WRITE), &zip);
@@ -292,7 +318,9 @@ async fn tecken_refuses_bad_tokens_and_hostile_zips_and_publishes_nothing() {
     assert!(symbolicated_from_store(&server).await);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// Multi-threaded throughout: curl blocks its thread while the server answers (and here
+// the symbol server on this runtime too).
 async fn tecken_upload_by_url_only_from_configured_hosts() {
     let symbols = SymbolServer::start().await;
     let work = tempfile::tempdir().unwrap();
@@ -300,7 +328,7 @@ async fn tecken_upload_by_url_only_from_configured_hosts() {
     let id = breakpad_id();
     make_zip(&zip, &[(&format!("crash/{id}/crash.sym"), &sym_file())]);
     symbols.put("artifacts/symbols.zip", &zip);
-    let zip_url = format!("{}/artifacts/symbols.zip", symbols.url);
+    let zip_url = format!("{}artifacts/symbols.zip", symbols.url);
     let host = url::Url::parse(&symbols.url)
         .unwrap()
         .host_str()
@@ -319,7 +347,7 @@ async fn tecken_upload_by_url_only_from_configured_hosts() {
     let (status, body) = curl(&["-X", "POST", "-H", &auth, "-d", &data, &url]);
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("Not an allowed domain"), "{body}");
-    assert!(!symbolicated_from_store(&server).await);
+    assert_eq!(published(store.path()), Vec::<PathBuf>::new());
 
     // Configured, but on a reserved address the downloads may not reach.
     let store = tempfile::tempdir().unwrap();
@@ -361,7 +389,7 @@ fn symupload_args<'a>(file: &'a str, id: &'a str) -> Vec<String> {
     .collect()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn symupload_form_then_symbolicate_answers_from_the_store() {
     let store = tempfile::tempdir().unwrap();
     let server = Server::start(&store_yaml(store.path(), ""));
@@ -380,7 +408,7 @@ async fn symupload_form_then_symbolicate_answers_from_the_store() {
     let (status, body) = curl(&args);
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("debug_identifier"), "{body}");
-    assert!(!symbolicated_from_store(&server).await);
+    assert_eq!(published(store.path()), Vec::<PathBuf>::new());
 
     let form = symupload_args(&sym, &breakpad_id());
     let mut args: Vec<&str> = form.iter().map(String::as_str).collect();
