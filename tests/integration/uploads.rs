@@ -217,7 +217,9 @@ async fn tecken_refuses_bad_tokens_and_hostile_zips_and_publishes_nothing() {
         );
     }
 
-    let cases: [(&str, Vec<(String, PathBuf)>, u16, &str); 5] = [
+    // (label, entries, status, what the error says)
+    type Case<'a> = (&'a str, Vec<(String, PathBuf)>, u16, &'a str);
+    let cases: [Case; 5] = [
         (
             "dotdot",
             vec![

@@ -32,9 +32,9 @@ use std::time::Duration;
 use symbolic::common::ByteView;
 use tempfile::NamedTempFile;
 
+use super::checksum::is_checksum;
 use super::file_id::FileId;
 use super::layout::{SymbfileKind, checksum_path, part_name, pending_dir, symbfile_path};
-use super::store::is_checksum;
 use crate::cache::SharedCache;
 use crate::store::Store;
 use crate::telemetry::SYMBFILE_PARTS_REMOVED;

@@ -38,6 +38,7 @@ use sha2::{Digest, Sha256};
 use tempfile::NamedTempFile;
 use tokio::io::AsyncWriteExt;
 
+use super::checksum::{file_sha256, is_checksum};
 use super::file_id::FileId;
 use super::layout::{
     FILES_DIR, PENDING_DIR, SymbfileKind, TMP_DIR, checksum_path, file_dir, part_name, pending_dir,
@@ -1254,29 +1255,6 @@ impl RefusedUpload {
             text: self.text,
         }
     }
-}
-
-/// The hex SHA-256 of a file's content, read from its start.
-pub(super) fn file_sha256(file: &fs::File) -> io::Result<String> {
-    use std::io::{Read, Seek};
-    let mut file = file;
-    file.seek(io::SeekFrom::Start(0))?;
-    let mut digest = Sha256::new();
-    let mut buf = vec![0; 1 << 20];
-    loop {
-        match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => digest.update(&buf[..n]),
-            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-            Err(err) => return Err(err),
-        }
-    }
-    Ok(hex::encode(digest.finalize()))
-}
-
-/// Whether `text` is a checksum as [`file_sha256`] writes it.
-pub(super) fn is_checksum(text: &str) -> bool {
-    text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// Bytes of the parts in an upload's directory, but `except`.
