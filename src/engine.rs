@@ -16,6 +16,7 @@ use crate::jvm::JvmService;
 use crate::lookup::Lookup;
 use crate::native::NativeService;
 use crate::native::symbfile::SymbfileStore;
+use crate::store::Store;
 
 /// What the process does with the symbfile store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +37,9 @@ pub struct Engine {
     pub js: Arc<JsService>,
     /// Uploaded symbfiles (the native pipeline reads them too).
     pub symbfiles: Arc<SymbfileStore>,
+    /// The team's symbol store, when the config has one: the home of every upload,
+    /// symbfiles included.
+    pub store: Option<Store>,
 }
 
 impl Engine {
@@ -57,10 +61,14 @@ impl Engine {
         }
         let caches = Arc::new(caches);
         // The store's SymCaches are a cache kind of `caches`.
+        let store = Store::open(&config.store, &config.cache_dir, config.connect_timeout)
+            .context("store")?;
         let dir = config.symbfile_dir();
         let symbfiles = Arc::new(match symbfiles {
-            Symbfiles::Receive => SymbfileStore::open(dir.clone(), &config.symbfile, &caches)
-                .with_context(|| format!("symbfile store {}", dir.display()))?,
+            Symbfiles::Receive => {
+                SymbfileStore::open(dir.clone(), &config.symbfile, &caches, store.as_ref())
+                    .with_context(|| format!("symbfile store {}", dir.display()))?
+            }
             Symbfiles::Read => SymbfileStore::for_lookups(dir, &config.symbfile, &caches),
         });
         let lookup = Lookup::new(&caches, downloader.clone(), config.object_limits());
@@ -90,6 +98,7 @@ impl Engine {
             jvm: Arc::new(jvm),
             js: Arc::new(js),
             symbfiles,
+            store,
         })
     }
 }

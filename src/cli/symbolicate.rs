@@ -110,7 +110,7 @@ async fn symbolicate(config: &Config, args: &SymbolicateArgs) -> anyhow::Result<
             _unpacked,
         } => {
             let request = CrashReportRequest {
-                sources: sources(config, args, project.as_ref(), Pipeline::Native)?.into(),
+                sources: sources(&engine, config, args, project.as_ref(), Pipeline::Native)?.into(),
                 options: RequestOptions::default(),
                 rewrite_first_module: RewriteRules::default(),
             };
@@ -157,6 +157,7 @@ async fn symbolicate(config: &Config, args: &SymbolicateArgs) -> anyhow::Result<
 /// `--event-id`), then the config's, then the command line's: through the one function
 /// every front picks sources with.
 fn sources(
+    engine: &Engine,
     config: &Config,
     args: &SymbolicateArgs,
     project: Option<&SentryProject>,
@@ -171,9 +172,7 @@ fn sources(
     }
     sources.extend(config.sources.iter().cloned());
     sources.extend(args.sources.sources(pipeline)?);
-    let store =
-        crate::store::Store::open(&config.store, &config.cache_dir, config.connect_timeout)?;
-    Ok(crate::store::first_sources(store.as_ref(), &Scope::Global, &sources).to_vec())
+    Ok(crate::store::first_sources(engine.store.as_ref(), &Scope::Global, &sources).to_vec())
 }
 
 /// Runs one endpoint's pipeline on its request, in-process; the answer is the JSON the
@@ -186,7 +185,7 @@ async fn run_plan(
     plan: &Plan,
 ) -> anyhow::Result<Value> {
     let scope = Scope::new("global");
-    let mut sources = sources(config, args, project, plan.pipeline)?;
+    let mut sources = sources(engine, config, args, project, plan.pipeline)?;
     let body = plan.body.clone();
     let answer = match plan.pipeline {
         Pipeline::Native => {

@@ -92,11 +92,11 @@ pub struct AppParts {
     pub body_limit: BodyLimit,
     /// The longest a poll waits for its answer.
     pub max_poll_timeout: Duration,
-    /// The team's symbol store (`store`); `None` when none is configured. Its sources
-    /// come first for every request (`store::first_sources`).
-    pub store: Option<Store>,
     /// Uploaded symbfiles (the native pipeline reads them too).
     pub symbfiles: Arc<SymbfileStore>,
+    /// The team's symbol store; `None` without a `store` section (uploads answer 404).
+    /// Its sources come first for every request (`store::first_sources`).
+    pub store: Option<Store>,
     /// `None` when `symstore_proxy` is off.
     pub symstore_proxy: Option<Arc<compat::SymstoreProxy>>,
     /// `None` when `debuginfod.enabled` is off.
@@ -151,6 +151,7 @@ impl AppState {
             jvm,
             js,
             symbfiles,
+            store,
         } = Engine::build(config, &downloader, Symbfiles::Receive, None)?;
         // Results waiting to be polled may hold at most 64 MiB.
         let service = RequestService::new(config.max_concurrent_requests, 64 * 1024 * 1024);
@@ -160,7 +161,6 @@ impl AppState {
             None => service,
         };
         let default_sources: Arc<[SourceConfig]> = config.sources.clone().into();
-        let store = Store::open(&config.store, &config.cache_dir, config.connect_timeout)?;
         // The fronts that serve by path know no request scope: the team's store, then
         // the configured sources.
         let unscoped_sources =
@@ -297,7 +297,12 @@ pub fn router(state: AppState, config: &Config) -> App {
         .route(
             "/api/symbols-returnpads",
             post(compat::symbfile::upload_return_pads),
-        );
+        )
+        // Uploads into the store count their own bytes against `store.max_file_size`,
+        // and take the store's tokens, not the fronts'.
+        .route("/upload/", post(compat::upload::tecken::upload))
+        .route("/upload", post(compat::upload::tecken::upload))
+        .route("/symupload", post(compat::upload::symupload::upload));
     // Only with `sentry_dsn`: a request's errors carry its scope, and a sampled share
     // of requests become traces named by route. Without it, nothing on the path.
     let routes = if config.sentry_dsn.is_some() {

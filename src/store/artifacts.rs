@@ -113,7 +113,7 @@ pub fn unpack(
     })?;
     if zip.len() > bounds.max_entries {
         return Err(bad(format!(
-            "the bundle has {} entries, more than store.max_bundle_entries ({})",
+            "the bundle has {} entries, more than store.max_archive_entries ({})",
             zip.len(),
             bounds.max_entries
         )));

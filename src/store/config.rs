@@ -79,14 +79,14 @@ pub struct StoreConfig {
     /// Files one sweep looks at, at most: a sweep's work is bounded, the next goes on.
     #[serde(deserialize_with = "deserialize_limit")]
     pub max_sweep_files: usize,
-    /// Entries of one artifact bundle (sentry-cli's `sourcemaps upload`), at most.
-    #[serde(deserialize_with = "deserialize_limit")]
-    pub max_bundle_entries: usize,
-    /// How far an artifact bundle's entry may inflate over its compressed size (past
-    /// 1 MiB).
-    pub max_bundle_ratio: u64,
     /// Hosts Tecken's upload-by-URL may fetch from.
     pub upload_url_hosts: Vec<String>,
+    /// Entries of one uploaded zip (a Tecken zip, a sentry-cli artifact bundle),
+    /// directories and ignored files included.
+    #[serde(deserialize_with = "deserialize_limit")]
+    pub max_archive_entries: usize,
+    /// How many times its compressed size a zip entry over 1 MiB may unpack to.
+    pub max_archive_ratio: u64,
     /// Where uploads to an S3 or GCS store wait on local disk before they are
     /// published; default `<cache_dir>/store-staging` (cache cleanup does not touch
     /// it). A directory store stages inside itself.
@@ -104,11 +104,13 @@ impl Default for StoreConfig {
             retention: None,
             sweep_interval: Duration::from_secs(3600),
             max_sweep_files: 100_000,
-            // Large web apps upload a few thousand files.
-            max_bundle_entries: 100_000,
-            // Minified JS compresses about 5:1, source maps up to 20:1.
-            max_bundle_ratio: 100,
             upload_url_hosts: Vec::new(),
+            // Large web apps upload a few thousand files in one bundle, a Firefox
+            // build's symbols zip holds about as many.
+            max_archive_entries: 100_000,
+            // Minified JS compresses about 5:1, source maps up to 20:1, Breakpad text
+            // about 10:1; 250 leaves room and still stops a bomb.
+            max_archive_ratio: 250,
             staging_dir: None,
         }
     }
@@ -120,9 +122,9 @@ impl StoreConfig {
         if self.max_file_size == 0 {
             return Err("store.max_file_size must be at least 1 byte".into());
         }
-        if self.max_bundle_entries == 0 || self.max_bundle_ratio == 0 {
+        if self.max_archive_entries == 0 || self.max_archive_ratio == 0 {
             return Err(
-                "store.max_bundle_entries and store.max_bundle_ratio must be at least 1".into(),
+                "store.max_archive_entries and store.max_archive_ratio must be at least 1".into(),
             );
         }
         if self.max_sweep_files == 0 {

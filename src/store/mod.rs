@@ -250,6 +250,16 @@ impl Store {
         self.0.config.max_file_size
     }
 
+    /// `store.max_archive_entries`: entries of one uploaded zip.
+    pub fn max_archive_entries(&self) -> usize {
+        self.0.config.max_archive_entries
+    }
+
+    /// `store.max_archive_ratio`: unpacked over compressed size of a large zip entry.
+    pub fn max_archive_ratio(&self) -> u64 {
+        self.0.config.max_archive_ratio
+    }
+
     pub fn upload_url_hosts(&self) -> &[String] {
         &self.0.config.upload_url_hosts
     }
@@ -411,8 +421,8 @@ impl Store {
     /// A sentry-cli artifact bundle (zip with manifest.json): each minified source and
     /// source map with a debug id is stored at its unified place (the kinds
     /// `sources::js_artifact_path` names, which `/symbolicate-js` asks for), so it is
-    /// found by debug id. Entries are bounded (`store.max_bundle_entries`,
-    /// `store.max_file_size` each, `store.max_bundle_ratio`); a bundle with an entry
+    /// found by debug id. Entries are bounded (`store.max_archive_entries`,
+    /// `store.max_file_size` each, `store.max_archive_ratio`); a bundle with an entry
     /// named `..`, absolute or with a backslash is refused whole.
     pub async fn publish_artifact_bundle(
         &self,
@@ -430,9 +440,9 @@ impl Store {
             });
         }
         let bounds = artifacts::Bounds {
-            max_entries: self.0.config.max_bundle_entries,
+            max_entries: self.0.config.max_archive_entries,
             max_entry_size: self.max_file_size(),
-            max_ratio: self.0.config.max_bundle_ratio,
+            max_ratio: self.0.config.max_archive_ratio,
         };
         let store = self.clone();
         let unpacked = tokio::task::spawn_blocking(move || {

@@ -106,3 +106,57 @@ async fn on_s3() {
     refused_and_expired_parts_leave_the_shared_store(&yaml, &s3.root.path().join("shared/fleet"))
         .await;
 }
+
+/// Every function name in an answer's frames.
+fn functions(response: &serde_json::Value) -> Vec<String> {
+    response["stacktraces"][0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["function"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// A rebuild uploaded again under its FileID is often the same size as the last upload
+/// (one name changed): the other replica tells the two apart by content and answers
+/// from the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_same_size_reupload_reaches_the_other_replica() {
+    use crate::common::symbfile::{file_id, probe_request};
+    let shared = tempfile::tempdir().unwrap();
+    let yaml = config(&format!(
+        "shared_cache:\n  filesystem:\n    path: {}\n",
+        shared.path().display()
+    ));
+    let (a, b) = (Server::start(&yaml), Server::start(&yaml));
+    let id = file_id();
+    let first = symbfile("ranges.symbfile");
+    Part::ranges(&id, 0, 1, &first).accepted(&a).await;
+    let (_, answer) = b.post("/symbolicate", &probe_request(&id)).await;
+    assert!(
+        functions(&answer).iter().any(|f| f == "process_record"),
+        "{answer:#}"
+    );
+
+    let (old, new) = (b"process_record", b"process_RECORD");
+    let at = first.windows(old.len()).position(|w| w == old).unwrap();
+    let mut second = first.clone();
+    second[at..at + old.len()].copy_from_slice(new);
+    assert_eq!(second.len(), first.len());
+    Part::ranges(&id, 0, 1, &second).accepted(&a).await;
+
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let (_, answer) = b.post("/symbolicate", &probe_request(&id)).await;
+        let names = functions(&answer);
+        if names.iter().any(|f| f == "process_RECORD") {
+            assert!(!names.iter().any(|f| f == "process_record"), "{answer:#}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the other replica still answers from the first upload: {answer:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}

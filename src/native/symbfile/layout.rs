@@ -32,6 +32,15 @@ impl SymbfileKind {
             SymbfileKind::ReturnPads => "returnpads.symbfile",
         }
     }
+
+    /// Beside the stored file: the hex SHA-256 of its content, by which the replicas of
+    /// a fleet tell one upload of a FileID from another of the same size.
+    pub fn checksum_name(self) -> &'static str {
+        match self {
+            SymbfileKind::Ranges => "ranges.sha256",
+            SymbfileKind::ReturnPads => "returnpads.sha256",
+        }
+    }
 }
 
 /// Everything being written, renamed into place when it is whole.
@@ -50,6 +59,11 @@ pub fn file_dir(id: FileId) -> PathBuf {
 /// A completed symbfile of `kind`, relative to the store.
 pub fn symbfile_path(id: FileId, kind: SymbfileKind) -> PathBuf {
     file_dir(id).join(kind.file_name())
+}
+
+/// The checksum of the completed symbfile of `kind`, relative to the store.
+pub fn checksum_path(id: FileId, kind: SymbfileKind) -> PathBuf {
+    file_dir(id).join(kind.checksum_name())
 }
 
 /// The directory collecting the parts of one upload, relative to the store. The part

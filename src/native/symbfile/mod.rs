@@ -10,6 +10,7 @@
 //! the config section is `config::SymbfileConfig` (the config, part of the core,
 //! imports no pipeline).
 
+mod checksum;
 mod convert;
 mod file_id;
 mod layout;

@@ -38,12 +38,14 @@ use sha2::{Digest, Sha256};
 use tempfile::NamedTempFile;
 use tokio::io::AsyncWriteExt;
 
+use super::checksum::{file_sha256, is_checksum};
 use super::file_id::FileId;
 use super::layout::{
-    FILES_DIR, PENDING_DIR, SymbfileKind, TMP_DIR, file_dir, part_name, pending_dir, symbfile_path,
+    FILES_DIR, PENDING_DIR, SymbfileKind, TMP_DIR, checksum_path, file_dir, part_name, pending_dir,
+    symbfile_path,
 };
 use super::read::{FormatError, MAGIC, Records, read_isolated};
-use super::shared::SharedSymbfiles;
+use super::shared::{Remote, SharedSymbfiles};
 use super::symcache::{ReadSymbfiles, StoredSymbfile, SymbfileSymCaches};
 use crate::cache::Caches;
 use crate::cache::cleanup::TEMP_GRACE;
@@ -52,6 +54,7 @@ use crate::error::{CacheError, CacheResult};
 use crate::lookup::Derived;
 use crate::native::symcache::OwnedSymCache;
 use crate::sources::{Secret, SourceId};
+use crate::store::Store;
 use crate::telemetry::SYMBFILE_PARTS_REMOVED;
 use crate::types::{ObjectCandidate, ObjectDownloadInfo, ObjectFeatures, ObjectUseInfo};
 
@@ -220,7 +223,16 @@ impl SymbfileStore {
     /// Opens (creating) the store at `dir` to receive uploads, as the server does:
     /// removes abandoned temp files, drops expired uploads, counts the stored FileIDs and
     /// the bytes of unfinished uploads. The SymCaches of its symbfiles go to `caches`.
-    pub fn open(dir: PathBuf, config: &SymbfileConfig, caches: &Caches) -> io::Result<Self> {
+    ///
+    /// With a `store`, uploads are kept in its state area (the directory at `dir` is
+    /// this replica's working copy), and the symbfiles published in `dir` before there
+    /// was a store are put there once, in the background (see [`MIGRATED`]).
+    pub fn open(
+        dir: PathBuf,
+        config: &SymbfileConfig,
+        caches: &Caches,
+        store: Option<&Store>,
+    ) -> io::Result<Self> {
         for sub in [TMP_DIR, FILES_DIR, PENDING_DIR] {
             fs::create_dir_all(dir.join(sub))?;
         }
@@ -234,10 +246,10 @@ impl SymbfileStore {
         for upload in subdirs(&dir.join(PENDING_DIR))? {
             pending += part_bytes(&upload, None)?;
         }
-        let store = SymbfileStore::new(dir, config, caches, true);
+        let store = SymbfileStore::new(dir, config, caches, true, store);
         store.disk.stored.store(stored, Ordering::Relaxed);
         store.disk.pending.bytes.store(pending, Ordering::Relaxed);
-        for place in ["local", "shared"] {
+        for place in ["local", "shared", "store"] {
             for reason in ["refused", "expired"] {
                 // Shown at 0 from the start, so that a rate works from the first scrape.
                 metrics::counter!(SYMBFILE_PARTS_REMOVED, "store" => place, "reason" => reason)
@@ -248,6 +260,7 @@ impl SymbfileStore {
             .disk
             .live_pending_uploads(now, config.pending_upload_timeout)?;
         store.discard_expired(expired);
+        store.start_migration();
         Ok(store)
     }
 
@@ -255,10 +268,22 @@ impl SymbfileStore {
     /// tools, `omnisym cleanup` building the server's cache kinds): it changes nothing
     /// on disk, and refuses uploads.
     pub fn for_lookups(dir: PathBuf, config: &SymbfileConfig, caches: &Caches) -> Self {
-        SymbfileStore::new(dir, config, caches, false)
+        SymbfileStore::new(dir, config, caches, false, None)
     }
 
-    fn new(dir: PathBuf, config: &SymbfileConfig, caches: &Caches, receives: bool) -> Self {
+    fn new(
+        dir: PathBuf,
+        config: &SymbfileConfig,
+        caches: &Caches,
+        receives: bool,
+        store: Option<&Store>,
+    ) -> Self {
+        // The store is the home of uploads when there is one; else a fleet's shared
+        // cache keeps them beyond this replica.
+        let remote = match store {
+            Some(store) => Some(Remote::Store(store.clone())),
+            None => caches.shared().map(Remote::Cache),
+        };
         SymbfileStore {
             disk: Disk {
                 dir,
@@ -285,10 +310,9 @@ impl SymbfileStore {
             locks: (0..LOCK_STRIPES)
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
-            shared: caches
-                .shared()
+            shared: remote
                 .filter(|_| receives)
-                .map(|store| Arc::new(SharedSymbfiles::new(store))),
+                .map(|remote| Arc::new(SharedSymbfiles::new(remote))),
         }
     }
 
@@ -447,6 +471,28 @@ impl SymbfileStore {
         }
     }
 
+    /// Puts the symbfiles published in this directory before a store was configured in
+    /// the store, once: in the background, logged, and marked done in [`MIGRATED`]; a
+    /// migration that failed in part is tried again at the next start.
+    fn start_migration(&self) {
+        let Some(shared) = self.shared.clone() else {
+            return;
+        };
+        if !shared.is_store() || self.disk.dir.join(MIGRATED).exists() {
+            return;
+        }
+        let disk = self.disk.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move { migrate(disk, shared).await });
+            }
+            Err(_) => tracing::warn!(
+                dir = %disk.dir.display(),
+                "symbfiles not moved into the store: no runtime; tried again at the next start"
+            ),
+        }
+    }
+
     /// Stores here the symbfiles of `id` that another replica of the fleet received,
     /// or received anew, since this one last stored them.
     async fn take_from_shared(&self, shared: &SharedSymbfiles, id: FileId) -> anyhow::Result<()> {
@@ -457,9 +503,25 @@ impl SymbfileStore {
             let Some(size) = shared.size(id, kind).await? else {
                 continue;
             };
-            let local = self.disk.dir.join(symbfile_path(id, kind));
-            // Another upload of the same FileID is another size, all but always.
-            if fs::metadata(&local).is_ok_and(|m| m.len() == size) {
+            // Told apart by content: a new upload of a FileID is often the same size (a
+            // rebuild with one name changed). A fleet's copy put there by an older
+            // omnisym has no checksum, and only its size tells.
+            let same = match shared
+                .checksum(id, kind, &self.disk.dir.join(TMP_DIR))
+                .await?
+            {
+                Some(remote) => {
+                    let disk = self.disk.clone();
+                    let local =
+                        tokio::task::spawn_blocking(move || disk.checksum(id, kind)).await??;
+                    local.as_deref() == Some(remote.as_str())
+                }
+                None => {
+                    let local = self.disk.dir.join(symbfile_path(id, kind));
+                    fs::metadata(&local).is_ok_and(|m| m.len() == size)
+                }
+            };
+            if same {
                 continue;
             }
             let mut temp = tempfile::Builder::new()
@@ -475,12 +537,80 @@ impl SymbfileStore {
                 temp.as_file().sync_all()?;
                 let is_new = !disk.dir.join(file_dir(id)).exists();
                 disk.publish(id, kind, temp, is_new)
+                    .map(drop)
                     .map_err(|err| anyhow::anyhow!("{err}"))
             })
             .await??;
         }
         Ok(())
     }
+}
+
+/// In a `symbfile.dir`: its published symbfiles were put in the store.
+const MIGRATED: &str = "migrated-to-store";
+
+/// Every symbfile published in the directory: its FileID, kind and path.
+fn published(dir: &Path) -> io::Result<Vec<(FileId, SymbfileKind, PathBuf)>> {
+    let mut out = Vec::new();
+    for fanout in subdirs(&dir.join(FILES_DIR))? {
+        for file_dir in subdirs(&fanout)? {
+            let Some(id) = (file_dir.file_name())
+                .and_then(|name| name.to_str())
+                .and_then(|name| name.parse::<FileId>().ok())
+            else {
+                continue;
+            };
+            for kind in SymbfileKind::ALL {
+                let path = dir.join(symbfile_path(id, kind));
+                if path.is_file() {
+                    out.push((id, kind, path));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+async fn migrate(disk: Disk, shared: Arc<SharedSymbfiles>) {
+    let dir = disk.dir.clone();
+    let found = match tokio::task::spawn_blocking(move || published(&dir)).await {
+        Ok(Ok(found)) => found,
+        Ok(Err(err)) => {
+            tracing::error!(dir = %disk.dir.display(), error = %err, "cannot list the symbfiles to move into the store");
+            return;
+        }
+        Err(_) => return,
+    };
+    let (mut moved, mut failed) = (0usize, 0usize);
+    for (id, kind, path) in found {
+        let sums = disk.clone();
+        let checksum = match tokio::task::spawn_blocking(move || sums.checksum(id, kind)).await {
+            Ok(Ok(Some(sum))) => sum,
+            Ok(Ok(None)) => continue,
+            Ok(Err(err)) => {
+                tracing::warn!(file_id = %id, error = %err, "cannot read a symbfile to move into the store");
+                failed += 1;
+                continue;
+            }
+            Err(_) => return,
+        };
+        match shared.migrate(id, kind, &path, &checksum).await {
+            Ok(true) => moved += 1,
+            Ok(false) => {}
+            Err(err) => {
+                tracing::warn!(file_id = %id, error = %err, "cannot move a symbfile into the store");
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        tracing::warn!(dir = %disk.dir.display(), moved, failed, "some symbfiles of symbfile.dir are not in the store yet; tried again at the next start");
+        return;
+    }
+    if let Err(err) = fs::write(disk.dir.join(MIGRATED), format!("{moved}\n")) {
+        tracing::warn!(dir = %disk.dir.display(), error = %err, "cannot mark symbfile.dir as moved into the store");
+    }
+    tracing::info!(dir = %disk.dir.display(), moved, "the symbfiles of symbfile.dir are in the store now");
 }
 
 /// One part being received; dropped unfinished, it leaves nothing behind.
@@ -831,24 +961,60 @@ impl Disk {
         }))
     }
 
-    /// Renames the joined symbfile into place; the FileID's SymCache is built.
+    /// Renames the joined symbfile into place, with its checksum beside it; the
+    /// FileID's SymCache is built. Returns the checksum.
     fn publish(
         &self,
         id: FileId,
         kind: SymbfileKind,
         file: NamedTempFile,
         is_new: bool,
-    ) -> Result<(), UploadError> {
+    ) -> Result<String, UploadError> {
+        let checksum = file_sha256(file.as_file()).map_err(UploadError::io)?;
         let target = self.dir.join(file_dir(id));
         fs::create_dir_all(&target).map_err(UploadError::io)?;
         file.persist(self.dir.join(symbfile_path(id, kind)))
             .map_err(|e| UploadError::io(e.error))?;
+        // After the file: a crash between the two leaves an old checksum beside a new
+        // file, which only makes a replica fetch the fleet's copy once more.
+        self.write_checksum(id, kind, &checksum)
+            .map_err(UploadError::io)?;
         remove_old_indexes(&target);
         sync_dir(&target).map_err(UploadError::io)?;
         if is_new {
             self.stored.fetch_add(1, Ordering::Relaxed);
         }
+        Ok(checksum)
+    }
+
+    fn write_checksum(&self, id: FileId, kind: SymbfileKind, checksum: &str) -> io::Result<()> {
+        let mut temp = tempfile::Builder::new()
+            .prefix(".sum")
+            .tempfile_in(self.dir.join(TMP_DIR))?;
+        io::Write::write_all(temp.as_file_mut(), checksum.as_bytes())?;
+        temp.persist(self.dir.join(checksum_path(id, kind)))
+            .map_err(|e| e.error)?;
         Ok(())
+    }
+
+    /// The checksum of the stored `kind` symbfile of `id`, `None` when there is none.
+    /// A store written by an older omnisym has no checksums: it is computed once, then
+    /// kept beside the file.
+    fn checksum(&self, id: FileId, kind: SymbfileKind) -> io::Result<Option<String>> {
+        let file = match fs::File::open(self.dir.join(symbfile_path(id, kind))) {
+            Ok(file) => file,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(err) => return Err(err),
+        };
+        match fs::read_to_string(self.dir.join(checksum_path(id, kind))) {
+            Ok(sum) if is_checksum(&sum) => return Ok(Some(sum)),
+            Ok(_) => {}
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+            Err(err) => return Err(err),
+        }
+        let sum = file_sha256(&file)?;
+        self.write_checksum(id, kind, &sum)?;
+        Ok(Some(sum))
     }
 
     /// What becomes of a completed upload's parts: published, they go; refused for what
@@ -1008,7 +1174,7 @@ impl Completion {
             Err(err) => return Err(FormatError::unreadable(&err).into()),
         }
         let disk = self.disk.clone();
-        tokio::task::spawn_blocking(move || disk.publish(id, kind, file, is_new))
+        let checksum = tokio::task::spawn_blocking(move || disk.publish(id, kind, file, is_new))
             .await
             .map_err(UploadError::internal)??;
         // The fleet's copy: until it is stored the upload is not complete, and the
@@ -1016,7 +1182,7 @@ impl Completion {
         if let Some(shared) = &self.shared {
             let published = self.disk.dir.join(symbfile_path(id, kind));
             shared
-                .publish(id, kind, parts, &published)
+                .publish(id, kind, parts, &published, &checksum)
                 .await
                 .map_err(UploadError::shared)?;
         }
@@ -1201,7 +1367,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let config = SymbfileConfig::default();
         let caches = caches(&dir.path().join("cache"));
-        let store = SymbfileStore::open(dir.path().to_owned(), &config, &caches).unwrap();
+        let store = SymbfileStore::open(dir.path().to_owned(), &config, &caches, None).unwrap();
         let head = [MAGIC.as_slice(), &[0; 92]].concat();
         assert_eq!(
             send(&store, 0, &head).await.unwrap(),
@@ -1236,7 +1402,7 @@ mod tests {
         }
         let file = fs::File::options().append(true).open(&old).unwrap();
         file.set_modified(SystemTime::now() - TEMP_GRACE).unwrap();
-        let reopened = SymbfileStore::open(dir.path().to_owned(), &config, &caches).unwrap();
+        let reopened = SymbfileStore::open(dir.path().to_owned(), &config, &caches, None).unwrap();
         assert!(young.exists() && !old.exists());
         assert_eq!(pending_bytes(&reopened), 110);
         let later = SystemTime::now() + config.pending_upload_timeout * 2;
@@ -1260,7 +1426,7 @@ mod tests {
     fn store_in(dir: &Path) -> SymbfileStore {
         let caches = caches(&dir.join("cache"));
         let config = SymbfileConfig::default();
-        SymbfileStore::open(dir.join("symbfiles"), &config, &caches).unwrap()
+        SymbfileStore::open(dir.join("symbfiles"), &config, &caches, None).unwrap()
     }
 
     /// Uploads `body` as the `kind` symbfile of `ID`, in one part.

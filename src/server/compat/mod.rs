@@ -13,8 +13,11 @@
 //!   `/api/symbols-returnpads`).
 //! - `debuginfod`: elfutils' debuginfod protocol (`GET`/`HEAD /buildid/<id>/...`), as
 //!   gdb, perf and `debuginfod-find` speak it.
-//! - `access`: the bearer token and CORS policy in front of the others but `symbfile` (the
-//!   console, not a front, has its own login, `console/login.rs`).
+//! - `upload`: uploads into the store in Mozilla Tecken's protocol (`POST /upload/`)
+//!   and Breakpad symupload's (`POST /symupload`), authorized by the store's tokens.
+//! - `access`: the bearer token and CORS policy in front of the reading fronts (not
+//!   `symbfile` and `upload`, which have their own keys; the console, not a front, has
+//!   its own login, `console/login.rs`).
 
 pub mod access;
 pub mod debuginfod;
@@ -22,6 +25,7 @@ pub mod mozilla;
 pub mod proxy;
 pub mod symbfile;
 pub mod symcache_http;
+pub mod upload;
 
 pub use debuginfod::Debuginfod;
 pub use proxy::SymstoreProxy;
