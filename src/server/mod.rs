@@ -49,6 +49,7 @@ use crate::native::NativeService;
 use crate::native::symbfile::SymbfileStore;
 use crate::service::{RequestService, Reservation};
 use crate::sources::SourceConfig;
+use crate::store::Store;
 use crate::telemetry;
 use compat::access::guard;
 use limits::Counted;
@@ -103,6 +104,10 @@ pub struct AppParts {
     pub readiness: Readiness,
     /// `None` when the console is off.
     pub console: Option<Arc<console::Console>>,
+    /// `None` when no store is configured.
+    pub store: Option<Store>,
+    /// sentry-cli's chunk uploads into the store; `None` without a store.
+    pub sentry_uploads: Option<Arc<compat::sentry_api::ChunkUploads>>,
 }
 
 /// Whether this replica should be sent new work: not once it drains (after SIGTERM),
@@ -168,6 +173,12 @@ impl AppState {
                 config.symcache_http.clone(),
             ))
         });
+        let store = Store::open(&config.store, &config.cache_dir, config.connect_timeout)?;
+        let sentry_uploads = store.as_ref().map(|_| {
+            Arc::new(compat::sentry_api::ChunkUploads::new(
+                config.store.chunk_upload.clone(),
+            ))
+        });
         Ok(AppState(Arc::new(AppParts {
             service,
             native,
@@ -192,6 +203,8 @@ impl AppState {
             readiness: Readiness::default(),
             console: console::Console::new(config, &metrics),
             metrics,
+            store,
+            sentry_uploads,
         })))
     }
 }
@@ -264,6 +277,7 @@ pub fn router(state: AppState, config: &Config) -> App {
         .route("/minidump", post(crash::minidump))
         .route("/applecrashreport", post(crash::apple_crash_report))
         // Parts count their own bytes against `symbfile.max_file_size`.
+        .merge(compat::sentry_api::routes())
         .route("/api/symbols-ranges", post(compat::symbfile::upload_ranges))
         .route(
             "/api/symbols-returnpads",

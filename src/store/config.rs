@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::ChunkUploadConfig;
 use crate::objstore::{GcsStoreConfig, ObjectStoreConfig, S3StoreConfig};
 use crate::sources::Secret;
 use crate::units::{
@@ -85,6 +86,8 @@ pub struct StoreConfig {
     /// published; default `<cache_dir>/store-staging` (cache cleanup does not touch
     /// it). A directory store stages inside itself.
     pub staging_dir: Option<PathBuf>,
+    /// sentry-cli's chunk upload: what the server announces and enforces.
+    pub chunk_upload: ChunkUploadConfig,
 }
 
 impl Default for StoreConfig {
@@ -100,6 +103,7 @@ impl Default for StoreConfig {
             max_sweep_files: 100_000,
             upload_url_hosts: Vec::new(),
             staging_dir: None,
+            chunk_upload: ChunkUploadConfig::default(),
         }
     }
 }
@@ -110,6 +114,7 @@ impl StoreConfig {
         if self.max_file_size == 0 {
             return Err("store.max_file_size must be at least 1 byte".into());
         }
+        self.chunk_upload.check()?;
         if self.max_sweep_files == 0 {
             return Err("store.max_sweep_files must be at least 1".into());
         }

@@ -29,7 +29,9 @@ pub mod config;
 pub mod layout;
 
 mod backend;
+mod chunk_upload_config;
 mod publish;
+mod state_list;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -47,6 +49,7 @@ use crate::sources::{
     SourceConfig, SourceId,
 };
 use backend::Backend;
+pub use chunk_upload_config::ChunkUploadConfig;
 pub use config::{Access, StoreBackend, StoreConfig, StoreToken};
 pub use publish::Feature;
 

@@ -11,12 +11,16 @@
 //!   the protocol of Microsoft's SymCache HTTP server for this engine's SymCaches.
 //! - `symbfile`: Elastic's profiler symbol uploads (`/api/symbols-ranges`,
 //!   `/api/symbols-returnpads`).
+//! - `sentry_api`: the part of Sentry's web API that `sentry-cli` uploads debug files,
+//!   ProGuard mappings and source map bundles through (chunk upload and assemble),
+//!   into the store.
 //! - `access`: the bearer token and CORS policy in front of the first three (the
 //!   console, not a front, has its own login, `console/login.rs`).
 
 pub mod access;
 pub mod mozilla;
 pub mod proxy;
+pub mod sentry_api;
 pub mod symbfile;
 pub mod symcache_http;
 
