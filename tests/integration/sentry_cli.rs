@@ -715,3 +715,66 @@ async fn bad_tokens_bad_checksums_and_bad_files_are_refused_and_nothing_is_publi
         .collect();
     assert!(published.is_empty(), "{published:?}");
 }
+
+#[tokio::test]
+async fn chunks_of_abandoned_uploads_are_removed_and_resumable_ones_kept() {
+    let Some(cli) = sentry_cli("chunk_sweep") else {
+        return;
+    };
+    let store = StoreServer::start(cli, "{chunk_max_age: 2s}");
+    let chunk_file = |sha1: &str| {
+        store
+            .store
+            .path()
+            .join("state/sentry-cli/chunks")
+            .join(sha1)
+    };
+    let [abandoned, resumed, other, late] =
+        [&b"abandoned"[..], b"resumed", b"other", b"late"].map(|d| (d.to_vec(), sha1(d)));
+    for (data, sum) in [&abandoned, &resumed] {
+        let (status, body) =
+            post_chunks(&store.server, WRITE_TOKEN, &[("file", sum, data.clone())]).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    assert!(chunk_file(&abandoned.1).is_file() && chunk_file(&resumed.1).is_file());
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // The upload of `resumed` goes on: its file is assembled, naming it.
+    let file = sha1(b"a file of two chunks");
+    let response = common::client()
+        .post(format!(
+            "{}/api/0/projects/acme/web/files/difs/assemble/",
+            store.server.url
+        ))
+        .bearer_auth(WRITE_TOKEN)
+        .json(&json!({file.clone(): {"name": "f.debug", "chunks": [resumed.1, other.1]}}))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body[&file]["missingChunks"], json!([other.1]), "{body}");
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    // Any request sweeps.
+    let (status, _) = post_chunks(
+        &store.server,
+        WRITE_TOKEN,
+        &[("file", &late.1, late.0.clone())],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !chunk_file(&abandoned.1).exists(),
+        "the abandoned chunk was removed"
+    );
+    assert!(
+        chunk_file(&resumed.1).is_file(),
+        "the resumed upload's chunk was kept"
+    );
+    assert!(chunk_file(&late.1).is_file());
+    assert_eq!(
+        store
+            .counter("sentry_cli_chunks_total", &[("outcome", "removed")])
+            .await,
+        1.0
+    );
+}
