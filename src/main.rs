@@ -380,6 +380,9 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .with_symbfiles(config.symbfile_dir())
         .spawn_periodic(interval);
     }
+    if let Some(store) = &state.store {
+        store.start_retention();
+    }
     let readiness = state.readiness.clone();
     let drain_delay = config.drain_delay;
     let app = router(state, &config);

@@ -153,8 +153,9 @@ async fn symbolicate(config: &Config, args: &SymbolicateArgs) -> anyhow::Result<
     Ok(())
 }
 
-/// The Sentry project's (with `--event-id`), then the config's, then the command
-/// line's.
+/// The store's (when the config has one), then the Sentry project's (with
+/// `--event-id`), then the config's, then the command line's: through the one function
+/// every front picks sources with.
 fn sources(
     config: &Config,
     args: &SymbolicateArgs,
@@ -170,7 +171,9 @@ fn sources(
     }
     sources.extend(config.sources.iter().cloned());
     sources.extend(args.sources.sources(pipeline)?);
-    Ok(sources)
+    let store =
+        crate::store::Store::open(&config.store, &config.cache_dir, config.connect_timeout)?;
+    Ok(crate::store::first_sources(store.as_ref(), &Scope::Global, &sources).to_vec())
 }
 
 /// Runs one endpoint's pipeline on its request, in-process; the answer is the JSON the

@@ -38,6 +38,28 @@ enum Location {
     Url,
 }
 
+/// The location of a file of the store's directory with its version: the store
+/// replaces a file in place when a better one is uploaded (a rename, so a new inode and
+/// mtime), and the next request must read the new bytes, not a cache entry (or a cached
+/// miss) of the old. A stat per lookup; a missing file has a version of its own, so a
+/// miss is cached only until the file arrives.
+fn store_version(path: &std::path::Path) -> String {
+    let shown = path.display();
+    match std::fs::metadata(path) {
+        Ok(meta) => {
+            use std::os::unix::fs::MetadataExt;
+            format!(
+                "{shown}\n{}:{}:{}:{}",
+                meta.len(),
+                meta.mtime(),
+                meta.mtime_nsec(),
+                meta.ino()
+            )
+        }
+        Err(_) => format!("{shown}\nabsent"),
+    }
+}
+
 impl RemoteFile {
     /// The file at `path` in `source`'s layout (for a Sentry source, its file id).
     pub fn new(source: SourceConfig, path: String) -> Self {
@@ -49,6 +71,10 @@ impl RemoteFile {
                     format!("{}{}", http.url, path),
                 ),
             },
+            SourceConfig::Filesystem(fs) if fs.id.is_store() => {
+                let joined = fs.join_path(&path);
+                (joined.display().to_string(), store_version(&joined))
+            }
             SourceConfig::Filesystem(fs) => {
                 let path = fs.join_path(&path).display().to_string();
                 (path.clone(), path)

@@ -21,6 +21,7 @@ use url::Url;
 use super::error::{JsonBody, parse_json};
 use super::limits::{Counted, RequestRefused};
 use super::{ApiError, AppState, Params, RequestParams, RequestSlot};
+use crate::cache::Scope;
 use crate::config::RequestLimits;
 use crate::error::CacheError;
 use crate::fetch::{HttpOptions, decompress_file, is_compressed, record_download};
@@ -451,7 +452,7 @@ async fn upload(upload: CrashUpload, kind: CrashKind) -> Result<Response, ApiErr
             .map_err(ApiError::refused)?;
     }
     let request = CrashReportRequest {
-        sources: state.sources_or_default(form.sources),
+        sources: state.sources_or_default(&params.scope(), form.sources),
         options: form.options,
         rewrite_first_module: form.rewrite_first_module,
     };
@@ -575,7 +576,7 @@ pub async fn symbolicate_any(
         ),
     };
     let crash_request = CrashReportRequest {
-        sources: state.sources_or_default(request.sources),
+        sources: state.sources_or_default(&params.scope(), request.sources),
         options: request.options,
         rewrite_first_module,
     };
@@ -584,11 +585,17 @@ pub async fn symbolicate_any(
 }
 
 impl AppState {
-    /// The request's sources, or the configured ones when it names none.
-    pub fn sources_or_default(&self, sources: Option<Vec<SourceConfig>>) -> Arc<[SourceConfig]> {
-        match sources {
-            Some(sources) => sources.into(),
-            None => self.default_sources.clone(),
-        }
+    /// The store's sources (see [`crate::store::first_sources`]), then the request's
+    /// sources, or the configured ones when it names none.
+    pub fn sources_or_default(
+        &self,
+        scope: &Scope,
+        sources: Option<Vec<SourceConfig>>,
+    ) -> Arc<[SourceConfig]> {
+        let sources = match &sources {
+            Some(sources) => sources.as_slice(),
+            None => &self.default_sources,
+        };
+        crate::store::first_sources(self.store.as_ref(), scope, sources)
     }
 }

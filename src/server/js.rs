@@ -20,10 +20,15 @@ pub async fn symbolicate_js(
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let mut request: JsSymbolicationRequest = state.parse_request(body, &[])?;
-    // Only the request's own `sources`: the configured ones are symbol servers for
-    // native files, and JS files are found through the request's Sentry source.
-    let sources: Arc<[SourceConfig]> = std::mem::take(&mut request.sources).into();
+    // Only the store and the request's own `sources`: the configured ones are symbol
+    // servers for native files, and JS files are found through the request's Sentry
+    // source, or by debug id in the store.
     let scope = params.scope();
+    let sources: Arc<[SourceConfig]> = crate::store::first_sources(
+        state.store.as_ref(),
+        &scope,
+        &std::mem::take(&mut request.sources),
+    );
     let js = state.js.clone();
     state
         .run(&params, slot, async move {

@@ -25,8 +25,8 @@ pub async fn symbolicate_jvm(
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let mut request: SymbolicateJvmRequest = state.parse_request(body, JVM_LISTS)?;
-    let sources = state.sources_or_default(request.sources.take());
     let scope = params.scope();
+    let sources = state.sources_or_default(&scope, request.sources.take());
     let jvm = state.jvm.clone();
     state
         .run(&params, slot, async move {

@@ -92,6 +92,9 @@ pub struct AppParts {
     pub body_limit: BodyLimit,
     /// The longest a poll waits for its answer.
     pub max_poll_timeout: Duration,
+    /// The team's symbol store (`store`); `None` when none is configured. Its sources
+    /// come first for every request (`store::first_sources`).
+    pub store: Option<Store>,
     /// Uploaded symbfiles (the native pipeline reads them too).
     pub symbfiles: Arc<SymbfileStore>,
     /// `None` when `symstore_proxy` is off.
@@ -104,8 +107,6 @@ pub struct AppParts {
     pub readiness: Readiness,
     /// `None` when the console is off.
     pub console: Option<Arc<console::Console>>,
-    /// `None` when no store is configured.
-    pub store: Option<Store>,
     /// sentry-cli's chunk uploads into the store; `None` without a store.
     pub sentry_uploads: Option<Arc<compat::sentry_api::ChunkUploads>>,
 }
@@ -159,21 +160,25 @@ impl AppState {
             None => service,
         };
         let default_sources: Arc<[SourceConfig]> = config.sources.clone().into();
+        let store = Store::open(&config.store, &config.cache_dir, config.connect_timeout)?;
+        // The fronts that serve by path know no request scope: the team's store, then
+        // the configured sources.
+        let unscoped_sources =
+            crate::store::first_sources(store.as_ref(), &Scope::Global, &default_sources);
         let symstore_proxy = config.symstore_proxy.then(|| {
             Arc::new(compat::SymstoreProxy::new(
                 lookup.objects.clone(),
-                default_sources.clone(),
+                unscoped_sources.clone(),
             ))
         });
         let symcache_http = config.symcache_http.enabled.then(|| {
             Arc::new(compat::SymCacheHttp::new(
                 native.clone(),
-                default_sources.clone(),
+                unscoped_sources.clone(),
                 service.clone(),
                 config.symcache_http.clone(),
             ))
         });
-        let store = Store::open(&config.store, &config.cache_dir, config.connect_timeout)?;
         let sentry_uploads = store.as_ref().map(|_| {
             Arc::new(compat::sentry_api::ChunkUploads::new(
                 config.store.chunk_upload.clone(),
@@ -185,6 +190,7 @@ impl AppState {
             jvm,
             js,
             default_sources,
+            store,
             downloader,
             crash_files: crash::CrashFiles::new(
                 config.cache_dir.join("tmp"),
@@ -203,7 +209,6 @@ impl AppState {
             readiness: Readiness::default(),
             console: console::Console::new(config, &metrics),
             metrics,
-            store,
             sentry_uploads,
         })))
     }

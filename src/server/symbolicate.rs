@@ -16,8 +16,8 @@ pub async fn symbolicate(
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let mut request: SymbolicateRequest = state.parse_request(body, &[])?;
-    let sources = state.sources_or_default(request.sources.take());
     let scope = params.scope();
+    let sources = state.sources_or_default(&scope, request.sources.take());
     let native = state.native.clone();
     state
         .run(&params, slot, async move {

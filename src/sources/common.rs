@@ -13,9 +13,21 @@ use super::filters::SourceFilters;
 #[serde(transparent)]
 pub struct SourceId(String);
 
+/// The id of the store's source for the team; a scope's is `omnisym:store:<scope>`.
+/// Reserved: no other source takes one (`store::first_sources` drops them).
+pub const STORE_SOURCE_ID: &str = "omnisym:store";
+
 impl SourceId {
     pub fn new(id: impl Into<String>) -> Self {
         SourceId(id.into())
+    }
+
+    /// Whether this is one of the store's sources, whose files are replaced in place
+    /// (a better upload), so that their cache entries are named by their version too.
+    pub fn is_store(&self) -> bool {
+        self.0
+            .strip_prefix(STORE_SOURCE_ID)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(':'))
     }
 
     pub fn as_str(&self) -> &str {

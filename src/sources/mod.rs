@@ -43,7 +43,8 @@ mod sentry;
 mod types;
 
 pub use common::{
-    CommonSourceConfig, DigestCells, DirectoryLayout, DirectoryLayoutType, FilenameCasing, SourceId,
+    CommonSourceConfig, DigestCells, DirectoryLayout, DirectoryLayoutType, FilenameCasing,
+    STORE_SOURCE_ID, SourceId,
 };
 pub use config::SourceConfig;
 pub use filesystem::FilesystemSourceConfig;

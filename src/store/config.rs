@@ -80,6 +80,12 @@ pub struct StoreConfig {
     /// Files one sweep looks at, at most: a sweep's work is bounded, the next goes on.
     #[serde(deserialize_with = "deserialize_limit")]
     pub max_sweep_files: usize,
+    /// Entries of one artifact bundle (sentry-cli's `sourcemaps upload`), at most.
+    #[serde(deserialize_with = "deserialize_limit")]
+    pub max_bundle_entries: usize,
+    /// How far an artifact bundle's entry may inflate over its compressed size (past
+    /// 1 MiB).
+    pub max_bundle_ratio: u64,
     /// Hosts Tecken's upload-by-URL may fetch from.
     pub upload_url_hosts: Vec<String>,
     /// Where uploads to an S3 or GCS store wait on local disk before they are
@@ -101,6 +107,10 @@ impl Default for StoreConfig {
             retention: None,
             sweep_interval: Duration::from_secs(3600),
             max_sweep_files: 100_000,
+            // Large web apps upload a few thousand files.
+            max_bundle_entries: 100_000,
+            // Minified JS compresses about 5:1, source maps up to 20:1.
+            max_bundle_ratio: 100,
             upload_url_hosts: Vec::new(),
             staging_dir: None,
             chunk_upload: ChunkUploadConfig::default(),
@@ -115,6 +125,11 @@ impl StoreConfig {
             return Err("store.max_file_size must be at least 1 byte".into());
         }
         self.chunk_upload.check()?;
+        if self.max_bundle_entries == 0 || self.max_bundle_ratio == 0 {
+            return Err(
+                "store.max_bundle_entries and store.max_bundle_ratio must be at least 1".into(),
+            );
+        }
         if self.max_sweep_files == 0 {
             return Err("store.max_sweep_files must be at least 1".into());
         }

@@ -28,9 +28,11 @@
 pub mod config;
 pub mod layout;
 
+mod artifacts;
 mod backend;
 mod chunk_upload_config;
 mod publish;
+pub mod retention;
 mod state_list;
 
 use std::path::{Path, PathBuf};
@@ -54,11 +56,13 @@ pub use config::{Access, StoreBackend, StoreConfig, StoreToken};
 pub use publish::Feature;
 
 /// The source id of the team's namespace; a scope's is `omnisym:store:<scope>`.
-pub const SOURCE_ID: &str = "omnisym:store";
+pub const SOURCE_ID: &str = crate::sources::STORE_SOURCE_ID;
 /// The store's own folder: staging, records, superseded files, protocol state.
 const STATE: &str = "state";
 /// Where scopes' namespaces live.
 const SCOPES: &str = "scopes";
+/// Below `state/`: files a better upload replaced, at `<key>.<unix time>`.
+const SUPERSEDED: &str = "superseded";
 
 /// The store of the config, shared by every front.
 #[derive(Clone)]
@@ -96,7 +100,8 @@ impl Namespace {
 pub struct Published {
     /// Relative path in its namespace (sort's unified layout).
     pub path: String,
-    pub file_type: FileType,
+    /// `None` for a JS artifact (a minified source or source map by debug id).
+    pub file_type: Option<FileType>,
     pub debug_id: Option<DebugId>,
     pub code_id: Option<CodeId>,
     pub outcome: Outcome,
@@ -204,6 +209,22 @@ impl Store {
         &self.0.config
     }
 
+    /// Starts the retention sweep when `store.retention` is set (directory stores; a
+    /// bucket's own lifecycle rules do this for S3 and GCS). Needs the runtime.
+    pub fn start_retention(&self) {
+        let (Some(retention), Backend::Directory { root }) =
+            (self.0.config.retention, &self.0.backend)
+        else {
+            return;
+        };
+        retention::spawn(
+            root.clone(),
+            retention,
+            self.0.config.sweep_interval,
+            self.0.config.max_sweep_files,
+        );
+    }
+
     /// store.scopes: the namespace of sentry-cli's org/project; Team when unmapped.
     pub fn namespace_of(&self, org: &str, project: &str) -> Namespace {
         match self.0.config.scopes.get(&format!("{org}/{project}")) {
@@ -292,7 +313,7 @@ impl Store {
             record(ns, &item.path, &item.checksum, outcome);
             published.push(Published {
                 path: item.path.clone(),
-                file_type: item.described.file_type,
+                file_type: Some(item.described.file_type),
                 debug_id: item.described.id.debug_id,
                 code_id: item.described.id.code_id.clone(),
                 outcome,
@@ -313,17 +334,50 @@ impl Store {
         data: &ByteView<'static>,
     ) -> anyhow::Result<Outcome> {
         let key = format!("{}{}", ns.prefix(), item.path);
-        let _lock = self.lock(&key).await;
-        let outcome = match self.0.backend.read(&key, &self.0.staging).await? {
+        let file = || -> anyhow::Result<NamedTempFile> {
+            match whole {
+                Some(file) => Ok(file),
+                None => {
+                    let mut temp = self.staging_file()?;
+                    std::io::Write::write_all(&mut temp, &data[item.range.clone()])?;
+                    Ok(temp)
+                }
+            }
+        };
+        self.place(
+            &key,
+            &item.checksum,
+            Some(&item.features),
+            file,
+            Some(item.meta.to_json()),
+        )
+        .await
+    }
+
+    /// Publishes at `key` what `file` makes, unless what is there is the same
+    /// (`checksum`) or at least as good: with `features`, by replace-by-better; without
+    /// (JS artifacts, named by their content's id), the newest wins.
+    async fn place(
+        &self,
+        key: &str,
+        checksum: &str,
+        features: Option<&publish::Features>,
+        file: impl FnOnce() -> anyhow::Result<NamedTempFile>,
+        meta: Option<Vec<u8>>,
+    ) -> anyhow::Result<Outcome> {
+        let _lock = self.lock(key).await;
+        let outcome = match self.0.backend.read(key, &self.0.staging).await? {
             None => Outcome::Stored,
             Some(existing) => {
                 let existing = existing.data;
-                let checksum = item.checksum.clone();
-                let features = item.features.clone();
+                let checksum = checksum.to_owned();
+                let features = features.cloned();
                 tokio::task::spawn_blocking(move || {
                     if publish::checksum(&existing) == checksum {
                         Outcome::AlreadyStored
-                    } else if publish::is_better(&features, &publish::stored_features(&existing)) {
+                    } else if features.is_none_or(|new| {
+                        publish::is_better(&new, &publish::stored_features(&existing))
+                    }) {
                         Outcome::Replaced
                     } else {
                         Outcome::KeptExisting
@@ -335,32 +389,98 @@ impl Store {
         if matches!(outcome, Outcome::AlreadyStored | Outcome::KeptExisting) {
             return Ok(outcome);
         }
-        let file = match whole {
-            Some(file) => file,
-            None => {
-                let mut temp = self.staging_file()?;
-                std::io::Write::write_all(&mut temp, &data[item.range.clone()])?;
-                temp
-            }
-        };
+        let file = file()?;
         if outcome == Outcome::Replaced {
             let unix = SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap_or_default()
                 .as_secs();
-            let kept = format!("{STATE}/superseded/{key}.{unix}");
+            let kept = format!("{STATE}/{SUPERSEDED}/{key}.{unix}");
             self.0
                 .backend
-                .keep_copy(&key, &kept, &self.0.staging)
+                .keep_copy(key, &kept, &self.0.staging)
                 .await?;
         }
-        self.0.backend.put_file(&key, file).await?;
-        let meta_key = format!("{key}.meta");
-        self.0
-            .backend
-            .put_bytes(&meta_key, &item.meta.to_json(), &self.0.staging)
-            .await?;
+        self.0.backend.put_file(key, file).await?;
+        if let Some(meta) = meta {
+            self.0
+                .backend
+                .put_bytes(&format!("{key}.meta"), &meta, &self.0.staging)
+                .await?;
+        }
         Ok(outcome)
+    }
+
+    /// A sentry-cli artifact bundle (zip with manifest.json): each minified source and
+    /// source map with a debug id is stored at its unified place (the kinds
+    /// `sources::js_artifact_path` names, which `/symbolicate-js` asks for), so it is
+    /// found by debug id. Entries are bounded (`store.max_bundle_entries`,
+    /// `store.max_file_size` each, `store.max_bundle_ratio`); a bundle with an entry
+    /// named `..`, absolute or with a backslash is refused whole.
+    pub async fn publish_artifact_bundle(
+        &self,
+        ns: &Namespace,
+        file: NamedTempFile,
+    ) -> Result<Vec<Published>, Refused> {
+        let size = file.as_file().metadata().map_err(internal)?.len();
+        if size > self.max_file_size() {
+            return Err(Refused {
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                reason: format!(
+                    "the bundle is {size} bytes, larger than store.max_file_size ({})",
+                    self.max_file_size()
+                ),
+            });
+        }
+        let bounds = artifacts::Bounds {
+            max_entries: self.0.config.max_bundle_entries,
+            max_entry_size: self.max_file_size(),
+            max_ratio: self.0.config.max_bundle_ratio,
+        };
+        let store = self.clone();
+        let unpacked = tokio::task::spawn_blocking(move || {
+            let unpacked = artifacts::unpack(file.path(), &bounds, || store.staging_file());
+            drop(file);
+            unpacked.map(|artifacts| {
+                artifacts
+                    .into_iter()
+                    .map(|a| {
+                        let sum = ByteView::map_file_ref(a.file.as_file())
+                            .map(|d| publish::checksum(&d))
+                            .unwrap_or_default();
+                        (a, sum)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .await
+        .map_err(internal)??;
+        let mut published = Vec::with_capacity(unpacked.len());
+        for (artifact, checksum) in unpacked {
+            let key = format!("{}{}", ns.prefix(), artifact.path);
+            let staged = artifact.file;
+            let outcome = self
+                .place(&key, &checksum, None, || Ok(staged), None)
+                .await
+                .map_err(internal)?;
+            record(ns, &artifact.path, &checksum, outcome);
+            self.append_record(
+                ns,
+                &artifact.path,
+                &checksum,
+                &publish::Features::new(),
+                outcome,
+            )
+            .await;
+            published.push(Published {
+                path: artifact.path,
+                file_type: None,
+                debug_id: Some(artifact.debug_id),
+                code_id: None,
+                outcome,
+            });
+        }
+        Ok(published)
     }
 
     async fn lock(&self, key: &str) -> tokio::sync::MutexGuard<'_, ()> {
@@ -520,6 +640,34 @@ impl Store {
         // The operator's own store: read with the server's credentials.
         source.from_config_file()
     }
+}
+
+/// Whether `id` names one of the store's sources: reserved, so a request cannot name a
+/// source of its own like one and share its cache entries.
+pub fn is_store_source_id(id: &str) -> bool {
+    SourceId::new(id).is_store()
+}
+
+/// The sources a request of `scope` is served from: the store's first (when there is
+/// one), then `sources`, the request's own or the configured ones. This is the one
+/// place every front picks sources through. The store comes first even when a request
+/// sends its own `sources` (Sentry always does): a deliberate exception to "a request's
+/// sources replace the configured ones", since the team uploaded these files to be
+/// used. A source in `sources` that takes a store id is dropped.
+pub fn first_sources(
+    store: Option<&Store>,
+    scope: &Scope,
+    sources: &[SourceConfig],
+) -> Arc<[SourceConfig]> {
+    let own = store.map(|s| s.sources(scope)).unwrap_or_default();
+    own.into_iter()
+        .chain(
+            sources
+                .iter()
+                .filter(|s| !is_store_source_id(s.id().as_str()))
+                .cloned(),
+        )
+        .collect()
 }
 
 fn join_prefix(base: &str, ns: &str) -> String {

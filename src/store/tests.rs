@@ -78,7 +78,7 @@ async fn a_debug_file_lands_where_sort_puts_it_and_a_second_upload_is_already_st
     assert_eq!(published.len(), 1);
     let p = &published[0];
     assert_eq!(p.outcome, Outcome::Stored);
-    assert_eq!(p.file_type, FileType::ElfDebug);
+    assert_eq!(p.file_type, Some(FileType::ElfDebug));
     assert!(p.path.ends_with("/debuginfo"), "{}", p.path);
     assert_eq!(std::fs::read(f.root.join(&p.path)).unwrap(), debug);
 
@@ -190,7 +190,7 @@ async fn a_proguard_mapping_is_named_by_its_uuid() {
         published[0].path,
         format!("{}/{}/proguard", &simple[..2], &simple[2..])
     );
-    assert_eq!(published[0].file_type, FileType::Proguard);
+    assert_eq!(published[0].file_type, Some(FileType::Proguard));
 }
 
 #[tokio::test]
@@ -328,4 +328,214 @@ fn the_config_section_is_read_and_checked() {
             .to_string();
         assert!(err.contains(key), "{bad}: {err}");
     }
+}
+
+#[tokio::test]
+async fn a_replaced_or_arriving_file_gets_a_new_cache_identity() {
+    let f = directory_store(|_| {});
+    let source = f.store.sources(&Scope::Global).remove(0);
+    let stripped = fixture("native/elf/crash.stripped");
+    let path = {
+        let archive = symbolic::debuginfo::Archive::parse(&stripped).unwrap();
+        let object = archive.objects().next().unwrap().unwrap();
+        layout::describe(&object, "crash", None)
+            .unwrap()
+            .unwrap()
+            .path(DirectoryLayoutType::Unified)
+            .unwrap()
+    };
+    let identity = || {
+        crate::fetch::RemoteFile::new(source.clone(), path.clone())
+            .cache_identity()
+            .to_owned()
+    };
+    let absent = identity();
+    upload(&f.store, &Namespace::Team, &stripped, "crash")
+        .await
+        .unwrap();
+    let first = identity();
+    assert_ne!(
+        first, absent,
+        "a miss must not stand for the file once it arrives"
+    );
+    assert_eq!(identity(), first, "an unchanged file keeps its cache entry");
+    let replaced = upload(
+        &f.store,
+        &Namespace::Team,
+        &fixture("native/elf/crash"),
+        "crash",
+    )
+    .await
+    .unwrap();
+    assert_eq!(replaced[0].outcome, Outcome::Replaced);
+    assert_ne!(
+        identity(),
+        first,
+        "the replaced file's cache entry must not be read"
+    );
+}
+
+#[test]
+fn store_sources_come_first_and_requests_cannot_take_their_ids() {
+    let f = directory_store(|_| {});
+    let own: SourceConfig = serde_json::from_value(serde_json::json!(
+        {"type": "http", "id": "omnisym:store", "url": "http://example.com/"}
+    ))
+    .unwrap();
+    let other: SourceConfig = serde_json::from_value(serde_json::json!(
+        {"type": "http", "id": "mine", "url": "http://example.com/"}
+    ))
+    .unwrap();
+    let ids: Vec<String> = first_sources(Some(&f.store), &Scope::Global, &[own, other.clone()])
+        .iter()
+        .map(|s| format!("{}:{}", s.type_name(), s.id()))
+        .collect();
+    assert_eq!(ids, ["filesystem:omnisym:store", "http:mine"]);
+    assert_eq!(first_sources(None, &Scope::Global, &[other]).len(), 1);
+}
+
+#[tokio::test]
+async fn retention_removes_superseded_and_expired_files_a_bounded_number_at_a_time() {
+    let f = directory_store(|_| {});
+    upload(
+        &f.store,
+        &Namespace::Team,
+        &fixture("native/elf/crash.stripped"),
+        "crash",
+    )
+    .await
+    .unwrap();
+    upload(
+        &f.store,
+        &Namespace::Team,
+        &fixture("native/elf/crash"),
+        "crash",
+    )
+    .await
+    .unwrap();
+    upload(
+        &f.store,
+        &Namespace::Team,
+        &fixture("native/elf/crash.debug"),
+        "crash.debug",
+    )
+    .await
+    .unwrap();
+    let stored = |root: &Path| -> Vec<String> {
+        tree(root)
+            .into_iter()
+            .filter(|p| !p.starts_with("state/records"))
+            .collect()
+    };
+    let before = stored(&f.root);
+    // Two stored files with their .meta, and the superseded one.
+    assert_eq!(before.len(), 5, "{before:?}");
+    let now = SystemTime::now();
+    // Nothing is old yet: only the superseded file goes.
+    let swept = retention::sweep(&f.root, Duration::from_secs(3600), 100, None, now);
+    assert_eq!((swept.superseded, swept.expired), (1, 0));
+    assert!(
+        !stored(&f.root)
+            .iter()
+            .any(|p| p.starts_with("state/superseded"))
+    );
+    // A day later both files are past an hour's retention; one file per sweep.
+    let later = now + Duration::from_secs(86400);
+    let first = retention::sweep(&f.root, Duration::from_secs(3600), 1, None, later);
+    assert_eq!((first.looked_at, first.expired), (1, 1));
+    assert!(first.resume_after.is_some());
+    let second = retention::sweep(
+        &f.root,
+        Duration::from_secs(3600),
+        100,
+        first.resume_after.as_deref(),
+        later,
+    );
+    assert_eq!(second.expired, 1);
+    let left: Vec<String> = stored(&f.root);
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// A zip made by the test as sentry-cli makes an artifact bundle.
+fn bundle(entries: &[(&str, &[u8])], manifest: serde_json::Value) -> Vec<u8> {
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default();
+    zip.start_file("manifest.json", options).unwrap();
+    zip.write_all(manifest.to_string().as_bytes()).unwrap();
+    for (name, data) in entries {
+        zip.start_file(*name, options).unwrap();
+        zip.write_all(data).unwrap();
+    }
+    zip.finish().unwrap().into_inner()
+}
+
+#[tokio::test]
+async fn an_artifact_bundle_lands_where_the_js_lookup_asks_by_debug_id() {
+    let f = directory_store(|_| {});
+    let id = "5b65abfb-2338-4f0b-b3b9-64c8f734d43f";
+    let manifest = serde_json::json!({"files": {
+        "files/_/_/app.min.js": {"url": "~/app.min.js", "type": "minified_source",
+            "headers": {"debug-id": id, "sourcemap": "app.min.js.map"}},
+        "files/_/_/app.min.js.map": {"url": "~/app.min.js.map", "type": "source_map",
+            "headers": {"debug-id": id}},
+        "files/_/_/other.txt": {"url": "~/other.txt", "type": "source"},
+    }});
+    let data = bundle(
+        &[
+            (
+                "files/_/_/app.min.js",
+                b"function f(){}\n//# debugId=5b65abfb\n",
+            ),
+            ("files/_/_/app.min.js.map", b"{\"version\":3}"),
+            ("files/_/_/other.txt", b"x"),
+        ],
+        manifest.clone(),
+    );
+    let mut staged = f.store.staging_file().unwrap();
+    staged.write_all(&data).unwrap();
+    let published = f
+        .store
+        .publish_artifact_bundle(&Namespace::Team, staged)
+        .await
+        .unwrap();
+    assert_eq!(published.len(), 2);
+    let debug_id: DebugId = id.parse().unwrap();
+    let files = CommonSourceConfig {
+        layout: DirectoryLayout {
+            ty: DirectoryLayoutType::Unified,
+            ..DirectoryLayout::default()
+        },
+        ..CommonSourceConfig::default()
+    };
+    for (kind, bytes) in [
+        (
+            "minified_source",
+            &b"function f(){}\n//# debugId=5b65abfb\n"[..],
+        ),
+        ("source_map", &b"{\"version\":3}"[..]),
+    ] {
+        let path = crate::sources::js_artifact_path(&files, debug_id, kind).unwrap();
+        assert_eq!(std::fs::read(f.root.join(&path)).unwrap(), bytes, "{path}");
+    }
+
+    // A bundle with one `..` entry is refused whole.
+    let before = tree(&f.root);
+    let evil = bundle(
+        &[("files/_/_/app.min.js", b"x"), ("../escape.js", b"y")],
+        manifest,
+    );
+    let mut staged = f.store.staging_file().unwrap();
+    staged.write_all(&evil).unwrap();
+    let refused = f
+        .store
+        .publish_artifact_bundle(&Namespace::Team, staged)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    assert!(
+        refused.reason.contains("outside the bundle"),
+        "{}",
+        refused.reason
+    );
+    assert_eq!(tree(&f.root), before);
 }

@@ -36,6 +36,7 @@ mod soak;
 mod sort;
 mod source_context;
 mod sources;
+mod store;
 mod symbfile;
 mod symbfile_shared;
 mod symbolicate;

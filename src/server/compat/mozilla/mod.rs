@@ -374,7 +374,8 @@ async fn run(
     keys: &[String],
 ) -> Result<(CompletedSymbolicationResponse, RequestStatsData), ApiError> {
     let native = state.native.clone();
-    let sources = state.default_sources.clone();
+    let sources =
+        crate::store::first_sources(state.store.as_ref(), &Scope::Global, &state.default_sources);
     let stats = Arc::new(RequestStats::default());
     let recorder = stats.clone();
     let work = async move {

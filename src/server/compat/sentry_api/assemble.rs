@@ -41,10 +41,21 @@ struct DifFile {
     _debug_id: Option<String>,
 }
 
+/// The body of `artifactbundle/assemble/` (`ChunkedArtifactRequest`).
+#[derive(Deserialize)]
+struct BundleRequest {
+    checksum: String,
+    chunks: Vec<String>,
+    #[serde(default)]
+    projects: Vec<String>,
+}
+
 #[derive(Clone, Copy)]
 enum Kind {
     /// A debug file or a ProGuard mapping (`Store::publish`).
     Dif,
+    /// A sentry-cli artifact bundle (`Store::publish_artifact_bundle`).
+    ArtifactBundle,
 }
 
 /// The state of one file, in the shape sentry-cli reads.
@@ -104,6 +115,49 @@ pub async fn assemble_difs(
         answers.insert(checksum, state);
     }
     Ok(Json(Value::Object(answers)).into_response())
+}
+
+/// `POST /api/0/organizations/{org}/artifactbundle/assemble/`: one bundle, for the
+/// namespaces of its projects.
+pub async fn assemble_artifact_bundle(
+    State(state): State<AppState>,
+    Path(org): Path<String>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody,
+) -> Result<Response, Detail> {
+    let upload = authorize(&state, &headers)?;
+    let org = slug("organization", &org)?;
+    let request: BundleRequest = parse(&body)?;
+    check_checksums([(&request.checksum, &request.chunks)])?;
+    if request.projects.is_empty() {
+        return Err(Detail::bad_request(
+            "projects: at least one project is needed",
+        ));
+    }
+    let max = upload.config().max_files_per_assemble;
+    if request.projects.len() > max {
+        return Err(Detail::bad_request(format!(
+            "projects: at most {max} (store.chunk_upload.max_files_per_assemble)"
+        )));
+    }
+    let mut namespaces = Vec::new();
+    for project in &request.projects {
+        let ns = upload.store.namespace_of(org, slug("project", project)?);
+        if !namespaces.contains(&ns) {
+            namespaces.push(ns);
+        }
+    }
+    upload.uploads.sweep(&upload.store);
+    let state = file_state(
+        &upload,
+        namespaces,
+        &request.checksum,
+        request.chunks,
+        Kind::ArtifactBundle,
+        None,
+    )
+    .await;
+    Ok(Json(state).into_response())
 }
 
 fn check_checksums<'a>(
@@ -344,6 +398,7 @@ async fn join_and_publish(
         };
         let result = match kind {
             Kind::Dif => store.publish(ns, file, name.as_deref()).await,
+            Kind::ArtifactBundle => store.publish_artifact_bundle(ns, file).await,
         };
         match result {
             Ok(objects) => published.push((ns, objects)),

@@ -44,6 +44,10 @@ pub fn routes() -> Routes {
             "/api/0/projects/{org}/{project}/files/difs/assemble/",
             post(assemble::assemble_difs),
         )
+        .route(
+            "/api/0/organizations/{org}/artifactbundle/assemble/",
+            post(assemble::assemble_artifact_bundle),
+        )
 }
 
 /// An answer other than 200, in Sentry's shape.
