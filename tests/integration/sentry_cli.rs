@@ -217,8 +217,17 @@ async fn debug_files_upload_of_elf_breakpad_and_pdb_answers_symbolicate_from_the
     assert_eq!(status, StatusCode::OK, "{response}");
     let frames = response["stacktraces"][0]["frames"].as_array().unwrap();
     let want: Vec<&Value> = site["frames"].as_array().unwrap().iter().collect();
-    let got: Vec<&Value> = frames.iter().map(|f| &f["function"]).collect();
-    let want_names: Vec<&Value> = want.iter().map(|f| &f["function"]).collect();
+    // The PDB's names carry their parameters; the oracle's do not.
+    let name = |f: &Value| {
+        f.as_str()
+            .unwrap_or("")
+            .split('(')
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let got: Vec<String> = frames.iter().map(|f| name(&f["function"])).collect();
+    let want_names: Vec<String> = want.iter().map(|f| name(&f["function"])).collect();
     assert_eq!(got, want_names, "{response:#}");
     assert_eq!(frames[0]["lineno"], want[0]["line"], "{response:#}");
 
@@ -239,7 +248,8 @@ async fn debug_files_upload_of_elf_breakpad_and_pdb_answers_symbolicate_from_the
         output.contains("Nothing to upload"),
         "a repeated upload is answered from the records:\n{output}"
     );
-    assert_eq!(store.chunk_counts().await, (stored, duplicate, posts));
+    // The options GET shares the chunk endpoint's path; no chunk POST followed it.
+    assert_eq!(store.chunk_counts().await, (stored, duplicate, posts + 1.0));
 }
 
 #[tokio::test]
@@ -305,11 +315,12 @@ async fn sourcemaps_upload_with_debug_ids_answers_symbolicate_js_from_the_store(
         .expect("sentry-cli injected a debug id")
         .trim()
         .to_owned();
-    // The injected snippet is a line of its own before the code.
+    // The injected snippet is a line of its own before the code (after a blank one).
     let lines_before = minified
         .lines()
-        .position(|l| !l.contains("_sentryDebugIds"))
-        .unwrap() as u64;
+        .position(|l| l.contains("_sentryDebugIds"))
+        .unwrap() as u64
+        + 1;
     store.run(&[
         "sourcemaps",
         "upload",
@@ -341,7 +352,7 @@ async fn sourcemaps_upload_with_debug_ids_answers_symbolicate_js_from_the_store(
                     "function": frame["minified"]["function"],
                 }]}],
                 "options": {"apply_source_context": true},
-                "scraping": {"enabled": false},
+                "scraping": {"enabled": false, "allowed_origins": []},
             }),
         )
         .await;
@@ -369,7 +380,14 @@ async fn upload_proguard_answers_symbolicate_jvm_from_the_store() {
     let store = StoreServer::start(cli, "");
     let mapping = fixtures().join("jvm/inline.txt");
     let mapping = mapping.to_str().unwrap();
-    let uuid = store.run(&["proguard", "uuid", mapping]).trim().to_owned();
+    let output = store.run(&["proguard", "uuid", mapping]);
+    // stdout has the UUID alone; stderr may have warnings.
+    let uuid = output
+        .lines()
+        .map(str::trim)
+        .find(|l| l.len() == 36 && l.chars().all(|c| c == '-' || c.is_ascii_hexdigit()))
+        .unwrap_or_else(|| panic!("no UUID in {output}"))
+        .to_owned();
     assert_eq!(uuid.len(), 36, "a UUID: {uuid}");
     store.run(&[
         "upload-proguard",
@@ -389,23 +407,24 @@ async fn upload_proguard_answers_symbolicate_jvm_from_the_store() {
                 "sources": empty_sources(empty.path()),
                 "modules": [{"type": "proguard", "uuid": uuid}],
                 "exceptions": [],
-                "stacktraces": [{"frames": [{"module": "b.b", "function": "b", "lineno": 7,
-                                             "index": 0}]}],
-                "classes": ["b.b"],
+                "stacktraces": [{"frames": [{"module": "a.a", "function": "onCreate",
+                                             "lineno": 2, "index": 0}]}],
+                "classes": ["a.a"],
             }),
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{response}");
-    let remapped = &response["classes"]["b.b"];
-    assert!(
-        remapped.as_str().is_some_and(|c| c != "b.b"),
-        "the class was remapped: {response:#}"
+    assert_eq!(
+        response["classes"]["a.a"], "org.birdwatch.app.SightingActivity",
+        "{response:#}"
     );
-    let frames = response["stacktraces"][0]["frames"].as_array().unwrap();
-    assert!(
-        frames.iter().all(|f| f["module"] != "b.b"),
-        "the frame was remapped: {response:#}"
+    let frame = &response["stacktraces"][0]["frames"][0];
+    assert_eq!(
+        frame["module"], "org.birdwatch.app.SightingActivity",
+        "{response:#}"
     );
+    assert_eq!(frame["function"], "onCreate", "{response:#}");
+    assert_eq!(frame["lineno"], 30, "{response:#}");
 }
 
 /// A valid ELF debug file of about `size` bytes: the fixture with incompressible
