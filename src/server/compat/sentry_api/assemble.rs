@@ -17,20 +17,12 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sha1::{Digest, Sha1};
 
-use super::chunks::{FileKey, chunk_path};
+use super::chunks::{Assembly, FileKey, chunk_path};
 use super::{Detail, Upload, authorize, sha1_hex, slug};
 use crate::server::AppState;
 use crate::server::error::JsonBody;
 use crate::store::{Namespace, Refused, Store};
 use crate::telemetry::SENTRY_CLI_ASSEMBLES;
-
-/// An assembly this process started and has not answered yet.
-pub(in super::super) enum Assembly {
-    Running,
-    /// Its reason, answered to the next request for the file (then forgotten, so an
-    /// upload after it starts afresh).
-    Failed(String),
-}
 
 /// One file of `files/difs/assemble/` (`ChunkedDifRequest` in sentry-cli).
 #[derive(Deserialize)]

@@ -48,13 +48,21 @@ struct Held {
     last_sweep: Option<Instant>,
 }
 
+/// An assembly this process started and has not answered yet.
+pub(super) enum Assembly {
+    Running,
+    /// Its reason, answered to the next request for the file (then forgotten, so an
+    /// upload after it starts afresh).
+    Failed(String),
+}
+
 /// The chunk uploads of one server: its bounds and the record of held chunks.
 pub struct ChunkUploads {
     config: ChunkUploadConfig,
     held: Mutex<Held>,
     /// Files being joined and published now, and files whose assembly failed (the
     /// reason, kept until sentry-cli has asked once more).
-    pub(super) assemblies: Mutex<HashMap<FileKey, super::assemble::Assembly>>,
+    pub(super) assemblies: Mutex<HashMap<FileKey, Assembly>>,
 }
 
 impl ChunkUploads {
