@@ -383,33 +383,33 @@ async fn receive(
             "chunk {claimed}: bad checksum, its content's SHA-1 is {actual}"
         )));
     }
-    let uploads = &upload.uploads;
-    if uploads.touch(&claimed, None)
-        || matches!(
-            upload.store.state_size(&chunk_path(&claimed)).await,
-            Ok(Some(_))
-        )
-    {
-        metrics::counter!(SENTRY_CLI_CHUNKS, "outcome" => "duplicate").increment(1);
-        // Known now, if another replica stored it.
-        let _ = uploads.reserve(&claimed, size);
-        return Ok(());
-    }
-    if !uploads.reserve(&claimed, size)? {
-        metrics::counter!(SENTRY_CLI_CHUNKS, "outcome" => "duplicate").increment(1);
-        return Ok(());
-    }
-    let file = plain.as_ref().unwrap_or(&sent);
-    if let Err(err) = upload
-        .store
-        .state_put(&chunk_path(&claimed), file.path())
-        .await
-    {
-        uploads.forget(&claimed);
-        return Err(Detail::internal("storing a chunk", &err));
-    }
-    metrics::counter!(SENTRY_CLI_CHUNKS, "outcome" => "stored").increment(1);
-    Ok(())
+    // In a task of its own: a client that hangs up mid-write must not leave a chunk
+    // recorded as held that never reached the store.
+    let store = upload.store.clone();
+    let uploads = upload.uploads.clone();
+    tokio::spawn(async move {
+        if uploads.touch(&claimed, None)
+            || matches!(store.state_size(&chunk_path(&claimed)).await, Ok(Some(_)))
+        {
+            metrics::counter!(SENTRY_CLI_CHUNKS, "outcome" => "duplicate").increment(1);
+            // Known now, if another replica stored it.
+            let _ = uploads.reserve(&claimed, size);
+            return Ok(());
+        }
+        if !uploads.reserve(&claimed, size)? {
+            metrics::counter!(SENTRY_CLI_CHUNKS, "outcome" => "duplicate").increment(1);
+            return Ok(());
+        }
+        let file = plain.as_ref().unwrap_or(&sent);
+        if let Err(err) = store.state_put(&chunk_path(&claimed), file.path()).await {
+            uploads.forget(&claimed);
+            return Err(Detail::internal("storing a chunk", &err));
+        }
+        metrics::counter!(SENTRY_CLI_CHUNKS, "outcome" => "stored").increment(1);
+        Ok(())
+    })
+    .await
+    .map_err(|e| Detail::internal("storing a chunk", &e))?
 }
 
 /// The chunk's size and SHA-1 once gzip is undone (into `plain`), within `limit` bytes.
