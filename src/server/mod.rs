@@ -109,6 +109,8 @@ pub struct AppParts {
     pub readiness: Readiness,
     /// `None` when the console is off.
     pub console: Option<Arc<console::Console>>,
+    /// sentry-cli's chunk uploads into the store; `None` without a store.
+    pub sentry_uploads: Option<Arc<compat::sentry_api::ChunkUploads>>,
 }
 
 /// Whether this replica should be sent new work: not once it drains (after SIGTERM),
@@ -187,6 +189,11 @@ impl AppState {
                 config.symcache_http.clone(),
             ))
         });
+        let sentry_uploads = store.as_ref().map(|_| {
+            Arc::new(compat::sentry_api::ChunkUploads::new(
+                config.store.chunk_upload.clone(),
+            ))
+        });
         Ok(AppState(Arc::new(AppParts {
             service,
             native,
@@ -213,6 +220,7 @@ impl AppState {
             readiness: Readiness::default(),
             console: console::Console::new(config, &metrics),
             metrics,
+            sentry_uploads,
         })))
     }
 }
@@ -293,6 +301,7 @@ pub fn router(state: AppState, config: &Config) -> App {
         .route("/minidump", post(crash::minidump))
         .route("/applecrashreport", post(crash::apple_crash_report))
         // Parts count their own bytes against `symbfile.max_file_size`.
+        .merge(compat::sentry_api::routes())
         .route("/api/symbols-ranges", post(compat::symbfile::upload_ranges))
         .route(
             "/api/symbols-returnpads",

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::ChunkUploadConfig;
 use crate::objstore::{GcsStoreConfig, ObjectStoreConfig, S3StoreConfig};
 use crate::sources::Secret;
 use crate::units::{
@@ -91,6 +92,8 @@ pub struct StoreConfig {
     /// published; default `<cache_dir>/store-staging` (cache cleanup does not touch
     /// it). A directory store stages inside itself.
     pub staging_dir: Option<PathBuf>,
+    /// sentry-cli's chunk upload: what the server announces and enforces.
+    pub chunk_upload: ChunkUploadConfig,
 }
 
 impl Default for StoreConfig {
@@ -112,6 +115,7 @@ impl Default for StoreConfig {
             // about 10:1; 250 leaves room and still stops a bomb.
             max_archive_ratio: 250,
             staging_dir: None,
+            chunk_upload: ChunkUploadConfig::default(),
         }
     }
 }
@@ -122,6 +126,7 @@ impl StoreConfig {
         if self.max_file_size == 0 {
             return Err("store.max_file_size must be at least 1 byte".into());
         }
+        self.chunk_upload.check()?;
         if self.max_archive_entries == 0 || self.max_archive_ratio == 0 {
             return Err(
                 "store.max_archive_entries and store.max_archive_ratio must be at least 1".into(),

@@ -30,8 +30,10 @@ pub mod layout;
 
 mod artifacts;
 mod backend;
+mod chunk_upload_config;
 mod publish;
 pub mod retention;
+mod state_list;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -49,6 +51,7 @@ use crate::sources::{
     SourceConfig, SourceId,
 };
 use backend::Backend;
+pub use chunk_upload_config::ChunkUploadConfig;
 pub use config::{Access, StoreBackend, StoreConfig, StoreToken};
 pub use publish::Feature;
 

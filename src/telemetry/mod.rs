@@ -89,6 +89,13 @@ pub const SYMBFILE_PARTS_REMOVED: &str = "symbfile.parts_removed";
 pub const STORE_PUBLISHED: &str = "store.published";
 /// Files the store's retention sweep removed, by `reason` (`superseded`, `expired`).
 pub const STORE_RETENTION_REMOVED: &str = "store.retention_removed";
+/// Chunks of sentry-cli uploads, by `outcome`: `stored`, `duplicate` (already held,
+/// not written again), `refused` (bad checksum or size), `removed` (assembled, or
+/// abandoned past `store.chunk_upload.chunk_max_age`).
+pub const SENTRY_CLI_CHUNKS: &str = "sentry_cli.chunks";
+/// Files sentry-cli asked to assemble, by `outcome`: `missing_chunks`, `published`,
+/// `already_assembled`, `refused`.
+pub const SENTRY_CLI_ASSEMBLES: &str = "sentry_cli.assembles";
 
 /// `HTTP_REQUESTS_IN_FLIGHT`, kept as a plain count: it changes twice per request, and
 /// handing each change to the recorder (through the fan-out, as an atomic float) cost
@@ -358,6 +365,14 @@ fn describe() {
         (
             WRITE_TIMEOUTS,
             "connections dropped: the client read nothing of its answer for write_timeout",
+        ),
+        (
+            SENTRY_CLI_CHUNKS,
+            "chunks of sentry-cli uploads, by outcome (stored, duplicate, refused, removed)",
+        ),
+        (
+            SENTRY_CLI_ASSEMBLES,
+            "files sentry-cli asked to assemble, by outcome",
         ),
         (
             HEAD_TIMEOUTS,

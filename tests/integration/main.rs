@@ -32,6 +32,7 @@ mod operations;
 mod request_limits;
 mod secondary_inputs;
 mod self_reporting;
+mod sentry_cli;
 mod soak;
 mod sort;
 mod source_context;

@@ -15,14 +15,18 @@
 //!   gdb, perf and `debuginfod-find` speak it.
 //! - `upload`: uploads into the store in Mozilla Tecken's protocol (`POST /upload/`)
 //!   and Breakpad symupload's (`POST /symupload`), authorized by the store's tokens.
+//! - `sentry_api`: the part of Sentry's web API that `sentry-cli` uploads debug files,
+//!   ProGuard mappings and source map bundles through (chunk upload and assemble),
+//!   into the store, authorized by the store's tokens.
 //! - `access`: the bearer token and CORS policy in front of the reading fronts (not
-//!   `symbfile` and `upload`, which have their own keys; the console, not a front, has
-//!   its own login, `console/login.rs`).
+//!   `symbfile`, `upload` and `sentry_api`, which have their own keys; the console, not
+//!   a front, has its own login, `console/login.rs`).
 
 pub mod access;
 pub mod debuginfod;
 pub mod mozilla;
 pub mod proxy;
+pub mod sentry_api;
 pub mod symbfile;
 pub mod symcache_http;
 pub mod upload;
