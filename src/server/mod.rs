@@ -258,6 +258,11 @@ impl Routes {
 }
 
 pub fn router(state: AppState, config: &Config) -> App {
+    // A store's read and write tokens open the reading fronts too (compat/access.rs).
+    let store_tokens = match &state.store {
+        Some(_) => config.store.tokens.as_slice(),
+        None => &[],
+    };
     let routes = Routes::default()
         .route("/healthcheck", get(|| async { "ok" }))
         .route("/ready", get(ready))
@@ -274,6 +279,7 @@ pub fn router(state: AppState, config: &Config) -> App {
             ),
             Front::Proxy,
             &config.fronts,
+            store_tokens,
         ))
         .merge(guard(
             Routes::default().route(
@@ -282,16 +288,19 @@ pub fn router(state: AppState, config: &Config) -> App {
             ),
             Front::Debuginfod,
             &config.fronts,
+            store_tokens,
         ))
         .merge(guard(
             Routes::default().route("/symcache/{*path}", get(compat::symcache_http::symcache)),
             Front::Symcache,
             &config.fronts,
+            store_tokens,
         ))
         .merge(guard(
             compat::mozilla::routes(config.mozilla),
             Front::Mozilla,
             &config.fronts,
+            store_tokens,
         ))
         .merge(match &state.console {
             Some(_) => console::routes(&config.fronts),

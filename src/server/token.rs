@@ -2,6 +2,8 @@
 //! (`compat/access.rs`) and the console's login (`console/login.rs`): reading the
 //! `Authorization` header, comparing a bearer token, and the 401 that asks for it.
 
+use std::sync::Arc;
+
 use axum::extract::Request;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
@@ -13,30 +15,34 @@ use crate::sources::Secret;
 /// Whether a request's headers carry the token, in the ways one guard accepts.
 pub type Presents = fn(&Secret, &HeaderMap) -> bool;
 
-/// `routes` behind `token`: a request whose headers `presents` does not accept is
+/// `routes` behind `tokens`: a request whose headers `presents` accepts for none of them is
 /// answered 401 with `challenge` (a `WWW-Authenticate` value) before anything else, so
 /// an unauthorised client learns nothing about what exists.
 pub fn require(
     routes: Routes,
-    token: Secret,
+    tokens: Arc<[Secret]>,
     presents: Presents,
     challenge: &'static str,
 ) -> Routes {
     routes.map(|router| {
         router.route_layer(axum::middleware::from_fn(move |request, next| {
-            check(token.clone(), presents, challenge, request, next)
+            check(tokens.clone(), presents, challenge, request, next)
         }))
     })
 }
 
 async fn check(
-    token: Secret,
+    tokens: Arc<[Secret]>,
     presents: Presents,
     challenge: &'static str,
     request: Request,
     next: Next,
 ) -> Response {
-    if presents(&token, request.headers()) {
+    // Every token is compared, so the time taken does not tell which one matched.
+    let accepted = tokens
+        .iter()
+        .fold(false, |any, token| any | presents(token, request.headers()));
+    if accepted {
         return next.run(request).await;
     }
     (

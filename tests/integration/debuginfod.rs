@@ -413,6 +413,47 @@ async fn the_fronts_token_guards_debuginfod_unless_it_is_open() {
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
 }
 
+/// A team hands its debuggers a read token of the store, not the operator's
+/// `fronts.token`: with the store (a tree `omnisym sort` wrote) as the only place the
+/// file is, `debuginfod-find` reads it with that token, and with no token or an
+/// unknown one it does not.
+#[tokio::test]
+async fn a_store_read_token_opens_debuginfod_to_the_store() {
+    let program = build(None);
+    let store = sort(&[&program.debug]);
+    let caches = tempfile::tempdir().unwrap();
+    let id = program.build_id.clone();
+    let server = Server::start(&format!(
+        "fronts: {{token: s3cret}}\nstore:\n  backend: {{type: filesystem, path: \"{}\"}}\n  tokens:\n    - {{token: r3ad, access: read}}\n",
+        store.path().display()
+    ));
+    let headers = |name: &str, value: &str| {
+        let path = caches.path().join(name);
+        std::fs::write(&path, format!("Authorization: Bearer {value}\n")).unwrap();
+        path
+    };
+    let with_token = |name: &str, value: &str| {
+        find_with(
+            elfutils("debuginfod-find", &server.url, &caches.path().join(name))
+                .env(
+                    "DEBUGINFOD_HEADERS_FILE",
+                    headers(&format!("{name}.headers"), value),
+                )
+                .args(["debuginfo", &id]),
+        )
+    };
+    let refused = with_token("unknown", "r3ad-not");
+    assert!(refused.is_err(), "an unknown token was let in: {refused:?}");
+    let refused = find(
+        &server.url,
+        &caches.path().join("none"),
+        &["debuginfo", &id],
+    );
+    assert!(refused.is_err(), "no token was let in: {refused:?}");
+    let found = with_token("read", "r3ad").unwrap();
+    assert!(std::fs::read(found).unwrap() == std::fs::read(&program.debug).unwrap());
+}
+
 /// Where the requests load the program.
 const BASE: u64 = 0x5555_5555_0000;
 

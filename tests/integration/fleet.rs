@@ -539,12 +539,15 @@ async fn an_upload_spread_over_the_replicas_completes_and_is_served_by_each() {
         assert_eq!(answer["modules"][0]["debug_status"], "found", "{answer:#}");
         assert_probes(&answer);
     }
-    // The parts are gone from the store once joined; the symbfile stays.
-    let stored: Vec<String> = common::files_under(&s3.root.path().join("shared/fleet/symbfiles"))
-        .iter()
-        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(stored, ["ranges.symbfile"], "{stored:?}");
+    // The parts are gone from the store once joined; the symbfile stays, with the
+    // checksum replicas tell its versions apart by.
+    let mut stored: Vec<String> =
+        common::files_under(&s3.root.path().join("shared/fleet/symbfiles"))
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+    stored.sort();
+    assert_eq!(stored, ["ranges.sha256", "ranges.symbfile"], "{stored:?}");
 
     // Another executable's symbols, uploaded to one replica after the others looked
     // for them in vain, reach them within the recheck.

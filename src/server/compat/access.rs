@@ -12,16 +12,29 @@ use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
 use crate::config::{Front, FrontsConfig};
 use crate::server::{Routes, token};
+use crate::store::StoreToken;
 
 /// `routes` (the routes of `front`) behind the token, unless that front is open, and
 /// for the Mozilla API the configured CORS policy outside it, so that a preflight,
 /// which carries no credentials, is answered without one. The console has its own
 /// login (`console/login.rs`).
-pub fn guard(routes: Routes, front: Front, config: &FrontsConfig) -> Routes {
+///
+/// The store's tokens (`store.tokens`, read or write access) are taken beside
+/// `fronts.token`: the fronts hand out what the store holds, and a team gives its
+/// debuggers a read token rather than the operator's. They only open a front that
+/// `fronts.token` closes; without it the fronts stay open as before.
+pub fn guard(
+    routes: Routes,
+    front: Front,
+    config: &FrontsConfig,
+    store_tokens: &[StoreToken],
+) -> Routes {
     let routes = match &config.token {
         Some(token) if !config.open.contains(&front) => token::require(
             routes,
-            token.clone(),
+            std::iter::once(token.clone())
+                .chain(store_tokens.iter().map(|t| t.token.clone()))
+                .collect(),
             token::bearer,
             "Bearer realm=\"omnisym\"",
         ),

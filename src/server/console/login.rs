@@ -15,7 +15,7 @@ pub fn guard(routes: Routes, config: &FrontsConfig) -> Routes {
     match &config.token {
         Some(token) if !config.open.contains(&Front::Console) => token::require(
             routes,
-            token.clone(),
+            [token.clone()].into(),
             presents,
             "Basic realm=\"omnisym console\", charset=\"UTF-8\"",
         ),
