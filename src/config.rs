@@ -1712,4 +1712,33 @@ max_download_size: 16106127360
             assert!(err.to_string().contains(key), "{bad}: {err}");
         }
     }
+
+    #[test]
+    fn the_store_section_is_read_and_checked() {
+        let yaml = "store:\n  backend:\n    type: filesystem\n    path: /srv/store\n  max_file_size: 1GiB\n  tokens:\n    - token: abc\n      access: write\n  scopes:\n    acme/web: \"42\"\n  retention: 30d\n";
+        let (config, ignored) = Config::from_yaml(yaml).unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert!(matches!(
+            config.store.backend,
+            Some(crate::store::StoreBackend::Filesystem { ref path }) if path == Path::new("/srv/store")
+        ));
+        assert_eq!(config.store.max_file_size, 1 << 30);
+        assert_eq!(
+            config.store.retention,
+            Some(Duration::from_secs(30 * 86400))
+        );
+        assert_eq!(config.store.scopes["acme/web"], "42");
+        for (bad, key) in [
+            ("store:\n  scopes:\n    acme: \"1\"\n", "store.scopes"),
+            ("store:\n  scopes:\n    a/b: global\n", "store.scopes.a/b"),
+            ("store:\n  max_file_size: 0\n", "store.max_file_size"),
+            (
+                "max_download_size: 1MiB\nstore:\n  backend:\n    type: s3\n    bucket: b\n    region: us-east-1\n",
+                "store.max_file_size",
+            ),
+        ] {
+            let err = Config::from_yaml(bad).unwrap_err().to_string();
+            assert!(err.contains(key), "{bad}: {err}");
+        }
+    }
 }
