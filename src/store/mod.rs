@@ -249,6 +249,22 @@ impl Store {
             .fold(false, |any, ok| any | ok)
     }
 
+    /// Refuses (413) an upload's staged `file` past `store.max_file_size`; `what` names
+    /// it in the reason.
+    fn within_max_file_size(&self, file: &NamedTempFile, what: &str) -> Result<(), Refused> {
+        let size = file.as_file().metadata().map_err(internal)?.len();
+        if size > self.max_file_size() {
+            return Err(Refused {
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                reason: format!(
+                    "the {what} is {size} bytes, larger than store.max_file_size ({})",
+                    self.max_file_size()
+                ),
+            });
+        }
+        Ok(())
+    }
+
     pub fn max_file_size(&self) -> u64 {
         self.0.config.max_file_size
     }
@@ -288,16 +304,7 @@ impl Store {
         file: NamedTempFile,
         name: Option<&str>,
     ) -> Result<Vec<Published>, Refused> {
-        let size = file.as_file().metadata().map_err(internal)?.len();
-        if size > self.max_file_size() {
-            return Err(Refused {
-                status: StatusCode::PAYLOAD_TOO_LARGE,
-                reason: format!(
-                    "the file is {size} bytes, larger than store.max_file_size ({})",
-                    self.max_file_size()
-                ),
-            });
-        }
+        self.within_max_file_size(&file, "file")?;
         let name = name
             .map(|n| n.rsplit(['/', '\\']).next().unwrap_or_default().to_owned())
             .filter(|n| !n.is_empty())
@@ -432,16 +439,7 @@ impl Store {
         ns: &Namespace,
         file: NamedTempFile,
     ) -> Result<Vec<Published>, Refused> {
-        let size = file.as_file().metadata().map_err(internal)?.len();
-        if size > self.max_file_size() {
-            return Err(Refused {
-                status: StatusCode::PAYLOAD_TOO_LARGE,
-                reason: format!(
-                    "the bundle is {size} bytes, larger than store.max_file_size ({})",
-                    self.max_file_size()
-                ),
-            });
-        }
+        self.within_max_file_size(&file, "bundle")?;
         let bounds = artifacts::Bounds {
             max_entries: self.0.config.max_archive_entries,
             max_entry_size: self.max_file_size(),

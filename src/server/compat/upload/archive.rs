@@ -9,8 +9,6 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 
 use axum::http::StatusCode;
-use symbolic::common::ByteView;
-use symbolic::debuginfo::Archive;
 use tempfile::NamedTempFile;
 
 use super::spool::Refusal;
@@ -250,22 +248,8 @@ fn check_identity(name: &str, file: &NamedTempFile) -> Result<(), Refusal> {
             format!("zip entry `{name}`: not a debug file ({why})"),
         )
     };
-    let view = ByteView::open(file.path()).map_err(Refusal::internal)?;
-    let ids = crate::error::isolate("upload", || {
-        let archive = Archive::parse(&view)
-            .map_err(|err| crate::error::CacheError::Malformed(err.to_string()))?;
-        let mut ids = Vec::new();
-        for object in archive.objects() {
-            let object =
-                object.map_err(|err| crate::error::CacheError::Malformed(err.to_string()))?;
-            ids.push(object.debug_id().breakpad().to_string());
-            if let Some(code_id) = object.code_id() {
-                ids.push(code_id.as_str().to_owned());
-            }
-        }
-        Ok(ids)
-    })
-    .map_err(|err| not_debug(err.to_string()))?;
+    let view = symbolic::common::ByteView::open(file.path()).map_err(Refusal::internal)?;
+    let ids = super::spool::object_ids(&view, true).map_err(|err| not_debug(err.to_string()))?;
     if ids.is_empty() {
         return Err(not_debug("it holds no object".to_owned()));
     }

@@ -134,3 +134,26 @@ pub async fn text_field(mut field: Field<'_>, name: &str) -> Result<String, Refu
     String::from_utf8(data)
         .map_err(|_| Refusal::bad_request(format!("form field `{name}` is not UTF-8 text")))
 }
+
+/// The ids of each object of the debug file in `view`: Breakpad's form of its debug id
+/// (as a symbols path or symupload's `debug_identifier` spells it), and with
+/// `code_ids` its code id too. Malformed when the file is no debug file.
+pub fn object_ids(
+    view: &symbolic::common::ByteView<'_>,
+    code_ids: bool,
+) -> crate::error::CacheResult<Vec<String>> {
+    use crate::error::CacheError;
+    crate::error::isolate("upload", || {
+        let archive = symbolic::debuginfo::Archive::parse(view)
+            .map_err(|err| CacheError::Malformed(err.to_string()))?;
+        let mut ids = Vec::new();
+        for object in archive.objects() {
+            let object = object.map_err(|err| CacheError::Malformed(err.to_string()))?;
+            ids.push(object.debug_id().breakpad().to_string());
+            if let Some(code_id) = object.code_id().filter(|_| code_ids) {
+                ids.push(code_id.as_str().to_owned());
+            }
+        }
+        Ok(ids)
+    })
+}

@@ -144,16 +144,6 @@ async fn receive(
 /// carries); refused when the file is no debug file.
 fn object_ids(path: &std::path::Path) -> Result<Vec<String>, Refusal> {
     let view = symbolic::common::ByteView::open(path).map_err(Refusal::internal)?;
-    crate::error::isolate("upload", || {
-        let archive = symbolic::debuginfo::Archive::parse(&view)
-            .map_err(|err| crate::error::CacheError::Malformed(err.to_string()))?;
-        let mut ids = Vec::new();
-        for object in archive.objects() {
-            let object =
-                object.map_err(|err| crate::error::CacheError::Malformed(err.to_string()))?;
-            ids.push(object.debug_id().breakpad().to_string());
-        }
-        Ok(ids)
-    })
-    .map_err(|err| Refusal::bad_request(format!("symbol_file is not a debug file ({err})")))
+    super::spool::object_ids(&view, false)
+        .map_err(|err| Refusal::bad_request(format!("symbol_file is not a debug file ({err})")))
 }
