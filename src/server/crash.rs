@@ -592,6 +592,11 @@ impl AppState {
         scope: &Scope,
         sources: Option<Vec<SourceConfig>>,
     ) -> Arc<[SourceConfig]> {
+        // Without a store nothing is put first: the configured list is shared as it is,
+        // not copied for every request.
+        if self.store.is_none() && sources.is_none() {
+            return self.default_sources.clone();
+        }
         let sources = match &sources {
             Some(sources) => sources.as_slice(),
             None => &self.default_sources,

@@ -75,6 +75,16 @@ struct Inner {
     staging: PathBuf,
     /// Publishing one path decides on what is there: one decision at a time per path.
     locks: Vec<tokio::sync::Mutex<()>>,
+    /// Every namespace's source, made once: requests take them on their hot path, and
+    /// a source made anew would digest its config again (and a GCS source read its
+    /// key file) for every request.
+    sources: std::sync::OnceLock<NamespaceSources>,
+}
+
+struct NamespaceSources {
+    team: SourceConfig,
+    /// By scope, for each scope `store.scopes` maps a project to.
+    scopes: std::collections::HashMap<String, SourceConfig>,
 }
 
 /// Whose files: the team's (the default), or one scope's (`store.scopes`).
@@ -202,6 +212,7 @@ impl Store {
             backend,
             staging,
             locks: (0..64).map(|_| tokio::sync::Mutex::new(())).collect(),
+            sources: std::sync::OnceLock::new(),
         }))))
     }
 
@@ -574,13 +585,19 @@ impl Store {
     /// The store as sources, first in order, for a request of `scope`: the scope's
     /// namespace (if `store.scopes` maps a project to it) then the team's.
     pub fn sources(&self, scope: &Scope) -> Vec<SourceConfig> {
+        let built = self.0.sources.get_or_init(|| NamespaceSources {
+            team: self.source(&Namespace::Team),
+            scopes: (self.0.config.scopes.values())
+                .map(|s| (s.clone(), self.source(&Namespace::Scope(s.clone()))))
+                .collect(),
+        });
         let mut out = Vec::with_capacity(2);
         if let Scope::Scoped(name) = scope
-            && self.0.config.scopes.values().any(|s| s.as_str() == &**name)
+            && let Some(source) = built.scopes.get(&**name)
         {
-            out.push(self.source(&Namespace::Scope(name.to_string())));
+            out.push(source.clone());
         }
-        out.push(self.source(&Namespace::Team));
+        out.push(built.team.clone());
         out
     }
 
