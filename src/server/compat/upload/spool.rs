@@ -78,11 +78,12 @@ pub fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-/// A bearer token from `Authorization: Bearer <token>`.
+/// A bearer token from `Authorization: Bearer <token>` (the scheme in any case, as
+/// the fronts read it).
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    header(headers, "authorization")?
-        .strip_prefix("Bearer ")
-        .map(str::trim)
+    super::super::super::token::authorization(headers)
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token)
 }
 
 /// Refuses a body whose announced length is past `max` before reading any of it.
