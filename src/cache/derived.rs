@@ -6,6 +6,7 @@
 
 use std::fs::File;
 use std::io::BufWriter;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,12 +28,21 @@ pub trait DerivedFormat: Send + Sync + 'static {
     /// See [`CacheItemRequest::MEMORY_FACTOR`].
     const MEMORY_FACTOR: u32 = 1;
 
-    /// Bytes of the parent files in `input`: what the conversion takes from the
-    /// conversion budget.
+    /// Bytes of the parent files in `input`.
     fn input_size(input: &Self::Input) -> u64;
 
+    /// Bytes of memory the conversion of `input` holds at its peak: what it takes from
+    /// the conversion budget. A converter whose memory grows with its input charges
+    /// its size (the default); one that spills to disk charges its bound, so a file
+    /// larger than the whole budget does not wait for every other conversion to end.
+    fn memory_charge(input: &Self::Input) -> u64 {
+        Self::input_size(input)
+    }
+
     /// Writes the cache for `input`. Runs on a blocking thread: conversions are CPU-bound.
-    fn convert(input: Self::Input, out: &mut BufWriter<File>) -> CacheResult<()>;
+    /// `scratch` is a directory on the cache's disk for what a conversion spills instead
+    /// of holding it in memory; what it leaves there is its own to remove.
+    fn convert(input: Self::Input, out: &mut BufWriter<File>, scratch: &Path) -> CacheResult<()>;
 
     /// Turns a cache file (memory-mapped) into the item.
     fn load(data: ByteView<'static>) -> CacheResult<Self::Item>;
@@ -86,8 +96,13 @@ impl<F: DerivedFormat> CacheItemRequest for DerivedRequest<F> {
                 .as_file()
                 .try_clone()
                 .map_err(CacheError::internal)?;
+            let scratch = temp_file
+                .path()
+                .parent()
+                .map(Path::to_path_buf)
+                .ok_or_else(|| CacheError::internal("a temporary file outside a directory"))?;
             let input_size = F::input_size(&input);
-            let permit = self.budget.acquire(input_size).await;
+            let permit = self.budget.acquire(F::memory_charge(&input)).await;
             let started = Instant::now();
             let observed = self.observer.as_ref().map(|observer| {
                 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
@@ -105,7 +120,7 @@ impl<F: DerivedFormat> CacheItemRequest for DerivedRequest<F> {
             // dependencies that can panic: that costs this one cache, as `malformed`.
             let result = isolate_blocking(F::KIND.name, move || {
                 let mut writer = BufWriter::new(file);
-                let converted = F::convert(input, &mut writer);
+                let converted = F::convert(input, &mut writer, &scratch);
                 super::budget::return_freed_heap();
                 converted?;
                 writer.into_inner().map_err(CacheError::internal)?;
@@ -276,7 +291,7 @@ mod tests {
             *input
         }
 
-        fn convert(_input: u64, out: &mut BufWriter<File>) -> CacheResult<()> {
+        fn convert(_input: u64, out: &mut BufWriter<File>, _scratch: &Path) -> CacheResult<()> {
             let now = RUNNING.fetch_add(1, Ordering::SeqCst) + 1;
             MOST_AT_ONCE.fetch_max(now, Ordering::SeqCst);
             std::thread::sleep(Duration::from_millis(150));
@@ -339,7 +354,7 @@ mod tests {
             *input
         }
 
-        fn convert(_input: u64, out: &mut BufWriter<File>) -> CacheResult<()> {
+        fn convert(_input: u64, out: &mut BufWriter<File>, _scratch: &Path) -> CacheResult<()> {
             out.write_all(b"done").map_err(CacheError::internal)
         }
 

@@ -5,6 +5,7 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::path::Path;
 use std::sync::Arc;
 
 use symbolic::common::{AccessPattern, ByteView, SelfCell};
@@ -63,7 +64,11 @@ impl DerivedFormat for SourceMapCacheFormat {
         (input.minified.len() + input.sourcemap.len()) as u64
     }
 
-    fn convert(input: SourceMapCacheInput, out: &mut BufWriter<File>) -> CacheResult<()> {
+    fn convert(
+        input: SourceMapCacheInput,
+        out: &mut BufWriter<File>,
+        _scratch: &Path,
+    ) -> CacheResult<()> {
         write_sourcemap_cache(&input.minified, &input.sourcemap, out)?;
         out.flush().map_err(CacheError::internal)
     }
@@ -137,7 +142,7 @@ mod tests {
             sourcemap: ByteView::from_vec(regular_map(true).into_bytes()),
         };
         let mut out = BufWriter::new(file.reopen().unwrap());
-        SourceMapCacheFormat::convert(input, &mut out).unwrap();
+        SourceMapCacheFormat::convert(input, &mut out, &std::env::temp_dir()).unwrap();
         drop(out);
         let cache = SourceMapCacheFormat::load(ByteView::open(file.path()).unwrap()).unwrap();
         let token = cache.get().lookup(SourcePosition::new(0, 17)).unwrap();

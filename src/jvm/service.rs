@@ -63,6 +63,7 @@ impl DerivedFormat for ProguardFormat {
     fn convert(
         input: ByteView<'static>,
         out: &mut std::io::BufWriter<std::fs::File>,
+        _scratch: &std::path::Path,
     ) -> CacheResult<()> {
         mapping::write_cache(&input, out)
     }

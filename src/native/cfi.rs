@@ -15,12 +15,18 @@ mod index;
 
 use std::fs::File;
 use std::io::BufWriter;
+use std::path::Path;
 use std::sync::Arc;
 
 use minidump::Module;
 use minidump_unwind::{FrameWalker, SymbolFile};
-use symbolic::cfi::CfiCache;
+use std::io::Write;
+
+use symbolic::cfi::{
+    AsciiCfiWriter, CFICACHE_LATEST_VERSION, CfiCache, CfiErrorKind, FromObjectOptions,
+};
 use symbolic::common::{ByteView, DebugId};
+use symbolic::debuginfo::Object;
 use symbolic::debuginfo::breakpad::BreakpadModuleRecord;
 
 use self::index::{CfiIndex, WinKind};
@@ -167,12 +173,18 @@ impl DerivedFormat for CfiFormat {
         input.conversion_size()
     }
 
-    fn convert(input: Arc<ObjectHandle>, out: &mut BufWriter<File>) -> CacheResult<()> {
-        let object = input.object();
-        let cache = CfiCache::from_object_with_opts(object, input.limits().cfi_options());
+    fn memory_charge(input: &Arc<ObjectHandle>) -> u64 {
+        super::symcache::bounded_charge(input)
+    }
+
+    fn convert(
+        input: Arc<ObjectHandle>,
+        out: &mut BufWriter<File>,
+        _scratch: &Path,
+    ) -> CacheResult<()> {
+        let written = write_cfi(input.object(), input.limits().cfi_options(), out);
         input.release_pages();
-        let cache = cache.map_err(|e| CacheError::Malformed(e.to_string()))?;
-        cache.write_to(out).map_err(CacheError::internal)
+        written
     }
 
     fn load(data: ByteView<'static>) -> CacheResult<Self::Item> {
@@ -191,11 +203,92 @@ impl ObjectDerivedFormat for CfiFormat {
 
 pub type CfiCaches = ObjectDerived<CfiFormat>;
 
+/// What `CfiCache::from_object_with_opts` and `write_to` write, streamed to `out`:
+/// symbolic's way holds the whole text in memory first, as large as the cache (hundreds
+/// of MiB for a large module), while the writer itself needs only the record it is
+/// writing.
+fn write_cfi<W: Write>(
+    object: &Object<'_>,
+    options: FromObjectOptions,
+    out: &mut W,
+) -> CacheResult<()> {
+    out.write_all(&symbolic::cfi::CFICACHE_MAGIC.to_ne_bytes())
+        .and_then(|()| out.write_all(&CFICACHE_LATEST_VERSION.to_ne_bytes()))
+        .map_err(CacheError::internal)?;
+    if let Object::Pe(pe) = object
+        && let Some(debug_file) = pe.debug_file_name()
+    {
+        writeln!(
+            out,
+            "MODULE windows {} {} {debug_file}",
+            object.arch().name(),
+            object.debug_id().breakpad(),
+        )
+        .map_err(CacheError::internal)?;
+    }
+    AsciiCfiWriter::new(&mut *out)
+        .max_unwind_chain_len(options.max_unwind_chain_len)
+        .process(object)
+        .map_err(|e| match e.kind() {
+            CfiErrorKind::WriteFailed => CacheError::internal(e),
+            _ => CacheError::Malformed(e.to_string()),
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use minidump::MinidumpModule;
 
     use super::*;
+
+    /// The streamed writer writes what symbolic's `CfiCache` holds, byte for byte, for
+    /// every fixture debug file with unwind information.
+    #[test]
+    fn streamed_cfi_is_symbolics_bytes_for_every_fixture() {
+        fn walk(dir: &std::path::Path, into: &mut Vec<std::path::PathBuf>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    walk(&path, into)
+                } else {
+                    into.push(path)
+                }
+            }
+        }
+        let mut files = Vec::new();
+        walk(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures"),
+            &mut files,
+        );
+        let mut compared = 0;
+        for path in files {
+            let Ok(data) = ByteView::open(&path) else {
+                continue;
+            };
+            let Ok(archive) = symbolic::debuginfo::Archive::parse(&data) else {
+                continue;
+            };
+            for object in archive.objects().flatten() {
+                let mut options = FromObjectOptions::default();
+                options.max_unwind_chain_len = Some(32);
+                let Ok(cache) = CfiCache::from_object_with_opts(&object, options) else {
+                    continue;
+                };
+                let mut theirs = Vec::new();
+                cache.write_to(&mut theirs).unwrap();
+                let mut ours = Vec::new();
+                write_cfi(&object, options, &mut ours).unwrap();
+                assert!(ours == theirs, "{}: the CFI text differs", path.display());
+                if theirs.len() > 8 {
+                    compared += 1;
+                }
+            }
+        }
+        assert!(
+            compared >= 12,
+            "only {compared} files with unwind info compared"
+        );
+    }
 
     #[test]
     fn cficache_format_is_the_one_our_version_was_written_for() {

@@ -12,7 +12,6 @@ use std::fmt;
 
 use indexmap::IndexSet;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use symbolic::symcache::transform::{Function, SourceLocation, Transformer};
 
 /// The key symbolic's writer puts beside the C++ files, naming the debug file.
 const DEBUG_ID_KEY: &str = "__debug-id__";
@@ -68,23 +67,40 @@ impl Il2cppMapping {
     }
 }
 
-impl Transformer for Il2cppMapping {
-    fn transform_function<'f>(&'f mut self, f: Function<'f>) -> Function<'f> {
-        f
+impl Il2cppMapping {
+    /// The C# file and line for a line of generated C++, the file named as symbolic's
+    /// transformer joins it (compilation dir, directory, name, cleaned).
+    pub fn remap(
+        &self,
+        comp_dir: Option<&str>,
+        directory: Option<&str>,
+        name: &str,
+        line: u32,
+    ) -> Option<(&str, u32)> {
+        let prefix = symbolic::common::join_path(
+            comp_dir.unwrap_or_default(),
+            directory.unwrap_or_default(),
+        );
+        let joined = symbolic::common::join_path(&prefix, name);
+        self.lookup(&symbolic::common::clean_path(&joined), line)
     }
+}
 
+/// For the differential test, which builds symbolic's own SymCache beside ours.
+#[cfg(test)]
+impl symbolic::symcache::transform::Transformer for Il2cppMapping {
     fn transform_source_location<'f>(
         &'f mut self,
-        mut sl: SourceLocation<'f>,
-    ) -> SourceLocation<'f> {
-        // The path the mapping names C++ files by, as symbolic's transformer joins it.
-        let comp_dir = sl.file.comp_dir.as_deref().unwrap_or_default();
-        let directory = sl.file.directory.as_deref().unwrap_or_default();
-        let prefix = symbolic::common::join_path(comp_dir, directory);
-        let joined = symbolic::common::join_path(&prefix, &sl.file.name);
-        let full_path = symbolic::common::clean_path(&joined);
+        mut sl: symbolic::symcache::transform::SourceLocation<'f>,
+    ) -> symbolic::symcache::transform::SourceLocation<'f> {
         let this: &'f Self = self;
-        if let Some((cs_file, cs_line)) = this.lookup(&full_path, sl.line) {
+        let found = this.remap(
+            sl.file.comp_dir.as_deref(),
+            sl.file.directory.as_deref(),
+            &sl.file.name,
+            sl.line,
+        );
+        if let Some((cs_file, cs_line)) = found {
             sl.file.name = Cow::Borrowed(cs_file);
             sl.file.comp_dir = None;
             sl.file.directory = None;

@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::io::BufWriter;
+use std::path::Path;
 use std::sync::Arc;
 
 use symbolic::common::{ByteView, Language, SelfCell, split_path};
@@ -29,7 +30,11 @@ impl DerivedFormat for PpdbFormat {
         input.size()
     }
 
-    fn convert(input: Arc<ObjectHandle>, out: &mut BufWriter<File>) -> CacheResult<()> {
+    fn convert(
+        input: Arc<ObjectHandle>,
+        out: &mut BufWriter<File>,
+        _scratch: &Path,
+    ) -> CacheResult<()> {
         let object = input.object();
         let Object::PortablePdb(ppdb) = object else {
             return Err(CacheError::Unsupported(

@@ -3,7 +3,7 @@
 //! Unity il2cpp line mapping (`LineNumberMapping.json`), which moves the lines of
 //! generated C++ to the C# they came from, and the BCSymbolMap of a bitcode build,
 //! reached through the dSYM's UUID map, which restores the names the build hid as
-//! `__hidden#N_`. Both become transformers of symbolic's `SymCacheConverter`.
+//! `__hidden#N_`. Both rewrite the functions and lines the SymCache writer is given.
 //!
 //! Not only for `macho` modules: the module's type is a hint, and the dSYM is found for
 //! other types too (every native type asks for Mach-O debug files; the SymCache front
@@ -22,7 +22,6 @@ use std::sync::Arc;
 use futures::future::{self, BoxFuture};
 use symbolic::common::{ByteView, DebugId};
 use symbolic::debuginfo::macho::{BcSymbolMap, UuidMapping};
-use symbolic::symcache::SymCacheConverter;
 
 use super::il2cpp_mapping::Il2cppMapping;
 
@@ -41,15 +40,17 @@ pub struct SymCacheInputs {
 }
 
 impl SymCacheInputs {
-    /// Adds what was found to `converter`, as transformers of every function and line.
-    /// Both files were checked when they were downloaded; one that no longer parses is
-    /// the SymCache's failure, as upstream's. Logged, since candidates do not list them.
-    pub fn apply<'a>(&'a self, converter: &mut SymCacheConverter<'a>) -> CacheResult<()> {
+    /// What was found, parsed, for the SymCache writer to apply to every function and
+    /// line. Both files were checked when they were downloaded; one that no longer
+    /// parses is the SymCache's failure, as upstream's. Logged, since candidates do not
+    /// list them.
+    pub fn parse(&self) -> CacheResult<ParsedInputs<'_>> {
+        let mut parsed = ParsedInputs::default();
         if let Some(found) = &self.bcsymbolmap {
             let map = BcSymbolMap::parse(&found.item)
                 .map_err(|e| CacheError::Malformed(format!("BCSymbolMap: {e}")))?;
             tracing::debug!(location = found.file.uri(), "applying a BCSymbolMap");
-            converter.add_transformer(map);
+            parsed.bcsymbolmap = Some(map);
         }
         if let Some(found) = &self.il2cpp {
             let mapping = Il2cppMapping::parse(&found.item).map_err(CacheError::Malformed)?;
@@ -57,10 +58,17 @@ impl SymCacheInputs {
                 location = found.file.uri(),
                 "applying an il2cpp line mapping"
             );
-            converter.add_transformer(mapping);
+            parsed.il2cpp = Some(mapping);
         }
-        Ok(())
+        Ok(parsed)
     }
+}
+
+/// A SymCache's secondary inputs, ready to apply.
+#[derive(Default)]
+pub struct ParsedInputs<'a> {
+    pub bcsymbolmap: Option<BcSymbolMap<'a>>,
+    pub il2cpp: Option<Il2cppMapping>,
 }
 
 impl SecondaryInputs for SymCacheInputs {

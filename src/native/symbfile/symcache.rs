@@ -42,7 +42,11 @@ impl DerivedFormat for SymbfileSymCacheFormat {
         input.bytes
     }
 
-    fn convert(input: ReadSymbfiles, out: &mut BufWriter<File>) -> CacheResult<()> {
+    fn convert(
+        input: ReadSymbfiles,
+        out: &mut BufWriter<File>,
+        _scratch: &Path,
+    ) -> CacheResult<()> {
         #[cfg(test)]
         for string in input.records.strings() {
             crate::error::panic_if_marked("convert", string.as_bytes());

@@ -1,0 +1,228 @@
+//! SymCaches: the compact, memory-mappable lookup table built from the best debug file
+//! of a module and its secondary inputs (`symcache_inputs`); what every warm
+//! `/symbolicate` reads. Written by our own writer (`writer`), which makes symbolic's
+//! format, byte for byte, in memory that does not grow with the file (`spill`).
+
+#[cfg(test)]
+mod differential;
+mod spill;
+mod writer;
+
+pub use writer::{FunctionText, LocationText, Rewrite};
+
+use std::borrow::Cow;
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use symbolic::common::{ByteView, SelfCell};
+use symbolic::debuginfo::macho::BcSymbolMap;
+use symbolic::symcache::SymCache;
+
+use crate::cache::kinds;
+use crate::cache::{CacheKind, DerivedFormat};
+use crate::error::{CacheError, CacheResult};
+use crate::lookup::{
+    ObjectDerived, ObjectDerivedFormat, ObjectHandle, ObjectPurpose, SecondaryInputs,
+};
+
+use self::writer::SpillingWriter;
+use super::il2cpp_mapping::Il2cppMapping;
+use super::symcache_inputs::SymCacheInputs;
+
+/// What a conversion that streams its output (this writer, the CFI writer) holds in
+/// memory at most beside what the debug file's own reader holds: one function or record
+/// and the writer's buffers, however large the file. Measured peaks of the whole
+/// conversion stay well inside it (docs/large-files.md).
+pub const STREAMING_WORKING_SET: u64 = 128 << 20;
+
+/// The conversion budget's charge for converting `object` with a streaming writer: the
+/// sections its reader inflates onto the heap, and the working set, or the file's size
+/// where that is less. A PDB's reader (the `pdb` crate, under symbolic) copies each
+/// stream it reads onto the heap, so a PDB is charged its whole size.
+pub fn bounded_charge(object: &ObjectHandle) -> u64 {
+    if object.object().file_format() == symbolic::debuginfo::FileFormat::Pdb {
+        return object.conversion_size();
+    }
+    object
+        .inflated_size(None)
+        .saturating_add(object.size().min(STREAMING_WORKING_SET))
+}
+
+/// The writer's own failures: a table past the format's 32-bit limits is the file's
+/// (`malformed`, as a file too large for the format), a disk that fails is ours.
+fn spill_error(e: std::io::Error) -> CacheError {
+    if e.kind() == std::io::ErrorKind::Other {
+        CacheError::Malformed(e.to_string())
+    } else {
+        CacheError::internal(e)
+    }
+}
+
+pub type OwnedSymCache = Arc<LoadedSymCache>;
+
+/// A SymCache opened from its file, with an id no other one opened by this process
+/// has (memos of what it answered are keyed by it: an address in memory may be
+/// reused, an id is not).
+pub struct LoadedSymCache {
+    cell: SelfCell<ByteView<'static>, SymCache<'static>>,
+    id: u64,
+}
+
+impl LoadedSymCache {
+    fn new(cell: SelfCell<ByteView<'static>, SymCache<'static>>) -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        LoadedSymCache { cell, id }
+    }
+
+    pub fn get(&self) -> &SymCache<'_> {
+        self.cell.get()
+    }
+
+    /// The file's bytes.
+    pub fn owner(&self) -> &[u8] {
+        self.cell.owner()
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+pub struct SymCacheFormat;
+
+/// A debug file and what was found beside it.
+pub struct SymCacheInput {
+    object: Arc<ObjectHandle>,
+    secondary: Arc<SymCacheInputs>,
+}
+
+/// The file alone, as a module without secondary inputs has it.
+impl From<Arc<ObjectHandle>> for SymCacheInput {
+    fn from(object: Arc<ObjectHandle>) -> Self {
+        let secondary = Arc::default();
+        SymCacheInput { object, secondary }
+    }
+}
+
+impl DerivedFormat for SymCacheFormat {
+    type Input = SymCacheInput;
+    type Item = OwnedSymCache;
+    const KIND: CacheKind = kinds::SYMCACHES;
+
+    fn input_size(input: &SymCacheInput) -> u64 {
+        input
+            .object
+            .conversion_size()
+            .saturating_add(input.secondary.size())
+    }
+
+    fn memory_charge(input: &SymCacheInput) -> u64 {
+        bounded_charge(&input.object).saturating_add(input.secondary.size())
+    }
+
+    fn convert(input: SymCacheInput, out: &mut BufWriter<File>, scratch: &Path) -> CacheResult<()> {
+        let object = input.object.object();
+        #[cfg(test)]
+        {
+            crate::error::delay_if_marked("convert", object.data());
+            crate::error::panic_if_marked("symcache", object.data());
+        }
+        let mut writer = SpillingWriter::new_in(scratch).map_err(CacheError::internal)?;
+        let inputs = input.secondary.parse()?;
+        if let Some(map) = inputs.bcsymbolmap {
+            writer.add_rewrite(HiddenNames(map));
+        }
+        if let Some(mapping) = inputs.il2cpp {
+            writer.add_rewrite(mapping);
+        }
+        let processed = writer.process_object(object);
+        input.object.release_pages();
+        processed
+            .map_err(spill_error)?
+            .map_err(CacheError::Malformed)?;
+        writer.serialize(out, scratch).map_err(spill_error)
+    }
+
+    fn load(data: ByteView<'static>) -> CacheResult<Self::Item> {
+        SelfCell::try_new(data, |bytes| SymCache::parse(unsafe { &*bytes }))
+            .map(|cell| Arc::new(LoadedSymCache::new(cell)))
+            .map_err(|e| CacheError::Malformed(e.to_string()))
+    }
+}
+
+impl ObjectDerivedFormat for SymCacheFormat {
+    const PURPOSE: ObjectPurpose = ObjectPurpose::Debug;
+    type Secondary = SymCacheInputs;
+
+    fn input(object: Arc<ObjectHandle>, secondary: Arc<SymCacheInputs>) -> SymCacheInput {
+        SymCacheInput { object, secondary }
+    }
+}
+
+pub type SymCaches = ObjectDerived<SymCacheFormat>;
+
+/// A BCSymbolMap restores the names a bitcode build hid as `__hidden#N_`, in function
+/// names, file names and their directories, as symbolic's transformer does.
+struct HiddenNames<'a>(BcSymbolMap<'a>);
+
+impl HiddenNames<'_> {
+    fn resolve<'f>(&'f self, s: Cow<'f, str>) -> Cow<'f, str> {
+        match s {
+            Cow::Borrowed(inner) => Cow::Borrowed(self.0.resolve(inner)),
+            Cow::Owned(inner) => Cow::Owned(self.0.resolve(&inner).to_owned()),
+        }
+    }
+}
+
+impl Rewrite for HiddenNames<'_> {
+    fn function<'f>(&'f mut self, f: FunctionText<'f>) -> FunctionText<'f> {
+        let this: &'f Self = self;
+        FunctionText {
+            name: this.resolve(f.name),
+            comp_dir: f.comp_dir.map(|dir| this.resolve(dir)),
+        }
+    }
+
+    fn location<'f>(&'f mut self, l: LocationText<'f>) -> LocationText<'f> {
+        let this: &'f Self = self;
+        LocationText {
+            name: this.resolve(l.name),
+            directory: l.directory.map(|dir| this.resolve(dir)),
+            comp_dir: l.comp_dir.map(|dir| this.resolve(dir)),
+            ..l
+        }
+    }
+}
+
+/// An il2cpp line mapping moves lines of generated C++ to the C# they came from.
+impl Rewrite for Il2cppMapping {
+    fn location<'f>(&'f mut self, mut l: LocationText<'f>) -> LocationText<'f> {
+        let this: &'f Self = self;
+        let found = this.remap(
+            l.comp_dir.as_deref(),
+            l.directory.as_deref(),
+            &l.name,
+            l.line,
+        );
+        if let Some((cs_file, cs_line)) = found {
+            l.name = Cow::Borrowed(cs_file);
+            l.comp_dir = None;
+            l.directory = None;
+            l.line = cs_line;
+        }
+        l
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn symcache_format_is_the_one_our_version_was_written_for() {
+        // If this fails, symbolic changed the SymCache format: bump cache::kinds::SYMCACHES.
+        assert_eq!(symbolic::symcache::SYMCACHE_VERSION, 9);
+    }
+}

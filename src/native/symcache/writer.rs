@@ -1,0 +1,691 @@
+//! A SymCache writer whose anonymous memory does not grow with the debug file.
+//!
+//! symbolic's `SymCacheConverter` builds the whole cache on the heap before it writes
+//! it: its string table, files, functions and call locations in hash sets, and one
+//! `BTreeMap` entry per address range. That is about four times a DWARF file's size at
+//! the peak (1.1 GiB for a 261 MiB file), so a 4 GiB file needed more memory than a
+//! self-hosted machine has. This writer makes the same decisions in the same order, and
+//! so writes the same bytes (the differential test checks it on every fixture), but
+//! keeps every table in a file (`spill`):
+//! - strings, files, functions and call locations are insertion-ordered sets in files;
+//! - the ranges, which symbolic inserts into an ordered map as it goes, are logged as
+//!   operations in a file, sorted in place by address and order of arrival, and folded
+//!   into the map's final state: while the debug session's functions are read, the map
+//!   is only written, never read, so only the final state matters.
+//!   Public symbols come after and do read it (whether an address already has a real
+//!   location), so they go into a second, much smaller map in a file, over the folded
+//!   ranges.
+//!
+//! What stays on the heap is one function (its lines and inlinees) at a time, and what
+//! the debug session itself holds.
+
+use std::borrow::Cow;
+use std::io::{self, Write};
+use std::path::Path;
+
+use symbolic::common::{Arch, DebugId, Language};
+use symbolic::debuginfo::{DebugSession, FileFormat, Function, ObjectLike, Symbol};
+
+use super::spill::{FileIndexSet, FileStringTable, FileVec, Plain};
+
+/// `SYMCACHE_MAGIC` of symbolic's raw format ("SYMC" little-endian).
+const MAGIC: u32 = u32::from_le_bytes(*b"SYMC");
+const NONE: u32 = u32::MAX;
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[repr(C)]
+struct RawFile {
+    comp_dir_offset: u32,
+    directory_offset: u32,
+    name_offset: u32,
+    srcsrv_name_offset: u32,
+    srcsrv_dir_offset: u32,
+    srcsrv_revision_offset: u32,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[repr(C)]
+struct RawFunction {
+    name_offset: u32,
+    comp_dir_offset: u32,
+    entry_pc: u32,
+    lang: u32,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[repr(C)]
+struct RawLocation {
+    file_idx: u32,
+    line: u32,
+    function_idx: u32,
+    inlined_into_idx: u32,
+}
+
+/// Marks the end of a function or symbol: addresses from here on have no location.
+const NO_LOCATION: RawLocation = RawLocation {
+    file_idx: NONE,
+    line: NONE,
+    function_idx: NONE,
+    inlined_into_idx: NONE,
+};
+
+/// One write to the range map, in the order symbolic's converter makes it.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+struct RangeOp {
+    address: u32,
+    kind: u32,
+    seq: u64,
+    location: RawLocation,
+}
+
+/// `BTreeMap::insert`: always.
+const SET: u32 = 0;
+/// symbolic's `insert_source_location`: over nothing or a `NO_LOCATION`.
+const SET_OVER_END: u32 = 1;
+/// `Entry::Vacant`: over nothing.
+const SET_IF_VACANT: u32 = 2;
+
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+struct RangeEntry {
+    address: u32,
+    location: RawLocation,
+}
+
+// SAFETY: `repr(C)` structs of `u32`/`u64` fields, laid out without padding.
+unsafe impl Plain for RawFile {}
+unsafe impl Plain for RawFunction {}
+unsafe impl Plain for RawLocation {}
+unsafe impl Plain for RangeOp {}
+unsafe impl Plain for RangeEntry {}
+
+/// A function's name as a [`Rewrite`] sees it (symbolic's `transform::Function`, which
+/// cannot be built outside symbolic).
+pub struct FunctionText<'s> {
+    pub name: Cow<'s, str>,
+    pub comp_dir: Option<Cow<'s, str>>,
+}
+
+/// A line's file and number as a [`Rewrite`] sees it (symbolic's
+/// `transform::SourceLocation`).
+pub struct LocationText<'s> {
+    pub name: Cow<'s, str>,
+    pub directory: Option<Cow<'s, str>>,
+    pub comp_dir: Option<Cow<'s, str>>,
+    pub srcsrv_name: Option<Cow<'s, str>>,
+    pub srcsrv_dir: Option<Cow<'s, str>>,
+    pub srcsrv_revision: Option<Cow<'s, str>>,
+    pub line: u32,
+}
+
+/// What symbolic's `transform::Transformer` does to each function and line before it is
+/// written (BCSymbolMaps, il2cpp line mappings), for this writer.
+pub trait Rewrite {
+    fn function<'f>(&'f mut self, function: FunctionText<'f>) -> FunctionText<'f> {
+        function
+    }
+    fn location<'f>(&'f mut self, location: LocationText<'f>) -> LocationText<'f> {
+        location
+    }
+}
+
+pub struct SpillingWriter<'a> {
+    debug_id: DebugId,
+    arch: Arch,
+    is_windows_object: bool,
+    rewrites: Vec<Box<dyn Rewrite + 'a>>,
+    strings: FileStringTable,
+    files: FileIndexSet<RawFile>,
+    functions: FileIndexSet<RawFunction>,
+    call_locations: FileIndexSet<RawLocation>,
+    /// Writes to the range map while functions are read; once they are folded, the
+    /// map itself, one op per address in address order.
+    ops: FileVec<RangeOp>,
+    /// The public symbols' writes, which win over the folded ops.
+    overlay: Option<RangeOverlay>,
+    last_addr: Option<u32>,
+}
+
+impl<'a> SpillingWriter<'a> {
+    /// A writer keeping its tables in unlinked files in `dir`.
+    pub fn new_in(dir: &Path) -> io::Result<Self> {
+        Ok(SpillingWriter {
+            debug_id: DebugId::default(),
+            arch: Arch::Unknown,
+            is_windows_object: false,
+            rewrites: Vec::new(),
+            strings: FileStringTable::new_in(dir)?,
+            files: FileIndexSet::new_in(dir)?,
+            functions: FileIndexSet::new_in(dir)?,
+            call_locations: FileIndexSet::new_in(dir)?,
+            ops: FileVec::new_in(dir)?,
+            overlay: Some(RangeOverlay::new_in(dir)?),
+            last_addr: None,
+        })
+    }
+
+    pub fn add_rewrite(&mut self, rewrite: impl Rewrite + 'a) {
+        self.rewrites.push(Box::new(rewrite));
+    }
+
+    /// symbolic's `SymCacheConverter::process_object`: the debug session's functions,
+    /// then the symbol table. `Err` of the outer result is the writer's own (disk),
+    /// the inner one the object's.
+    pub fn process_object<'d, 'o, O>(&mut self, object: &'o O) -> io::Result<Result<(), String>>
+    where
+        O: ObjectLike<'d, 'o>,
+        O::Error: std::error::Error + Send + Sync + 'static,
+    {
+        let session = match object.debug_session() {
+            Ok(session) => session,
+            Err(e) => return Ok(Err(bad_debug_file(e))),
+        };
+        self.arch = object.arch();
+        self.debug_id = object.debug_id();
+        self.is_windows_object = matches!(object.file_format(), FileFormat::Pe | FileFormat::Pdb);
+        for function in session.functions() {
+            match function {
+                Ok(function) => self.process_function(&function, &[(0, u32::MAX)])?,
+                Err(e) => return Ok(Err(bad_debug_file(e))),
+            }
+        }
+        self.fold_ranges()?;
+        for symbol in object.symbols() {
+            self.process_symbol(&symbol)?;
+        }
+        self.is_windows_object = false;
+        Ok(Ok(()))
+    }
+
+    fn log(&mut self, address: u32, kind: u32, location: RawLocation) -> io::Result<()> {
+        let seq = self.ops.len() as u64;
+        self.ops.push(RangeOp {
+            address,
+            kind,
+            seq,
+            location,
+        })?;
+        Ok(())
+    }
+
+    /// The same walk as symbolic's `process_symbolic_function_recursive` (13.9), its
+    /// comments there explain the cases; only where the results go differs.
+    fn process_function(
+        &mut self,
+        function: &Function<'_>,
+        call_locations: &[(u32, u32)],
+    ) -> io::Result<()> {
+        if function.size == 0 || function.address > u64::from(u32::MAX) {
+            return Ok(());
+        }
+        let comp_dir = std::str::from_utf8(function.compilation_dir).ok();
+        let entry_pc = if function.inline {
+            u32::MAX
+        } else {
+            function.address as u32
+        };
+
+        let function_idx = {
+            let language: Language = function.name.language();
+            let mut text = FunctionText {
+                name: function.name.as_str().into(),
+                comp_dir: comp_dir.map(Into::into),
+            };
+            for rewrite in &mut self.rewrites {
+                text = rewrite.function(text);
+            }
+            let name = if self.is_windows_object {
+                undecorate_win_symbol(&text.name)
+            } else {
+                &text.name
+            };
+            let name_offset = self.strings.insert(name)?;
+            self.functions.insert_full(RawFunction {
+                name_offset,
+                comp_dir_offset: NONE,
+                entry_pc,
+                lang: language as u32,
+            })?
+        };
+
+        let mut inlinee_ranges = Vec::new();
+        for inlinee in &function.inlinees {
+            for line in &inlinee.lines {
+                let (start, end) = line_boundaries(line.address, line.size);
+                inlinee_ranges.push(start..end);
+            }
+        }
+        inlinee_ranges.sort_unstable_by_key(|range| range.start);
+
+        let mut line_iter = function.lines.iter();
+        let mut call_location_iter = call_locations.iter();
+        let mut inline_iter = inlinee_ranges.into_iter();
+        let mut current_call_location = call_location_iter.next().expect("never empty");
+        let mut next_call_location = call_location_iter.next();
+        let mut next_line = line_iter.next();
+        let mut next_inline = inline_iter.next();
+        let mut callee_call_locations = Vec::new();
+
+        while let Some(line) = next_line.take() {
+            let (line_range_start, line_range_end) = line_boundaries(line.address, line.size);
+            while let Some(next) = next_call_location.filter(|next| next.0 <= line_range_start) {
+                current_call_location = next;
+                next_call_location = call_location_iter.next();
+            }
+            let inlined_into_idx = current_call_location.1;
+
+            let mut text = LocationText {
+                name: line.file.name_str(),
+                directory: Some(line.file.dir_str()),
+                comp_dir: comp_dir.map(Into::into),
+                srcsrv_name: line.file.srcsrv_name_str(),
+                srcsrv_dir: line.file.srcsrv_dir_str(),
+                srcsrv_revision: line.file.srcsrv_revision().map(Into::into),
+                line: line.line as u32,
+            };
+            for rewrite in &mut self.rewrites {
+                text = rewrite.location(text);
+            }
+            let name_offset = self.strings.insert(&text.name)?;
+            let directory_offset = self.strings.insert_optional(text.directory.as_deref())?;
+            let comp_dir_offset = self.strings.insert_optional(text.comp_dir.as_deref())?;
+            let srcsrv_name_offset = self.strings.insert_optional(text.srcsrv_name.as_deref())?;
+            let srcsrv_dir_offset = self.strings.insert_optional(text.srcsrv_dir.as_deref())?;
+            let srcsrv_revision_offset = self
+                .strings
+                .insert_optional(text.srcsrv_revision.as_deref())?;
+            let file_idx = self.files.insert_full(RawFile {
+                comp_dir_offset,
+                directory_offset,
+                name_offset,
+                srcsrv_name_offset,
+                srcsrv_dir_offset,
+                srcsrv_revision_offset,
+            })?;
+            let location = RawLocation {
+                file_idx,
+                line: text.line,
+                function_idx,
+                inlined_into_idx,
+            };
+
+            let mut current_address = line_range_start;
+            while current_address < line_range_end {
+                if next_inline
+                    .as_ref()
+                    .is_none_or(|next| next.start > current_address)
+                {
+                    self.log(current_address, SET, location)?;
+                }
+                if let Some(inline_range) =
+                    take_if(&mut next_inline, |next| next.start < line_range_end)
+                {
+                    let call_location_idx = self.call_locations.insert_full(location)?;
+                    callee_call_locations.push((inline_range.start, call_location_idx));
+                    current_address = inline_range.end;
+                    next_inline = inline_iter.next();
+                } else {
+                    current_address = line_range_end;
+                }
+            }
+
+            next_line = line_iter.next();
+            while next_line
+                .as_ref()
+                .is_some_and(|next| (next.address as u32) < current_address)
+            {
+                next_line = line_iter.next();
+            }
+        }
+
+        if !function.inline {
+            let location = RawLocation {
+                file_idx: NONE,
+                line: 0,
+                function_idx,
+                inlined_into_idx: NONE,
+            };
+            self.log(entry_pc, SET_OVER_END, location)?;
+        }
+
+        if !callee_call_locations.is_empty() {
+            for inlinee in &function.inlinees {
+                self.process_function(inlinee, &callee_call_locations)?;
+            }
+        }
+
+        let function_end = function.end_address() as u32;
+        let last_addr = self.last_addr.get_or_insert(0);
+        if function_end > *last_addr {
+            *last_addr = function_end;
+        }
+        self.log(function_end, SET_IF_VACANT, NO_LOCATION)
+    }
+
+    /// Replays the logged writes: sorted by address and then by when they were made,
+    /// each address's writes applied in turn leave what the map would hold.
+    fn fold_ranges(&mut self) -> io::Result<()> {
+        let ops = self.ops.as_mut_slice();
+        ops.sort_unstable_by_key(|op| (op.address, op.seq));
+        // Folding in place: the entries written never overtake the ops read.
+        let mut write = 0usize;
+        let mut read = 0usize;
+        while read < ops.len() {
+            let address = ops[read].address;
+            let mut value: Option<RawLocation> = None;
+            while read < ops.len() && ops[read].address == address {
+                let op = ops[read];
+                value = match (op.kind, value) {
+                    (SET, _) => Some(op.location),
+                    (SET_OVER_END, None) => Some(op.location),
+                    (SET_OVER_END, Some(v)) if v == NO_LOCATION => Some(op.location),
+                    (SET_IF_VACANT, None) => Some(op.location),
+                    (_, v) => v,
+                };
+                read += 1;
+            }
+            if let Some(location) = value {
+                // `write` never passes `read`: each address's ops are read before its
+                // one entry is written back in the same array.
+                ops[write] = RangeOp {
+                    address,
+                    kind: SET,
+                    seq: 0,
+                    location,
+                };
+                write += 1;
+            }
+        }
+        self.ops.truncate(write);
+        Ok(())
+    }
+
+    /// The folded map's value at `address`, with the symbols' writes over it.
+    fn range_at(&self, address: u32) -> Option<RawLocation> {
+        if let Some(found) = self.overlay.as_ref().and_then(|o| o.get(address)) {
+            return Some(found);
+        }
+        let folded = self.ops.as_slice();
+        folded
+            .binary_search_by_key(&address, |op| op.address)
+            .ok()
+            .map(|at| folded[at].location)
+    }
+
+    fn set_range(&mut self, address: u32, location: RawLocation) -> io::Result<()> {
+        self.overlay
+            .as_mut()
+            .expect("symbols come before serializing")
+            .insert(address, location)
+    }
+
+    /// symbolic's `process_symbolic_symbol`.
+    fn process_symbol(&mut self, symbol: &Symbol<'_>) -> io::Result<()> {
+        let name_offset = {
+            let Some(name) = &symbol.name else {
+                return Ok(());
+            };
+            let mut text = FunctionText {
+                name: name.clone(),
+                comp_dir: None,
+            };
+            for rewrite in &mut self.rewrites {
+                text = rewrite.function(text);
+            }
+            let name = if self.is_windows_object {
+                undecorate_win_symbol(&text.name)
+            } else {
+                &text.name
+            };
+            self.strings.insert(name)?
+        };
+        let address = symbol.address as u32;
+        if self
+            .range_at(address)
+            .is_none_or(|found| found == NO_LOCATION)
+        {
+            let function_idx = self.functions.insert_full(RawFunction {
+                name_offset,
+                comp_dir_offset: NONE,
+                entry_pc: address,
+                lang: NONE,
+            })?;
+            let location = RawLocation {
+                file_idx: NONE,
+                line: 0,
+                function_idx,
+                inlined_into_idx: NONE,
+            };
+            self.set_range(address, location)?;
+        }
+        let last_addr = self.last_addr.get_or_insert(0);
+        if address >= *last_addr {
+            self.last_addr = None;
+        }
+        if symbol.size > 0 {
+            let end_address = (symbol.address + symbol.size) as u32;
+            if self.range_at(end_address).is_none() {
+                self.set_range(end_address, NO_LOCATION)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// symbolic's `SymCacheConverter::serialize`: the same layout, byte for byte.
+    pub fn serialize<W: Write>(mut self, out: &mut W, dir: &Path) -> io::Result<()> {
+        let overlay = self.overlay.take().expect("serialized once");
+        // The folded ranges and the symbols' writes, merged by address.
+        let mut ranges: FileVec<RangeEntry> = FileVec::new_in(dir)?;
+        let mut symbols = overlay.into_sorted();
+        if let Some(last_addr) = self.last_addr {
+            let present = symbols
+                .as_slice()
+                .binary_search_by_key(&last_addr, |e| e.address)
+                .is_ok()
+                || self
+                    .ops
+                    .as_slice()
+                    .binary_search_by_key(&last_addr, |op| op.address)
+                    .is_ok();
+            if !present {
+                symbols.push(RangeEntry {
+                    address: last_addr,
+                    location: NO_LOCATION,
+                })?;
+                let len = symbols.len();
+                let slice = symbols.as_mut_slice();
+                let mut i = len - 1;
+                while i > 0 && slice[i - 1].address > slice[i].address {
+                    slice.swap(i - 1, i);
+                    i -= 1;
+                }
+            }
+        }
+        {
+            let base = self.ops.as_slice();
+            let over = symbols.as_slice();
+            let (mut b, mut o) = (0, 0);
+            while b < base.len() || o < over.len() {
+                let take_over =
+                    o < over.len() && (b >= base.len() || over[o].address <= base[b].address);
+                if take_over {
+                    if b < base.len() && base[b].address == over[o].address {
+                        b += 1;
+                    }
+                    ranges.push(over[o])?;
+                    o += 1;
+                } else {
+                    ranges.push(RangeEntry {
+                        address: base[b].address,
+                        location: base[b].location,
+                    })?;
+                    b += 1;
+                }
+            }
+        }
+        drop(symbols);
+        self.ops = FileVec::new_in(dir)?;
+
+        let too_many = || io::Error::other("more than 4 billion SymCache records");
+        let count = |n: usize| u32::try_from(n).map_err(|_| too_many());
+        let num_files = count(self.files.len())?;
+        let num_functions = count(self.functions.len())?;
+        let num_ranges = count(ranges.len())?;
+        let num_source_locations = count(self.call_locations.len() + ranges.len())?;
+        let string_bytes = self.strings.as_bytes();
+        let string_len = u32::try_from(string_bytes.len())
+            .map_err(|_| io::Error::other("SymCache string table past 4 GiB"))?;
+
+        let mut out = Counting { inner: out, pos: 0 };
+        out.write_all(&MAGIC.to_le_bytes())?;
+        out.write_all(&symbolic::symcache::SYMCACHE_VERSION.to_le_bytes())?;
+        // The v9 header: debug id (a UUID and an appendix), arch, five counts, 16 bytes
+        // reserved (72 bytes).
+        // SAFETY: `DebugId` is `repr(C, packed)`, 32 bytes of plain fields: the bytes
+        // symbolic's header holds it as (it is written from memory there too).
+        let debug_id: [u8; 32] = unsafe { std::mem::transmute(self.debug_id) };
+        out.write_all(&debug_id)?;
+        for value in [
+            self.arch as u32,
+            num_files,
+            num_functions,
+            num_source_locations,
+            num_ranges,
+            string_len,
+        ] {
+            out.write_all(&value.to_le_bytes())?;
+        }
+        out.write_all(&[0u8; 16])?;
+        out.align_to(8)?;
+        out.write_plain(self.files.as_slice())?;
+        out.align_to(8)?;
+        out.write_plain(self.functions.as_slice())?;
+        out.align_to(8)?;
+        out.write_plain(self.call_locations.as_slice())?;
+        for entry in ranges.as_slice() {
+            out.write_plain(std::slice::from_ref(&entry.location))?;
+        }
+        out.align_to(8)?;
+        for entry in ranges.as_slice() {
+            out.write_all(&entry.address.to_le_bytes())?;
+        }
+        out.align_to(8)?;
+        out.write_all(string_bytes)?;
+        Ok(())
+    }
+}
+
+/// The public symbols' writes to the range map: few beside the functions' ranges, a
+/// map of their own in a file.
+struct RangeOverlay {
+    entries: FileVec<RangeEntry>,
+    /// Addresses, in the order first written; an entry's index is its address's.
+    index: FileIndexSet<u64>,
+}
+
+impl RangeOverlay {
+    fn new_in(dir: &Path) -> io::Result<Self> {
+        Ok(RangeOverlay {
+            entries: FileVec::new_in(dir)?,
+            index: FileIndexSet::new_in(dir)?,
+        })
+    }
+
+    fn get(&self, address: u32) -> Option<RawLocation> {
+        self.index
+            .get_index(u64::from(address))
+            .map(|at| self.entries.get(at as usize).location)
+    }
+
+    fn insert(&mut self, address: u32, location: RawLocation) -> io::Result<()> {
+        let at = self.index.insert_full(u64::from(address))? as usize;
+        let entry = RangeEntry { address, location };
+        if at == self.entries.len() {
+            self.entries.push(entry)?;
+        } else {
+            self.entries.set(at, entry);
+        }
+        Ok(())
+    }
+
+    fn into_sorted(mut self) -> FileVec<RangeEntry> {
+        self.entries
+            .as_mut_slice()
+            .sort_unstable_by_key(|entry| entry.address);
+        self.entries
+    }
+}
+
+/// What symbolic's converter says of a file its debug session cannot read (its
+/// `ErrorKind::BadDebugFile`), with the reason for the log.
+fn bad_debug_file(e: impl std::error::Error) -> String {
+    tracing::debug!(error = %e, "bad debug file");
+    "bad debug file".to_owned()
+}
+
+struct Counting<'w, W: Write> {
+    inner: &'w mut W,
+    pos: u64,
+}
+
+impl<W: Write> Counting<'_, W> {
+    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.inner.write_all(bytes)?;
+        self.pos += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn write_plain<T: Plain>(&mut self, items: &[T]) -> io::Result<()> {
+        // SAFETY: `Plain` types have no padding; their bytes are their fields'.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(items.as_ptr().cast::<u8>(), std::mem::size_of_val(items))
+        };
+        self.write_all(bytes)
+    }
+
+    fn align_to(&mut self, align: u64) -> io::Result<()> {
+        let pad = (align - self.pos % align) % align;
+        self.write_all(&[0u8; 8][..pad as usize])
+    }
+}
+
+/// symbolic's `undecorate_win_symbol` (from dump_syms): strips the C decorations of
+/// `__cdecl`, `__stdcall`, `__fastcall` and `__vectorcall` names.
+fn undecorate_win_symbol(name: &str) -> &str {
+    if name.starts_with('?') || name.contains([':', '(', '<']) {
+        return name;
+    }
+    if let Some((name, param_size)) = name.rsplit_once("@@")
+        && param_size.parse::<u32>().is_ok()
+    {
+        return name;
+    }
+    if !name.is_empty()
+        && let ("@" | "_", rest) = name.split_at(1)
+    {
+        if let Some((name, param_size)) = rest.rsplit_once('@')
+            && param_size.parse::<u32>().is_ok()
+        {
+            return name;
+        }
+        if let Some(name) = name.strip_prefix('_') {
+            return name;
+        }
+    }
+    name
+}
+
+fn line_boundaries(address: u64, size: Option<u64>) -> (u32, u32) {
+    let start = address.try_into().unwrap_or(u32::MAX);
+    let end = start.saturating_add(size.unwrap_or(1).try_into().unwrap_or(u32::MAX));
+    (start, end)
+}
+
+fn take_if<T>(opt: &mut Option<T>, predicate: impl FnOnce(&mut T) -> bool) -> Option<T> {
+    if opt.as_mut().is_some_and(predicate) {
+        opt.take()
+    } else {
+        None
+    }
+}
