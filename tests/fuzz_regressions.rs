@@ -265,9 +265,10 @@ async fn minidump_regressions_are_answered() {
 fn convert<F: DerivedFormat>(input: F::Input) -> CacheResult<F::Item> {
     let temp = tempfile::NamedTempFile::new().unwrap();
     let file = temp.reopen().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     isolate(F::KIND.name, move || {
         let mut out = BufWriter::new(file);
-        F::convert(input, &mut out)?;
+        F::convert(input, &mut out, scratch.path())?;
         out.into_inner()
             .map_err(|e| omnisym::error::CacheError::internal(e.error()))?;
         Ok(())
