@@ -6,7 +6,8 @@
 # SIZE: bytes, or with K/M/G (64M, 1G, 6G): each file reaches at least that size.
 # FORMAT: elf-dwarf4 elf-dwarf5 elf-dwarf64 macho-fat pdb breakpad (default: all).
 # Writes OUTDIR/FORMAT/... and beside each debug file FILE.truth.json: TRUTH_COUNT (1000)
-# addresses inside functions with llvm-symbolizer-14's frames, inline chain included.
+# addresses inside functions with llvm-symbolizer-14's frames, inline chain included
+# (llvm-19's for the PDB: LLVM 14's PDB reader misplaces nested inline call sites).
 #
 # How: gen_sources.py writes BF_TUS C++ files once; they are compiled once per target;
 # the objects are then copied with their replica token renumbered (tools.py replicate)
