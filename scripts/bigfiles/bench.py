@@ -82,6 +82,13 @@ def du(path):
     return total
 
 
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def wait_listening(url, proc, limit=60):
     end = time.time() + limit
     while time.time() < end:
@@ -134,7 +141,8 @@ def symcache_written(kind, cache):
     if kind != "omnisym":
         return True
     for dirpath, _, files in os.walk(os.path.join(cache, "symcaches")):
-        if files:
+        # A file is written as .tmp* beside its place and renamed in when whole.
+        if any(not f.startswith(".tmp") for f in files):
             return True
     return False
 
@@ -233,6 +241,7 @@ def run_one(kind, binary, file, truth_path, work, port, memcap, sample):
                 proc.kill()
                 proc.wait()
         log.close()
+        shutil.rmtree(cache, ignore_errors=True)
         if cg:
             if cg.oom_kills() and "note" not in row:
                 row["note"] = "OOM kill inside the cgroup"
@@ -262,7 +271,6 @@ def main():
     truth_path = file + ".truth.json"
     memcap = os.environ.get("MEMCAP_BYTES")
     sample = int(os.environ.get("SAMPLE", "1000"))
-    port = int(os.environ.get("PORT", "38931"))
     if os.environ.get("BENCH_HEADER", "1") == "1":
         print(HEADER)
     for spec in servers:
@@ -270,6 +278,7 @@ def main():
         if not os.access(binary, os.X_OK):
             print(f"| {kind} | {os.path.basename(file)} | | | | | | | | | {binary} not found |")
             continue
+        port = int(os.environ.get("PORT") or free_port())
         row = run_one(kind, binary, file, truth_path, work, port, int(memcap) if memcap else 0, sample)
         print(fmt_row(row), flush=True)
         with open(os.path.join(work, f"{kind}.json"), "w") as f:

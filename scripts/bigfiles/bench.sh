@@ -18,7 +18,8 @@
 # Env: OMNISYM_BIN (target/release/omnisym), UPSTREAM_BIN
 # (/work/upstream/src/target/release/symbolicator), SERVERS ("omnisym upstream"),
 # MEMCAP (e.g. 1G: the server runs in a cgroup v1 memory group of that limit; an OOM kill
-# is reported), SAMPLE, IDLE_SECS, PORT, BENCH_WORK (scratch dir; $TMPDIR/omnisym-bigfiles-bench).
+# is reported), SAMPLE, IDLE_SECS, PORT (a free one), BENCH_WORK (scratch dir; $TMPDIR/omnisym-bigfiles-bench;
+# each server's config and log stay in BENCH_WORK/SERVER/, its cache is deleted).
 set -euo pipefail
 
 [ $# -ge 1 ] || { sed -n '2,20p' "$0" >&2; exit 2; }
@@ -55,5 +56,4 @@ for file in "$@"; do
     mkdir -p "$WORK"
     BENCH_HEADER=$header python3 "$HERE/bench.py" "$(readlink -f "$file")" "$WORK" "${specs[@]}"
     header=0
-    rm -rf "$WORK"
 done
