@@ -125,22 +125,28 @@ report() { # FORMAT FILE COUNT START
     printf 'generate.sh: %-11s %s: %s bytes, %s replicas of %s TUs, %s s\n' "$1" "$2" "$(fsize "$2")" "$3" "$TUS" "$(elapsed "$4")" >&2
 }
 
-CXXFLAGS_COMMON=(-O2 -g -fno-exceptions -fno-rtti -fno-stack-protector -ffreestanding -fno-eliminate-unused-debug-types)
+CXXFLAGS_BASE=(-O2 -g -fno-exceptions -fno-rtti -fno-stack-protector -ffreestanding)
+# The generated types have no code: kept, they make .debug_info the bulk of the file.
+CXXFLAGS_COMMON=("${CXXFLAGS_BASE[@]}" -fno-eliminate-unused-debug-types)
+
+# begin FORMAT: the clock and output folder (DIR) of one format.
+begin() {
+    START=$(now)
+    DIR="$OUT/$1"
+    mkdir -p "$DIR"
+}
 
 # --- ELF: gcc 12, linked by ld.bfd as a static PIE with its own _start ---
 elf() {
-    local fmt=$1 start dir
+    local fmt=$1 count
     shift
-    start=$(now)
-    dir="$OUT/$fmt"
-    mkdir -p "$dir"
+    begin "$fmt"
     compile "$fmt" g++-12 "${CXXFLAGS_COMMON[@]}" "$@"
     ELF_FMT=$fmt
-    ELF_OUT="$dir/bigfile"
-    local count
+    ELF_OUT="$DIR/bigfile"
     count=$(sized "$fmt" link_elf measure_elf)
     python3 "$HERE/tools.py" truth "$ELF_OUT" "$fmt" "$TRUTH_SEED" "$TRUTH_COUNT" "$ELF_OUT.truth.json" "x86_64:$ELF_OUT:$ELF_OUT"
-    report "$fmt" "$ELF_OUT" "$count" "$start"
+    report "$fmt" "$ELF_OUT" "$count" "$START"
 }
 link_elf() {
     # DWARF32 offsets are 32-bit relocations: past 4 GiB of one section ld reports
@@ -152,10 +158,9 @@ measure_elf() { fsize "$ELF_OUT"; }
 
 # --- Mach-O: clang-14 per arch, ld64.lld-14, dsymutil, then one fat dSYM ---
 macho() {
-    local fmt=macho-fat start dir arch count thins=() slices=()
-    start=$(now)
-    dir="$OUT/$fmt"
-    mkdir -p "$dir/bigfile.dSYM/Contents/Resources/DWARF"
+    local fmt=macho-fat arch count thins=() slices=()
+    begin "$fmt"
+    mkdir -p "$DIR/bigfile.dSYM/Contents/Resources/DWARF"
     for arch in x86_64 arm64; do
         compile "$fmt-$arch" clang-14 -target "$arch-apple-macos11" "${CXXFLAGS_COMMON[@]}" -Wno-stdlibcxx-not-found
     done
@@ -173,7 +178,7 @@ macho() {
         rm -rf "$WORK/$MACHO_NAME/bigfile.dSYM"
     done
     TARGET=$whole
-    local fat="$dir/bigfile.dSYM/Contents/Resources/DWARF/bigfile" total=0 t
+    local fat="$DIR/bigfile.dSYM/Contents/Resources/DWARF/bigfile" total=0 t
     for t in "${thins[@]}"; do total=$(( total + $(fsize "$t") )); done
     if [ "$total" -lt $(( (1 << 32) - (1 << 20) )) ]; then
         "$LLVM_BIN/llvm-lipo" -create "${thins[@]}" -output "$fat"
@@ -183,7 +188,7 @@ macho() {
     fi
     python3 "$HERE/tools.py" truth "$fat" "$fmt" "$TRUTH_SEED" "$TRUTH_COUNT" "$fat.truth.json" "${slices[@]}"
     rm -f "${thins[@]}"
-    report "$fmt" "$fat" "x86_64 ${count}/arch" "$start"
+    report "$fmt" "$fat" "$count (arm64)" "$START"
 }
 link_macho() {
     (
@@ -200,15 +205,13 @@ measure_macho() { fsize "$WORK/$MACHO_NAME/bigfile.dSYM/Contents/Resources/DWARF
 
 # --- PDB: clang-14 CodeView objects, lld-link-14 /DEBUG; the PE is kept too ---
 pdb() {
-    local fmt=pdb start dir count
-    start=$(now)
-    dir="$OUT/$fmt"
-    mkdir -p "$dir"
+    local fmt=pdb count
+    begin "$fmt"
     compile "$fmt" clang-14 --target=x86_64-pc-windows-msvc -gcodeview "${CXXFLAGS_COMMON[@]}" -Wno-stdlibcxx-not-found
-    PDB_DIR=$dir
+    PDB_DIR=$DIR
     count=$(sized "$fmt" link_pdb measure_pdb)
-    python3 "$HERE/tools.py" truth "$dir/bigfile.pdb" "$fmt" "$TRUTH_SEED" "$TRUTH_COUNT" "$dir/bigfile.pdb.truth.json" "x86_64:$dir/bigfile.exe:$dir/bigfile.pdb"
-    report "$fmt" "$dir/bigfile.pdb" "$count" "$start"
+    python3 "$HERE/tools.py" truth "$DIR/bigfile.pdb" "$fmt" "$TRUTH_SEED" "$TRUTH_COUNT" "$DIR/bigfile.pdb.truth.json" "x86_64:$DIR/bigfile.exe:$DIR/bigfile.pdb"
+    report "$fmt" "$DIR/bigfile.pdb" "$count" "$START"
 }
 link_pdb() {
     (
@@ -226,10 +229,8 @@ measure_pdb() { fsize "$PDB_DIR/bigfile.pdb"; }
 
 # --- Breakpad: dump_syms --inlines of an ELF (DWARF 5) sized so the .sym reaches SIZE ---
 breakpad() {
-    local fmt=breakpad start dir count
-    start=$(now)
-    dir="$OUT/$fmt"
-    mkdir -p "$dir"
+    local fmt=breakpad count
+    begin "$fmt"
     DUMP_SYMS=$(command -v dump_syms || true)
     [ -n "$DUMP_SYMS" ] || DUMP_SYMS="${DUMP_SYMS_ROOT:+$DUMP_SYMS_ROOT/bin/}dump_syms"
     if ! [ -x "$DUMP_SYMS" ]; then
@@ -237,14 +238,15 @@ breakpad() {
         echo "  cargo install dump_syms --version $DUMP_SYMS_VERSION --locked --root DIR   and set DUMP_SYMS_ROOT=DIR" >&2
         exit 1
     fi
-    compile "$fmt" g++-12 "${CXXFLAGS_COMMON[@]}" -gdwarf-5
+    # Without the code-less types, which no .sym keeps: the ELF to dump stays smaller.
+    compile "$fmt" g++-12 "${CXXFLAGS_BASE[@]}" -gdwarf-5
     ELF_FMT=$fmt
     ELF_OUT="$WORK/$fmt/bigfile"
-    BP_OUT="$dir/bigfile.sym"
+    BP_OUT="$DIR/bigfile.sym"
     count=$(sized "$fmt" link_breakpad measure_breakpad)
     python3 "$HERE/tools.py" truth "$BP_OUT" "$fmt" "$TRUTH_SEED" "$TRUTH_COUNT" "$BP_OUT.truth.json" "x86_64:$ELF_OUT:$ELF_OUT"
     rm -f "$ELF_OUT"
-    report "$fmt" "$BP_OUT" "$count" "$start"
+    report "$fmt" "$BP_OUT" "$count" "$START"
 }
 link_breakpad() { link_elf && "$DUMP_SYMS" --inlines "$ELF_OUT" > "$BP_OUT"; }
 measure_breakpad() { fsize "$BP_OUT"; }
