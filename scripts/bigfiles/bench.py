@@ -27,7 +27,8 @@ def unified_entries(truth, path):
     out = []
     for m in truth["modules"]:
         if fmt == "breakpad":
-            key, kind = m["debug_id"], "breakpad"
+            # A .sym of an ELF lives under the build id, as the ELF would.
+            key, kind = m["code_id"], "breakpad"
         elif fmt.startswith("elf"):
             key, kind = m["code_id"], "debuginfo"
         else:
