@@ -17,7 +17,8 @@
 # (-ffile-prefix-map), /Brepro, fixed object mtimes for the Mach-O debug map.
 #
 # Disk: the replicated objects need about as much space as the output; they are deleted
-# after each format. Knobs: BF_TUS (16), BF_FUNCS (150), BF_TYPES (300), BF_SEED (45),
+# after each format. Knobs: BF_TUS (16), BF_FUNCS (150), BF_TYPES (300), BF_TYPES_DWARF64
+# (1500), BF_SEED (45),
 # TRUTH_COUNT (1000), TRUTH_SEED (4545), KEEP_WORK=1 keeps OUTDIR/.work.
 set -euo pipefail
 
@@ -72,6 +73,7 @@ elapsed() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv
 fsize() { stat -c %s "$1"; }
 
 python3 "$HERE/gen_sources.py" "$WORK/src" --tus "$TUS" --funcs "$FUNCS" --types "$TYPES" --seed "$SEED"
+SRC_DIR="$WORK/src"
 
 # compile NAME CC FLAGS...: every TU into $WORK/NAME/base/, start.cpp into $WORK/NAME/start.o.
 # Paths stay relative and the build directory is renamed to SRC_PREFIX, so that no path
@@ -82,10 +84,10 @@ compile() {
     mkdir -p "$WORK/$name/base"
     case "$cc" in
         clang*) map=-ffile-compilation-dir="$SRC_PREFIX" ;;
-        *) map=-ffile-prefix-map="$WORK/src=$SRC_PREFIX" ;;
+        *) map=-ffile-prefix-map="$SRC_DIR=$SRC_PREFIX" ;;
     esac
     (
-        cd "$WORK/src"
+        cd "$SRC_DIR"
         printf '%s\n' "$TOKEN"/tu*.cpp | xargs -P "$JOBS" -I{} sh -c \
             'f={}; exec "$0" "$@" -c "$f" -o "../'"$name"'/base/$(basename "$f" .cpp).o"' \
             "$cc" "$map" -I"$TOKEN" "$@"
@@ -255,7 +257,13 @@ for fmt in "${FORMATS[@]}"; do
     case "$fmt" in
         elf-dwarf4) elf "$fmt" -gdwarf-4 ;;
         elf-dwarf5) elf "$fmt" -gdwarf-5 ;;
-        elf-dwarf64) elf "$fmt" -gdwarf-5 -gdwarf64 ;;
+        elf-dwarf64)
+            # Many types of shared member names: .debug_info is most of the file, and so
+            # passes 4 GiB from a file of about 5 GiB on.
+            python3 "$HERE/gen_sources.py" "$WORK/src64" --tus "$TUS" --funcs "$FUNCS" \
+                --types "${BF_TYPES_DWARF64:-1500}" --short-members --seed "$SEED"
+            SRC_DIR="$WORK/src64" elf "$fmt" -gdwarf-5 -gdwarf64
+            ;;
         macho-fat) macho ;;
         pdb) pdb ;;
         breakpad) breakpad ;;
