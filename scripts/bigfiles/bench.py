@@ -277,7 +277,8 @@ def main():
     for spec in servers:
         kind, binary = spec.split("=", 1)
         if not os.access(binary, os.X_OK):
-            print(f"| {kind} | {os.path.basename(file)} | | | | | | | | | {binary} not found |")
+            fmt = json.load(open(truth_path))["format"]
+            print(f"| {kind} | {fmt} | | | | | | | | | {binary} not found |")
             continue
         port = int(os.environ.get("PORT") or free_port())
         row = run_one(kind, binary, file, truth_path, work, port, int(memcap) if memcap else 0, sample)
