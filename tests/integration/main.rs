@@ -11,6 +11,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod bigfiles;
 mod caching;
 mod cli;
 mod conformance;
