@@ -97,6 +97,13 @@ fn same_bytes(
 fn every_fixture_debug_file_writes_symbolics_bytes() {
     let mut files = Vec::new();
     files_under(&fixtures(), &mut files);
+    // More trees to compare on, beside the repository's (another project's corpus,
+    // generated large files): `:`-separated directories.
+    if let Some(extra) = std::env::var_os("OMNISYM_DIFFERENTIAL_DIRS") {
+        for dir in std::env::split_paths(&extra) {
+            files_under(&dir, &mut files);
+        }
+    }
     files.sort();
     let mut compared = 0;
     for path in &files {
@@ -117,6 +124,9 @@ fn every_fixture_debug_file_writes_symbolics_bytes() {
                 continue;
             }
             let label = format!("{}#{index}", path.display());
+            if std::env::var_os("OMNISYM_DIFFERENTIAL_VERBOSE").is_some() {
+                eprintln!("comparing {label}");
+            }
             same_bytes(&label, &object, || (Inputs::default(), Inputs::default()));
             compared += 1;
         }
