@@ -32,6 +32,7 @@ mod operations;
 mod request_limits;
 mod secondary_inputs;
 mod self_reporting;
+mod slow_links;
 mod sentry_cli;
 mod soak;
 mod sort;
