@@ -33,7 +33,7 @@ impl FilesystemBackend {
     /// Copies the local file `src` into the transfer's destination, emptying it first. A
     /// missing path (or a directory) is `NotFound`, an unreadable one `PermissionDenied`.
     /// The size limit and the disk's free space are checked against the file's size before
-/// its first byte is read, as for HTTP downloads. Returns the number of bytes copied.
+    /// its first byte is read, as for HTTP downloads. Returns the number of bytes copied.
     pub async fn fetch(
         &self,
         src: &Path,

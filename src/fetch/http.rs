@@ -126,12 +126,13 @@ fn cross_origin_target(response: &reqwest::Response) -> Option<Url> {
 }
 
 /// The headers that may follow a request to another origin: none of the source's (they
-/// are its credentials), only what the download itself asks for.
+/// are its credentials), only what the download itself asks for (its encodings, and
+/// the range of a resumed download, which a Sentry file's storage serves).
 fn cross_origin_headers(headers: &HeaderMap) -> HeaderMap {
-    headers
-        .get(ACCEPT_ENCODING)
-        .map(|value| HeaderMap::from_iter([(ACCEPT_ENCODING, value.clone())]))
-        .unwrap_or_default()
+    [ACCEPT_ENCODING, RANGE, IF_RANGE]
+        .into_iter()
+        .filter_map(|name| Some((name.clone(), headers.get(&name)?.clone())))
+        .collect()
 }
 
 fn build_client(
@@ -213,7 +214,9 @@ fn continues(point: &ResumePoint, response: &reqwest::Response) -> bool {
     };
     first == point.offset
         && whole
-        && response.content_length().is_none_or(|len| Some(len) == (last + 1).checked_sub(first))
+        && response
+            .content_length()
+            .is_none_or(|len| Some(len) == (last + 1).checked_sub(first))
 }
 
 /// `bytes first-last/size` (the size may be `*`).
@@ -328,7 +331,10 @@ impl HttpBackend {
             // If-Range: a source whose file changed since answers 200 with the new one
             // whole, rather than the rest of the new one spliced onto the old.
             let range = format!("bytes={}-", point.offset);
-            headers.insert(RANGE, HeaderValue::from_str(&range).map_err(CacheError::internal)?);
+            headers.insert(
+                RANGE,
+                HeaderValue::from_str(&range).map_err(CacheError::internal)?,
+            );
             match HeaderValue::from_str(&point.validator) {
                 Ok(validator) => headers.insert(IF_RANGE, validator),
                 Err(_) => return Err(CacheError::internal("unusable validator")),
@@ -467,7 +473,10 @@ mod tests {
 
     #[test]
     fn content_ranges() {
-        assert_eq!(parse_content_range("bytes 10-19/20"), Some((10, 19, Some(20))));
+        assert_eq!(
+            parse_content_range("bytes 10-19/20"),
+            Some((10, 19, Some(20)))
+        );
         assert_eq!(parse_content_range("bytes 10-19/*"), Some((10, 19, None)));
         assert_eq!(parse_content_range("bytes 19-10/20"), None);
         assert_eq!(parse_content_range("items 10-19/20"), None);

@@ -485,7 +485,11 @@ async fn copy_file(
 ) -> Result<u64, CacheError> {
     let transfer = downloader.transfer_to(dest, u64::MAX);
     let margin = downloader.config().download_disk_margin;
-    downloader.inner.filesystem.fetch(src, transfer, margin).await
+    downloader
+        .inner
+        .filesystem
+        .fetch(src, transfer, margin)
+        .await
 }
 
 #[tokio::test]

@@ -86,7 +86,10 @@ impl Running<'_> {
         if self.resume_point().is_some() {
             // Only whole chunks were written, so the file ends where `written` says;
             // set_len makes sure anyway.
-            self.dest.set_len(self.written).await.map_err(CacheError::internal)?;
+            self.dest
+                .set_len(self.written)
+                .await
+                .map_err(CacheError::internal)?;
             self.dest
                 .seek(std::io::SeekFrom::Start(self.written))
                 .await
@@ -264,6 +267,8 @@ pub(super) struct Retry<'a> {
     what: &'a str,
     tries: u32,
     resumes: u32,
+    /// Whether the attempt that just ended kept bytes for the next.
+    kept: bool,
 }
 
 impl<'a> Retry<'a> {
@@ -273,21 +278,23 @@ impl<'a> Retry<'a> {
             what,
             tries: 0,
             resumes: 0,
+            kept: false,
         }
     }
 
     /// The attempt that just ended kept bytes the next one resumes after: unless there
     /// were many such, it does not count as a try.
     pub fn progressed(&mut self) {
-        if self.resumes < MAX_RESUMES {
-            self.resumes += 1;
-            self.tries = self.tries.saturating_sub(1);
-        }
+        self.kept = true;
     }
 
     /// Whether `result` calls for another attempt; if so, after the backoff delay.
     pub async fn again<T>(&mut self, result: &CacheResult<T>) -> bool {
-        self.tries = self.tries.saturating_add(1);
+        if std::mem::take(&mut self.kept) && self.resumes < MAX_RESUMES {
+            self.resumes += 1;
+        } else {
+            self.tries = self.tries.saturating_add(1);
+        }
         match result {
             Err(err) if self.tries < MAX_TRIES && is_retryable(err) => {
                 tracing::debug!(what = self.what, error = %err, tries = self.tries, "retrying");
@@ -427,6 +434,24 @@ mod tests {
                 return (result, calls);
             }
         }
+    }
+
+    #[tokio::test]
+    async fn attempts_that_kept_bytes_are_not_counted_up_to_a_bound() {
+        let mut retry = Retry::new("test");
+        let failed = Err::<(), _>(CacheError::DownloadError("connection reset".into()));
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            retry.progressed();
+            if !retry.again(&failed).await {
+                break;
+            }
+        }
+        assert_eq!(attempts, MAX_RESUMES + MAX_TRIES);
+        let disk = CacheError::DownloadError(format!("{NO_DISK_SPACE_MSG}: 1 byte"));
+        assert!(!is_retryable(&disk));
+        assert!(is_retryable(&stalled(Duration::from_secs(1))));
     }
 
     #[tokio::test]

@@ -140,7 +140,11 @@ async fn answer(
             return None;
         }
         let range = asked.headers.get("range")?;
-        range.strip_prefix("bytes=")?.strip_suffix('-')?.parse().ok()
+        range
+            .strip_prefix("bytes=")?
+            .strip_suffix('-')?
+            .parse()
+            .ok()
     };
     match behaviour {
         Behaviour::Stall => {
@@ -233,7 +237,9 @@ async fn a_stalled_download_fails_after_the_stall_timeout() {
 async fn a_dropped_download_resumes_with_a_range_request() {
     let source = FlakySource::start(Behaviour::DropThenRanges).await;
     let server = Server::start("");
-    let (_, response) = server.post("/symbolicate", &elf_request(source.source())).await;
+    let (_, response) = server
+        .post("/symbolicate", &elf_request(source.source()))
+        .await;
     assert_elf_symbolicated(&response);
 
     let len = std::fs::metadata(elf_debug_file()).unwrap().len() as usize;
@@ -253,7 +259,9 @@ async fn a_dropped_download_resumes_with_a_range_request() {
 async fn a_file_that_changed_meanwhile_is_fetched_whole_not_spliced() {
     let source = FlakySource::start(Behaviour::DropThenChanged).await;
     let server = Server::start("");
-    let (_, response) = server.post("/symbolicate", &elf_request(source.source())).await;
+    let (_, response) = server
+        .post("/symbolicate", &elf_request(source.source()))
+        .await;
     assert_elf_symbolicated(&response);
     let requests = source.file_requests();
     assert_eq!(requests.len(), 2, "{requests:#?}");
@@ -295,9 +303,12 @@ async fn a_slow_download_stays_pending_and_shows_its_progress() {
             .await
             .unwrap();
         if let Some(running) = status["downloading"].as_array()
-            && let Some(download) = running
-                .iter()
-                .find(|d| d["name"].as_str().unwrap_or("").ends_with(&elf_debug_path()))
+            && let Some(download) = running.iter().find(|d| {
+                d["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .ends_with(&elf_debug_path())
+            })
         {
             assert_eq!(download["total"], len, "{download}");
             shown.push(download["bytes"].as_u64().unwrap());
@@ -393,7 +404,9 @@ async fn a_file_over_its_limit_is_refused_unread_from_filesystem_and_s3() {
     let rel = unified_path(&il2cpp_code_id(), "il2cpp");
     let mapping = padded_mapping();
     let game = tempfile::tempdir().unwrap();
-    let debug = game.path().join(unified_path(&il2cpp_code_id(), "debuginfo"));
+    let debug = game
+        .path()
+        .join(unified_path(&il2cpp_code_id(), "debuginfo"));
     std::fs::create_dir_all(debug.parent().unwrap()).unwrap();
     std::fs::copy(fixtures().join("il2cpp/game.debug"), &debug).unwrap();
 
