@@ -11,9 +11,11 @@ use std::time::{Duration, Instant};
 
 use common::s3::{ACCESS_KEY, S3Server, SECRET_KEY};
 use common::{
-    Server, assert_elf_symbolicated, candidates, client, elf_debug_file, elf_debug_path,
-    elf_request, fixture_json, fixtures, unified_path,
+    Server, assert_elf_symbolicated, candidates, elf_debug_file, elf_debug_path, elf_request,
+    unified_path,
 };
+
+use crate::secondary_inputs::{il2cpp_code_id, il2cpp_file, il2cpp_request};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -225,9 +227,35 @@ async fn a_stalled_download_fails_after_the_stall_timeout() {
     assert_eq!(download["status"], "error", "{download}");
     let details = download["details"].as_str().unwrap_or_default();
     assert!(details.contains("no data arrived for 1s"), "{download}");
-    // Three tries of a second each, and the backoff between them.
-    assert_eq!(source.file_requests().len(), 3);
+    // The first attempt kept its 100 bytes, so it is no try; then three tries that
+    // ask for the rest (the source answers each with the file whole, which starts it
+    // over and keeps nothing new), of a second each.
+    let requests = source.file_requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    for resumed in &requests[1..] {
+        assert_eq!(
+            resumed.headers.get("range").map(String::as_str),
+            Some("bytes=100-")
+        );
+    }
     assert!(took < Duration::from_secs(8), "{took:?}");
+}
+
+/// Symbolicates the ELF fixture from a source behaving as told, which it must find; the
+/// source and the headers of the second of the two requests for the file it got.
+async fn fetched_twice(behaviour: Behaviour) -> (FlakySource, BTreeMap<String, String>) {
+    let source = FlakySource::start(behaviour).await;
+    let server = Server::start("");
+    let (_, response) = server
+        .post("/symbolicate", &elf_request(source.source()))
+        .await;
+    assert_elf_symbolicated(&response);
+    let requests = source.file_requests();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    assert!(!requests[0].headers.contains_key("range"));
+    let resumed = requests[1].headers.clone();
+    assert_eq!(resumed.get("if-range").map(String::as_str), Some("\"v1\""));
+    (source, resumed)
 }
 
 /// A connection dropped midway is resumed with a Range request that names the first
@@ -235,20 +263,9 @@ async fn a_stalled_download_fails_after_the_stall_timeout() {
 /// once, and the module is symbolicated from it.
 #[tokio::test]
 async fn a_dropped_download_resumes_with_a_range_request() {
-    let source = FlakySource::start(Behaviour::DropThenRanges).await;
-    let server = Server::start("");
-    let (_, response) = server
-        .post("/symbolicate", &elf_request(source.source()))
-        .await;
-    assert_elf_symbolicated(&response);
-
+    let (source, resumed) = fetched_twice(Behaviour::DropThenRanges).await;
     let len = std::fs::metadata(elf_debug_file()).unwrap().len() as usize;
-    let requests = source.file_requests();
-    assert_eq!(requests.len(), 2, "{requests:#?}");
-    assert!(!requests[0].headers.contains_key("range"));
-    let resumed = &requests[1].headers;
     assert_eq!(resumed.get("range"), Some(&format!("bytes={}-", len / 2)));
-    assert_eq!(resumed.get("if-range").map(String::as_str), Some("\"v1\""));
     assert_eq!(source.sent(), len, "the first half was sent again");
 }
 
@@ -257,17 +274,8 @@ async fn a_dropped_download_resumes_with_a_range_request() {
 /// away and the new file is used.
 #[tokio::test]
 async fn a_file_that_changed_meanwhile_is_fetched_whole_not_spliced() {
-    let source = FlakySource::start(Behaviour::DropThenChanged).await;
-    let server = Server::start("");
-    let (_, response) = server
-        .post("/symbolicate", &elf_request(source.source()))
-        .await;
-    assert_elf_symbolicated(&response);
-    let requests = source.file_requests();
-    assert_eq!(requests.len(), 2, "{requests:#?}");
-    let resumed = &requests[1].headers;
-    assert_eq!(resumed.get("if-range").map(String::as_str), Some("\"v1\""));
-    assert!(resumed.contains_key("range"));
+    let (_, resumed) = fetched_twice(Behaviour::DropThenChanged).await;
+    assert!(resumed.contains_key("range"), "{resumed:?}");
 }
 
 /// A download that takes longer than upstream's time limits allow it (the old code's
@@ -294,14 +302,7 @@ async fn a_slow_download_stays_pending_and_shows_its_progress() {
     let started = Instant::now();
     while answer["status"] == "pending" {
         assert!(started.elapsed() < Duration::from_secs(40), "{answer:#}");
-        let status: Value = client()
-            .get(format!("{}/console/api/status", server.url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let (_, status) = server.get("/console/api/status").await;
         if let Some(running) = status["downloading"].as_array()
             && let Some(download) = running.iter().find(|d| {
                 d["name"]
@@ -340,52 +341,16 @@ async fn a_slow_download_stays_pending_and_shows_its_progress() {
 
 // ---------------------------------------------------------------- max size per backend
 
-fn il2cpp_code_id() -> String {
-    fixture_json("il2cpp/manifest.json")["code_id"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
 /// An il2cpp line mapping of 4000 bytes (the fixture's, padded), past a limit of 1000.
 fn padded_mapping() -> Vec<u8> {
-    let mut mapping = std::fs::read(fixtures().join("il2cpp/LineNumberMapping.json")).unwrap();
+    let mut mapping = std::fs::read(il2cpp_file("LineNumberMapping.json")).unwrap();
     mapping.resize(4000, b' ');
     mapping
 }
 
-/// The il2cpp request of the game, looking for its mapping in `mapping_source` and its
-/// debug file in `game`.
-fn il2cpp_request(mapping_source: Value, game: &std::path::Path) -> Value {
-    let manifest = fixture_json("il2cpp/manifest.json");
-    let game = json!({"type": "filesystem", "id": "game", "path": game,
-                      "layout": {"type": "unified"}});
-    json!({
-        "sources": [mapping_source, game],
-        "modules": [{
-            "type": "elf",
-            "code_id": manifest["code_id"],
-            "debug_id": manifest["debug_id"],
-            "code_file": "/data/app/lib/x86_64/libil2cpp.so",
-            "debug_file": "libil2cpp.so",
-            "image_addr": manifest["image_addr"],
-            "image_size": manifest["image_size"],
-        }],
-        "stacktraces": [{"frames": [{"instruction_addr": manifest["frames"][0]["addr"]}]}],
-        "options": {"dif_candidates": true},
-    })
-}
-
 /// The console's record of the download at `location`.
 async fn download_record(server: &Server, location: &str) -> Value {
-    let downloads: Value = client()
-        .get(format!("{}/console/api/downloads", server.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, downloads) = server.get("/console/api/downloads").await;
     downloads["downloads"]
         .as_array()
         .unwrap()
@@ -403,12 +368,14 @@ async fn a_file_over_its_limit_is_refused_unread_from_filesystem_and_s3() {
     let server = Server::start("max_il2cpp_mapping_size: 1000\n");
     let rel = unified_path(&il2cpp_code_id(), "il2cpp");
     let mapping = padded_mapping();
-    let game = tempfile::tempdir().unwrap();
-    let debug = game
+    let game_dir = tempfile::tempdir().unwrap();
+    let debug = game_dir
         .path()
         .join(unified_path(&il2cpp_code_id(), "debuginfo"));
     std::fs::create_dir_all(debug.parent().unwrap()).unwrap();
-    std::fs::copy(fixtures().join("il2cpp/game.debug"), &debug).unwrap();
+    std::fs::copy(il2cpp_file("game.debug"), &debug).unwrap();
+    let game = json!({"type": "filesystem", "id": "game", "path": game_dir.path(),
+                      "layout": {"type": "unified"}});
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(&rel);
@@ -416,7 +383,7 @@ async fn a_file_over_its_limit_is_refused_unread_from_filesystem_and_s3() {
     std::fs::write(&path, &mapping).unwrap();
     let fs_source = json!({"type": "filesystem", "id": "local", "path": dir.path(),
                            "layout": {"type": "unified"}});
-    let request = il2cpp_request(fs_source, game.path());
+    let request = il2cpp_request(json!([fs_source, game]));
     server.post("/symbolicate?scope=fs", &request).await;
     let record = download_record(&server, &path.display().to_string()).await;
     assert_eq!(record["outcome"], "too_large", "{record}");
@@ -429,7 +396,7 @@ async fn a_file_over_its_limit_is_refused_unread_from_filesystem_and_s3() {
     let s3_source = json!({"type": "s3", "id": "bucket", "bucket": "symbols",
                            "region": ["us-east-1", s3.url], "access_key": ACCESS_KEY,
                            "secret_key": SECRET_KEY, "layout": {"type": "unified"}});
-    let request = il2cpp_request(s3_source, game.path());
+    let request = il2cpp_request(json!([s3_source, game]));
     server.post("/symbolicate?scope=s3", &request).await;
     let record = download_record(&server, &format!("s3://symbols/{rel}")).await;
     assert_eq!(record["outcome"], "too_large", "{record}");
