@@ -112,6 +112,13 @@ pub struct Config {
     pub streaming_timeout: Duration,
     #[serde(deserialize_with = "deserialize_duration")]
     pub max_download_timeout: Duration,
+    /// A download that brings no byte for this long fails (omnisym only).
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub max_download_stall: Duration,
+    /// Free disk a download must leave (at most a 20th of the disk); `0`: no check
+    /// (omnisym only).
+    #[serde(deserialize_with = "deserialize_size")]
+    pub download_disk_margin: u64,
     /// Largest debug file downloaded, in bytes (compressed and decompressed); `null`: no limit.
     #[serde(deserialize_with = "deserialize_size")]
     pub max_download_size: u64,
@@ -629,6 +636,8 @@ impl Default for Config {
             head_timeout: fetch.head_timeout,
             streaming_timeout: fetch.streaming_timeout,
             max_download_timeout: fetch.max_download_timeout,
+            max_download_stall: fetch.max_download_stall,
+            download_disk_margin: fetch.download_disk_margin,
             max_download_size: fetch.max_download_size,
             max_concurrent_downloads_per_source: fetch.max_concurrent_downloads_per_source,
             object_file_max_decompressed_section_size: objects.max_decompressed_section_size,
@@ -843,6 +852,7 @@ impl Config {
             ("header_read_timeout", self.header_read_timeout),
             ("body_read_timeout", self.body_read_timeout),
             ("write_timeout", self.write_timeout),
+            ("max_download_stall", self.max_download_stall),
         ] {
             if value.is_zero() {
                 return Err(ConfigError::Semantic(format!(
@@ -949,6 +959,8 @@ impl Config {
             head_timeout: self.head_timeout,
             streaming_timeout: self.streaming_timeout,
             max_download_timeout: self.max_download_timeout,
+            max_download_stall: self.max_download_stall,
+            download_disk_margin: self.download_disk_margin,
             max_download_size: self.max_download_size,
             connect_to_reserved_ips: self.connect_to_reserved_ips,
             server_credentials_for_request_sources: self.server_credentials_for_request_sources,

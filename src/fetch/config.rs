@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::deny_list::DenyListConfig;
+use crate::units::FOREVER;
 
 /// Limits and identity for outgoing fetches. Field names follow upstream's config keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -11,10 +12,19 @@ pub struct FetchConfig {
     pub connect_timeout: Duration,
     /// Time allowed from sending a request until its response headers arrive.
     pub head_timeout: Duration,
-    /// Time allowed per GiB of body when the size is announced (never below 10s).
+    /// Time allowed per GiB of body when the size is announced (never below 10s);
+    /// [`FOREVER`] (the default, unlike upstream's 250 s) sets no such limit.
     pub streaming_timeout: Duration,
-    /// Upper bound for one whole download, retries included.
+    /// Upper bound for one whole download, retries included; [`FOREVER`] (the default,
+    /// unlike upstream's 5 min) sets none, so a large file on a slow link is not cut off.
     pub max_download_timeout: Duration,
+    /// A body that brings no byte for this long fails (and is retried, resuming where
+    /// the source allows it). What bounds a download when the limits above are off.
+    pub max_download_stall: Duration,
+    /// Free space a download leaves on the cache's disk: a file whose announced size
+    /// would eat into it is refused before its first byte. At most a 20th of the disk
+    /// is kept free, so that a small cache disk still takes files.
+    pub download_disk_margin: u64,
     /// Largest body, and largest decompressed payload, accepted; `u64::MAX` means no limit.
     pub max_download_size: u64,
     /// Largest decompressed/compressed size ratio of a downloaded file; `u64::MAX` means
@@ -53,9 +63,18 @@ impl Default for FetchConfig {
             // Upstream's defaults.
             connect_timeout: Duration::from_secs(5),
             head_timeout: Duration::from_secs(10),
-            // Lets a 4 MB/s connection download 1 GB.
-            streaming_timeout: Duration::from_secs(250),
-            max_download_timeout: Duration::from_secs(300),
+            // Upstream's 250 s per GiB and 5 min cut off any file that a link under
+            // 4 MB/s cannot bring in time; the stall timeout stops a dead transfer
+            // instead, whatever the file's size.
+            streaming_timeout: FOREVER,
+            max_download_timeout: FOREVER,
+            // Long enough for a congested link or a server that pauses to read a big
+            // file from cold storage; short enough that a dead one is retried soon.
+            max_download_stall: Duration::from_secs(60),
+            // Room for what is derived from the file (its SymCache, CFI) and for other
+            // writers; a download that would leave less fails with a clear error rather
+            // than filling the disk.
+            download_disk_margin: 1024 * 1024 * 1024,
             // Upstream's: real debug files reach several GiB, none 15.
             max_download_size: 15 * 1024 * 1024 * 1024,
             // Debug files compress 3-5 times, text (Breakpad, source maps, sources) 5-10

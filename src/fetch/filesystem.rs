@@ -7,7 +7,7 @@ use std::path::Path;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::too_large;
-use super::transfer::{Running, Transfer};
+use super::transfer::{Running, Transfer, ensure_disk_room};
 use crate::error::{CacheError, CacheResult};
 
 const COPY_BUF: usize = 64 * 1024;
@@ -32,18 +32,24 @@ pub(super) struct FilesystemBackend;
 impl FilesystemBackend {
     /// Copies the local file `src` into the transfer's destination, emptying it first. A
     /// missing path (or a directory) is `NotFound`, an unreadable one `PermissionDenied`.
-    /// The size limit applies as for HTTP downloads. Returns the number of bytes copied.
-    pub async fn fetch(&self, src: &Path, transfer: Transfer<'_>) -> CacheResult<u64> {
+    /// The size limit and the disk's free space are checked against the file's size before
+    /// its first byte is read, as for HTTP downloads. Returns the number of bytes copied.
+    pub async fn fetch(
+        &self,
+        src: &Path,
+        transfer: Transfer<'_>,
+        disk_margin: u64,
+    ) -> CacheResult<u64> {
         tracing::debug!(path = %src.display(), "copying from filesystem source");
         // A source directory may be a network mount, where a big file takes a while too.
         let mut run = transfer.start(&src.display().to_string());
-        let result = copy(src, &mut run).await;
+        let result = copy(src, &mut run, disk_margin).await;
         run.finish(&result);
         result
     }
 }
 
-async fn copy(src: &Path, run: &mut Running<'_>) -> CacheResult<u64> {
+async fn copy(src: &Path, run: &mut Running<'_>, disk_margin: u64) -> CacheResult<u64> {
     let max_size = run.max_size;
 
     let mut file = tokio::fs::File::open(src).await.map_err(open_error)?;
@@ -62,6 +68,7 @@ async fn copy(src: &Path, run: &mut Running<'_>) -> CacheResult<u64> {
 
     run.restart().await?;
     run.progress.set_total(Some(metadata.len()));
+    ensure_disk_room(run.dest, metadata.len(), disk_margin)?;
 
     // Counted while copying too: the file may grow after the metadata check.
     let mut buf = vec![0u8; COPY_BUF];

@@ -6,12 +6,15 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
-use reqwest::header::{ACCEPT_ENCODING, HeaderMap, HeaderName, HeaderValue, LOCATION};
+use reqwest::header::{
+    ACCEPT_ENCODING, CONTENT_RANGE, ETAG, HeaderMap, HeaderName, HeaderValue, IF_RANGE,
+    LAST_MODIFIED, LOCATION, RANGE,
+};
 use reqwest::{StatusCode, redirect};
 use url::Url;
 
 use super::reserved_ip::{ReservedAddress, ReservedIps, resolve_public, url_has_reserved_ip_host};
-use super::transfer::{Running, Transfer, streaming_timeout, with_retries};
+use super::transfer::{ResumePoint, Running, Transfer, streaming_timeout, with_retries};
 use super::{FetchConfig, redact_url};
 use crate::error::{CacheError, CacheResult};
 use crate::sources::Headers;
@@ -123,12 +126,13 @@ fn cross_origin_target(response: &reqwest::Response) -> Option<Url> {
 }
 
 /// The headers that may follow a request to another origin: none of the source's (they
-/// are its credentials), only what the download itself asks for.
+/// are its credentials), only what the download itself asks for (its encodings, and
+/// the range of a resumed download, which a Sentry file's storage serves).
 fn cross_origin_headers(headers: &HeaderMap) -> HeaderMap {
-    headers
-        .get(ACCEPT_ENCODING)
-        .map(|value| HeaderMap::from_iter([(ACCEPT_ENCODING, value.clone())]))
-        .unwrap_or_default()
+    [ACCEPT_ENCODING, RANGE, IF_RANGE]
+        .into_iter()
+        .filter_map(|name| Some((name.clone(), headers.get(&name)?.clone())))
+        .collect()
 }
 
 fn build_client(
@@ -173,6 +177,62 @@ fn warn_about_ignored_proxy(reserved: ReservedIps) {
              to use the proxy)"
         );
     }
+}
+
+/// What names the version of a file so that a later request may ask for the rest of
+/// it: a strong ETag (RFC 9110 lets If-Range use no weak one), else Last-Modified.
+fn validator(headers: &HeaderMap) -> Option<String> {
+    let etag = headers.get(ETAG).and_then(|v| v.to_str().ok());
+    if let Some(etag) = etag.filter(|etag| etag.starts_with('"')) {
+        return Some(etag.to_owned());
+    }
+    let modified = headers.get(LAST_MODIFIED)?.to_str().ok()?;
+    Some(modified.to_owned())
+}
+
+/// Whether a 206 answer to a resumed request is the rest of the file on disk: its
+/// Content-Range starts where the file ends and, where known, ends where the file does,
+/// and an ETag it names is the file's.
+fn continues(point: &ResumePoint, response: &reqwest::Response) -> bool {
+    let headers = response.headers();
+    if let Some(etag) = headers.get(ETAG).and_then(|v| v.to_str().ok())
+        && point.validator.starts_with('"')
+        && etag != point.validator
+    {
+        return false;
+    }
+    let Some(range) = headers.get(CONTENT_RANGE).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let Some((first, last, size)) = parse_content_range(range) else {
+        return false;
+    };
+    let whole = match (size, point.total) {
+        (Some(size), Some(total)) => size == total && last.checked_add(1) == Some(size),
+        (Some(size), None) => last.checked_add(1) == Some(size),
+        (None, _) => true,
+    };
+    first == point.offset
+        && whole
+        && response
+            .content_length()
+            .is_none_or(|len| Some(len) == (last + 1).checked_sub(first))
+}
+
+/// `bytes first-last/size` (the size may be `*`).
+fn parse_content_range(value: &str) -> Option<(u64, u64, Option<u64>)> {
+    let (unit, rest) = value.trim().split_once(' ')?;
+    if !unit.eq_ignore_ascii_case("bytes") {
+        return None;
+    }
+    let (range, size) = rest.trim().split_once('/')?;
+    let (first, last) = range.split_once('-')?;
+    let (first, last): (u64, u64) = (first.parse().ok()?, last.parse().ok()?);
+    let size = match size {
+        "*" => None,
+        size => Some(size.parse().ok()?),
+    };
+    (first <= last).then_some((first, last, size))
 }
 
 /// Upstream's mapping of a non-success status.
@@ -266,8 +326,40 @@ impl HttpBackend {
         if !headers.contains_key(ACCEPT_ENCODING) {
             headers.insert(ACCEPT_ENCODING, HeaderValue::from_static(FILE_ENCODINGS));
         }
+        let resume = run.resume_point();
+        if let Some(point) = &resume {
+            // If-Range: a source whose file changed since answers 200 with the new one
+            // whole, rather than the rest of the new one spliced onto the old.
+            let range = format!("bytes={}-", point.offset);
+            headers.insert(
+                RANGE,
+                HeaderValue::from_str(&range).map_err(CacheError::internal)?,
+            );
+            match HeaderValue::from_str(&point.validator) {
+                Ok(validator) => headers.insert(IF_RANGE, validator),
+                Err(_) => return Err(CacheError::internal("unusable validator")),
+            };
+        }
         let response = self.send_checked(client, url, &headers).await?;
         let content_length = response.content_length();
+        match resume {
+            Some(point) if response.status() == StatusCode::PARTIAL_CONTENT => {
+                if !continues(&point, &response) {
+                    // Not the rest of the same file: the next attempt starts over.
+                    run.discard().await?;
+                    return Err(CacheError::DownloadError(
+                        "the source answered a resumed download with another range".into(),
+                    ));
+                }
+                tracing::debug!(url = %redact_url(url), offset = point.offset, "resuming");
+            }
+            _ => {
+                if resume.is_some() {
+                    run.discard().await?;
+                }
+                run.set_validator(validator(response.headers()));
+            }
+        }
         let body = response.bytes_stream().map_err(|e| self.reqwest_error(e));
         run.write_body(body, content_length, &self.config).await
     }
@@ -378,6 +470,18 @@ mod tests {
 
     use super::*;
     use crate::fetch::reserved_ip::RESERVED_ADDRESS_MSG;
+
+    #[test]
+    fn content_ranges() {
+        assert_eq!(
+            parse_content_range("bytes 10-19/20"),
+            Some((10, 19, Some(20)))
+        );
+        assert_eq!(parse_content_range("bytes 10-19/*"), Some((10, 19, None)));
+        assert_eq!(parse_content_range("bytes 19-10/20"), None);
+        assert_eq!(parse_content_range("items 10-19/20"), None);
+        assert_eq!(parse_content_range("bytes */20"), None);
+    }
 
     #[test]
     fn status_mapping() {

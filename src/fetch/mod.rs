@@ -47,7 +47,7 @@ pub use decompress::{DecompressLimits, decompress_bounded, decompress_file, is_c
 pub use deny_list::{BlockedHost, DenyListConfig};
 pub use http::{Certificates, HttpOptions};
 pub use ledger::{DownloadLedger, DownloadRecord, SourceTally};
-pub use progress::{DownloadObserver, DownloadOutcome, DownloadState};
+pub use progress::{DownloadObserver, DownloadOutcome, DownloadProgress, DownloadState, InFlight};
 pub use remote::RemoteFile;
 pub use transfer::record_download;
 
@@ -72,6 +72,8 @@ struct Inner {
     deny_list: Option<deny_list::HostDenyList>,
     /// Per source and per download, for the console.
     ledger: DownloadLedger,
+    /// The transfers running now, with their progress.
+    in_flight: Arc<InFlight>,
     observer: Option<Arc<dyn DownloadObserver>>,
     http: HttpBackend,
     filesystem: FilesystemBackend,
@@ -115,6 +117,7 @@ impl Downloader {
             inner: Arc::new(Inner {
                 deny_list: deny_list::HostDenyList::new(&config.deny_list),
                 ledger: DownloadLedger::default(),
+                in_flight: Arc::default(),
                 source_limits: moka::sync::Cache::builder()
                     .max_capacity(MAX_TRACKED_SOURCES)
                     .time_to_idle(Duration::from_secs(600))
@@ -135,6 +138,11 @@ impl Downloader {
         &self.inner.ledger
     }
 
+    /// The transfers running now, with their bytes so far and announced sizes.
+    pub fn in_flight(&self) -> Vec<DownloadProgress> {
+        self.inner.in_flight.list()
+    }
+
     /// The HTTP hosts the deny list holds back now (none when it is off).
     pub fn blocked_hosts(&self) -> Vec<BlockedHost> {
         self.inner
@@ -150,8 +158,8 @@ impl Downloader {
 
     /// Downloads `file` into `dest` and unpacks it if it is compressed, so `dest` ends up
     /// holding the plain file. `max_size` caps the payload below the configured
-    /// `max_download_size`: an HTTP or GCS transfer while it streams, every kind when
-    /// unpacked.
+    /// `max_download_size`, for every kind of source while it streams (before its first
+    /// byte when the size is known) and again when unpacked.
     pub async fn fetch(
         &self,
         file: &RemoteFile,
@@ -201,8 +209,6 @@ impl Downloader {
                 _ => Err(CacheError::NotFound),
             };
         };
-        // Only HTTP and GCS transfers stop at `max_size` while they stream; the other
-        // kinds stream up to the configured limit and meet `max_size` when unpacked.
         match &file.source {
             SourceConfig::Http(http) => {
                 let Some(url) = http.join_url(path) else {
@@ -211,19 +217,22 @@ impl Downloader {
                 self.http_source_transfer(&url, http, max_size, out).await
             }
             SourceConfig::Filesystem(fs) => {
-                let transfer = self.transfer_to(out, u64::MAX);
-                inner.filesystem.fetch(&fs.join_path(path), transfer).await
+                let transfer = self.transfer_to(out, max_size);
+                let margin = inner.config.download_disk_margin;
+                (inner.filesystem)
+                    .fetch(&fs.join_path(path), transfer, margin)
+                    .await
             }
             SourceConfig::Sentry(sentry) => {
                 let url = match file.sentry_download_url() {
                     Some(url) => url.clone(),
                     None => sentry.download_url(path),
                 };
-                let transfer = self.transfer_to(out, u64::MAX);
+                let transfer = self.transfer_to(out, max_size);
                 inner.sentry.fetch(sentry, &url, transfer).await
             }
             SourceConfig::S3(s3) => {
-                let transfer = self.transfer_to(out, u64::MAX);
+                let transfer = self.transfer_to(out, max_size);
                 inner.s3.fetch(s3, &s3.key(path), transfer).await
             }
             SourceConfig::Gcs(gcs) => {
@@ -259,7 +268,12 @@ impl Downloader {
     /// configured limit, reported to the observer.
     fn transfer_to<'a>(&self, dest: &'a mut tokio::fs::File, max_size: u64) -> Transfer<'a> {
         let max_size = max_size.min(self.inner.config.max_download_size);
-        Transfer::new(dest, max_size, self.inner.observer.clone())
+        Transfer::new(
+            dest,
+            max_size,
+            self.inner.observer.clone(),
+            self.inner.in_flight.clone(),
+        )
     }
 
     /// Runs `download` from `url` unless its host is on the deny list; the outcome counts

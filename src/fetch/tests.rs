@@ -484,7 +484,12 @@ async fn copy_file(
     dest: &mut tokio::fs::File,
 ) -> Result<u64, CacheError> {
     let transfer = downloader.transfer_to(dest, u64::MAX);
-    downloader.inner.filesystem.fetch(src, transfer).await
+    let margin = downloader.config().download_disk_margin;
+    downloader
+        .inner
+        .filesystem
+        .fetch(src, transfer, margin)
+        .await
 }
 
 #[tokio::test]

@@ -10,11 +10,12 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 
-use super::progress::{DownloadObserver, Progress};
+use super::progress::{DownloadObserver, InFlight, Progress};
 use super::reserved_ip::RESERVED_ADDRESS_MSG;
 use super::{FetchConfig, too_large};
 use crate::error::{CacheError, CacheResult};
 use crate::telemetry::{self, DOWNLOAD_DURATION, DOWNLOADED_BYTES, DOWNLOADS};
+use crate::units::FOREVER;
 
 /// One file on its way to disk, as the downloader hands it to a backend: the backend
 /// only moves bytes, and the limit and the observer were decided once, by the caller.
@@ -22,30 +23,36 @@ pub(super) struct Transfer<'a> {
     dest: &'a mut tokio::fs::File,
     max_size: u64,
     observer: Option<Arc<dyn DownloadObserver>>,
+    in_flight: Arc<InFlight>,
 }
 
 impl<'a> Transfer<'a> {
     /// Into `dest`, at most `max_size` bytes (the caller's cap, already within the
-    /// configured limit).
+    /// configured limit), listed in `in_flight` while it runs.
     pub fn new(
         dest: &'a mut tokio::fs::File,
         max_size: u64,
         observer: Option<Arc<dyn DownloadObserver>>,
+        in_flight: Arc<InFlight>,
     ) -> Self {
         Transfer {
             dest,
             max_size,
             observer,
+            in_flight,
         }
     }
 
-    /// Begins the transfer called `what` (observers show it, so it carries no
-    /// credentials).
+    /// Begins the transfer called `what` (observers and the console show it, so it
+    /// carries no credentials).
     pub fn start(self, what: &str) -> Running<'a> {
         Running {
             dest: self.dest,
             max_size: self.max_size,
-            progress: Progress::start(self.observer, what),
+            progress: Progress::start(self.observer, self.in_flight, what),
+            written: 0,
+            validator: None,
+            total: None,
         }
     }
 }
@@ -55,20 +62,81 @@ pub(super) struct Running<'a> {
     pub dest: &'a mut tokio::fs::File,
     pub max_size: u64,
     pub progress: Progress,
+    /// Bytes of the file on disk, which the next attempt may keep.
+    written: u64,
+    /// What the source named the version of the bytes on disk by (a strong ETag, else
+    /// Last-Modified), so that a resumed attempt asks for the rest of that version
+    /// only; without one, nothing is resumed.
+    validator: Option<String>,
+    /// The whole file's size, as the answer that began it announced it.
+    total: Option<u64>,
+}
+
+/// Where a resumed attempt starts, and the version of the file it must be.
+pub(super) struct ResumePoint {
+    pub offset: u64,
+    pub validator: String,
+    pub total: Option<u64>,
 }
 
 impl Running<'_> {
-    /// Empties the destination for an attempt: a failed one leaves a partial body behind.
+    /// Readies the destination for an attempt: a failed one leaves a partial body
+    /// behind, which is kept when the source named its version, and emptied otherwise.
     pub async fn restart(&mut self) -> CacheResult<()> {
+        if self.resume_point().is_some() {
+            // Only whole chunks were written, so the file ends where `written` says;
+            // set_len makes sure anyway.
+            self.dest
+                .set_len(self.written)
+                .await
+                .map_err(CacheError::internal)?;
+            self.dest
+                .seek(std::io::SeekFrom::Start(self.written))
+                .await
+                .map_err(CacheError::internal)?;
+            self.progress.restart(self.written);
+            return Ok(());
+        }
+        self.discard().await
+    }
+
+    /// Throws away what earlier attempts wrote: the next bytes are the file's first.
+    pub async fn discard(&mut self) -> CacheResult<()> {
         self.dest.rewind().await.map_err(CacheError::internal)?;
         self.dest.set_len(0).await.map_err(CacheError::internal)?;
-        self.progress.restart();
+        self.written = 0;
+        self.validator = None;
+        self.total = None;
+        self.progress.restart(0);
         Ok(())
     }
 
-    /// Writes `body` to the destination, never holding more than one chunk in memory.
-    /// Refuses bodies over the size limit, early when the size is announced. Without an
-    /// announced size only the overall download timeout bounds the body, as upstream.
+    /// Where the next attempt may resume: only past bytes that are on disk and whose
+    /// version the source named.
+    pub fn resume_point(&self) -> Option<ResumePoint> {
+        let validator = self.validator.clone()?;
+        (self.written > 0).then_some(ResumePoint {
+            offset: self.written,
+            validator,
+            total: self.total,
+        })
+    }
+
+    /// Names the version of the file whose first bytes are about to be written.
+    pub fn set_validator(&mut self, validator: Option<String>) {
+        self.validator = validator;
+    }
+
+    /// Bytes of the file on disk.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Writes `body` to the destination after what is on disk, never holding more than
+    /// one chunk in memory. `content_length` is what this answer announces (the rest,
+    /// when it resumes). Refuses bodies over the size limit and bodies the disk has no
+    /// room for, before their first byte when the size is announced, and fails when no
+    /// byte arrives for `max_download_stall`. Returns the bytes of the file on disk.
     pub async fn write_body(
         &mut self,
         body: impl Stream<Item = CacheResult<Bytes>>,
@@ -76,22 +144,34 @@ impl Running<'_> {
         config: &FetchConfig,
     ) -> CacheResult<u64> {
         let max_size = self.max_size;
-        self.progress.set_total(content_length);
-        if let Some(len) = content_length
-            && len > max_size
+        let start = self.written;
+        let total = content_length.map(|len| start.saturating_add(len));
+        if start == 0 {
+            self.total = total;
+        }
+        self.progress.set_total(total);
+        if let Some(total) = total
+            && total > max_size
         {
             return Err(too_large(format!(
-                "Content-Length {len} exceeds the limit of {max_size} bytes"
+                "Content-Length {total} exceeds the limit of {max_size} bytes"
             )));
         }
+        if let Some(len) = content_length {
+            ensure_disk_room(self.dest, len, config.download_disk_margin)?;
+        }
+        let stall = config.max_download_stall;
         let copy = async {
             let mut body = std::pin::pin!(body);
-            let mut written: u64 = 0;
-            while let Some(chunk) = body.next().await {
-                let chunk = chunk?;
+            loop {
+                let chunk = match tokio::time::timeout(stall, body.next()).await {
+                    Err(_) => return Err(stalled(stall)),
+                    Ok(None) => break,
+                    Ok(Some(chunk)) => chunk?,
+                };
                 // A body's length is the server's to choose: count without overflowing.
-                written = written.saturating_add(chunk.len() as u64);
-                if written > max_size {
+                let after = self.written.saturating_add(chunk.len() as u64);
+                if after > max_size {
                     return Err(too_large(format!(
                         "body exceeds the limit of {max_size} bytes"
                     )));
@@ -100,19 +180,20 @@ impl Running<'_> {
                     .write_all(&chunk)
                     .await
                     .map_err(CacheError::internal)?;
+                self.written = after;
                 self.progress.advance(chunk.len() as u64);
             }
             self.dest.flush().await.map_err(CacheError::internal)?;
-            Ok(written)
+            Ok(self.written)
         };
         match content_length {
-            Some(len) => {
+            Some(len) if config.streaming_timeout < FOREVER => {
                 let timeout = streaming_timeout(len, config.streaming_timeout);
                 tokio::time::timeout(timeout, copy)
                     .await
                     .map_err(|_| CacheError::Timeout(timeout))?
             }
-            None => copy.await,
+            _ => copy.await,
         }
     }
 
@@ -122,7 +203,45 @@ impl Running<'_> {
     }
 }
 
+/// The error of a body that brought no byte for `stall`.
+fn stalled(stall: Duration) -> CacheError {
+    CacheError::DownloadError(format!(
+        "{STALLED_MSG} for {}",
+        humantime::format_duration(stall)
+    ))
+}
+
+/// Refuses a body of `len` bytes that would leave less than `margin` (at most a 20th of
+/// the disk) free on the disk `dest` is on. A disk that cannot be asked is not refused:
+/// the write's own error still stops the download.
+pub(super) fn ensure_disk_room(dest: &tokio::fs::File, len: u64, margin: u64) -> CacheResult<()> {
+    let stat = match rustix::fs::fstatvfs(dest) {
+        Ok(stat) => stat,
+        Err(err) => {
+            tracing::debug!(error = %err, "cannot ask the download disk for its free space");
+            return Ok(());
+        }
+    };
+    let available = stat.f_bavail.saturating_mul(stat.f_frsize);
+    let margin = margin.min(stat.f_blocks.saturating_mul(stat.f_frsize) / 20);
+    if len.saturating_add(margin) > available {
+        return Err(CacheError::DownloadError(format!(
+            "{NO_DISK_SPACE_MSG}: the file's {len} bytes and a margin of {margin} bytes \
+             need more than the {available} bytes free"
+        )));
+    }
+    Ok(())
+}
+
 pub(super) const MAX_TRIES: u32 = 3;
+/// Attempts that end early but keep what they brought (a resumed download) do not
+/// count as tries, up to this many: a link that drops now and then still brings a big
+/// file home, and one that drops after every few bytes still ends.
+const MAX_RESUMES: u32 = 20;
+/// The error of a download that brought no byte for `max_download_stall`.
+pub(super) const STALLED_MSG: &str = "no data arrived";
+/// The error of a download the disk has no room for: not retried at once.
+pub(super) const NO_DISK_SPACE_MSG: &str = "not enough free disk space for the download";
 /// First retry delay; doubled for each further try, so a struggling server gets room.
 const RETRY_BASE_DELAY: Duration = Duration::from_millis(50);
 /// Floor of the size-scaled streaming timeout, so small files are not cut off by latency.
@@ -134,7 +253,9 @@ const MIN_STREAMING_TIMEOUT: Duration = Duration::from_secs(10);
 pub(super) fn is_retryable(err: &CacheError) -> bool {
     match err {
         CacheError::Timeout(_) => true,
-        CacheError::DownloadError(msg) => msg != RESERVED_ADDRESS_MSG,
+        CacheError::DownloadError(msg) => {
+            msg != RESERVED_ADDRESS_MSG && !msg.starts_with(NO_DISK_SPACE_MSG)
+        }
         _ => false,
     }
 }
@@ -145,17 +266,35 @@ pub(super) fn is_retryable(err: &CacheError) -> bool {
 pub(super) struct Retry<'a> {
     what: &'a str,
     tries: u32,
+    resumes: u32,
+    /// Whether the attempt that just ended kept bytes for the next.
+    kept: bool,
 }
 
 impl<'a> Retry<'a> {
     /// `what` names the transfer in logs and must not carry credentials.
     pub fn new(what: &'a str) -> Self {
-        Retry { what, tries: 0 }
+        Retry {
+            what,
+            tries: 0,
+            resumes: 0,
+            kept: false,
+        }
+    }
+
+    /// The attempt that just ended kept bytes the next one resumes after: unless there
+    /// were many such, it does not count as a try.
+    pub fn progressed(&mut self) {
+        self.kept = true;
     }
 
     /// Whether `result` calls for another attempt; if so, after the backoff delay.
     pub async fn again<T>(&mut self, result: &CacheResult<T>) -> bool {
-        self.tries = self.tries.saturating_add(1);
+        if std::mem::take(&mut self.kept) && self.resumes < MAX_RESUMES {
+            self.resumes += 1;
+        } else {
+            self.tries = self.tries.saturating_add(1);
+        }
         match result {
             Err(err) if self.tries < MAX_TRIES && is_retryable(err) => {
                 tracing::debug!(what = self.what, error = %err, tries = self.tries, "retrying");
@@ -184,18 +323,26 @@ macro_rules! retrying {
 pub(super) use retrying;
 
 /// Runs a remote transfer: `$attempt` (which writes through `$run`, a [`Running`]) until
-/// it succeeds, fails for good or runs out of tries, each on an emptied destination, all
-/// within `max_download_timeout`; then logs and reports how it ended. A macro for the
-/// same reason as [`retrying!`].
+/// it succeeds, fails for good or runs out of tries, each on an emptied destination or
+/// after the bytes a resumable attempt kept, all within `max_download_timeout`; then
+/// logs and reports how it ended. A macro for the same reason as [`retrying!`].
 macro_rules! with_retries {
     ($transfer:expr, $what:expr, $config:expr, |$run:ident| $attempt:expr) => {{
         let what: &str = $what;
         let mut $run = $transfer.start(what);
         let attempts = async {
-            $crate::fetch::transfer::retrying!(what, {
+            let mut retry = $crate::fetch::transfer::Retry::new(what);
+            loop {
                 $run.restart().await?;
-                $attempt
-            })
+                let kept = $run.written();
+                let result = $attempt;
+                if result.is_err() && $run.resume_point().is_some_and(|p| p.offset > kept) {
+                    retry.progressed();
+                }
+                if !retry.again(&result).await {
+                    break result;
+                }
+            }
         };
         let result = $crate::fetch::transfer::within_download_timeout($config, attempts).await;
         $crate::fetch::transfer::log_download(what, &result);
@@ -253,6 +400,9 @@ pub(super) async fn within_download_timeout<T>(
     transfer: impl Future<Output = CacheResult<T>>,
 ) -> CacheResult<T> {
     let max = config.max_download_timeout;
+    if max >= FOREVER {
+        return transfer.await;
+    }
     tokio::time::timeout(max, transfer)
         .await
         .unwrap_or(Err(CacheError::Timeout(max)))
@@ -284,6 +434,24 @@ mod tests {
                 return (result, calls);
             }
         }
+    }
+
+    #[tokio::test]
+    async fn attempts_that_kept_bytes_are_not_counted_up_to_a_bound() {
+        let mut retry = Retry::new("test");
+        let failed = Err::<(), _>(CacheError::DownloadError("connection reset".into()));
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            retry.progressed();
+            if !retry.again(&failed).await {
+                break;
+            }
+        }
+        assert_eq!(attempts, MAX_RESUMES + MAX_TRIES);
+        let disk = CacheError::DownloadError(format!("{NO_DISK_SPACE_MSG}: 1 byte"));
+        assert!(!is_retryable(&disk));
+        assert!(is_retryable(&stalled(Duration::from_secs(1))));
     }
 
     #[tokio::test]

@@ -49,6 +49,13 @@ pub const DOWNLOADS: &str = "downloads";
 pub const DOWNLOADED_BYTES: &str = "downloads.bytes";
 /// How long downloads took, retries included, by `source_type`.
 pub const DOWNLOAD_DURATION: &str = "downloads.duration_seconds";
+/// Downloads running now.
+pub const DOWNLOADS_IN_FLIGHT: &str = "downloads.in_flight";
+/// Bytes the running downloads have on disk so far.
+pub const DOWNLOADS_IN_FLIGHT_BYTES: &str = "downloads.in_flight.bytes";
+/// Sizes the sources announced for the running downloads, summed (a download whose
+/// size is not announced adds nothing).
+pub const DOWNLOADS_IN_FLIGHT_TOTAL: &str = "downloads.in_flight.total_bytes";
 /// Uploads to the shared cache by `outcome` (ok, error, dropped).
 pub const SHARED_CACHE_UPLOADS: &str = "shared_cache.uploads";
 /// Bytes uploaded to the shared cache.
@@ -417,6 +424,17 @@ fn describe() {
         REQUESTS_IN_FLIGHT,
         Unit::Count,
         "symbolication requests running"
+    );
+    describe_gauge!(DOWNLOADS_IN_FLIGHT, Unit::Count, "downloads running");
+    describe_gauge!(
+        DOWNLOADS_IN_FLIGHT_BYTES,
+        Unit::Bytes,
+        "bytes the running downloads have so far"
+    );
+    describe_gauge!(
+        DOWNLOADS_IN_FLIGHT_TOTAL,
+        Unit::Bytes,
+        "announced sizes of the running downloads, summed"
     );
     describe_histogram!(
         HTTP_REQUEST_DURATION,

@@ -34,6 +34,7 @@ mod request_limits;
 mod secondary_inputs;
 mod self_reporting;
 mod sentry_cli;
+mod slow_links;
 mod soak;
 mod sort;
 mod source_context;

@@ -52,11 +52,11 @@ fn il2cpp() -> Value {
     fixture_json("il2cpp/manifest.json")
 }
 
-fn il2cpp_file(name: &str) -> std::path::PathBuf {
+pub(crate) fn il2cpp_file(name: &str) -> std::path::PathBuf {
     fixtures().join("il2cpp").join(name)
 }
 
-fn il2cpp_code_id() -> String {
+pub(crate) fn il2cpp_code_id() -> String {
     il2cpp()["code_id"].as_str().unwrap().to_owned()
 }
 
@@ -90,7 +90,7 @@ fn mapping_dir(bytes: &[u8]) -> tempfile::TempDir {
     dir
 }
 
-fn il2cpp_request(sources: Value) -> Value {
+pub(crate) fn il2cpp_request(sources: Value) -> Value {
     let manifest = il2cpp();
     json!({
         "sources": sources,

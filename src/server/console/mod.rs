@@ -26,7 +26,7 @@ use super::{AppState, Routes};
 use crate::cache::kinds::ALL as CACHE_KINDS;
 use crate::cache::usage::{DiskUsage, measure};
 use crate::config::{Config, ConsoleConfig, FrontsConfig};
-use crate::fetch::{BlockedHost, DownloadRecord, SourceTally};
+use crate::fetch::{BlockedHost, DownloadProgress, DownloadRecord, SourceTally};
 use crate::telemetry::history::{History, Point};
 use crate::units::rfc3339_millis as timestamp;
 
@@ -176,6 +176,8 @@ struct Status {
     now: String,
     requests: Requests,
     sources: Vec<SourceTally>,
+    /// Downloads running now, with their bytes so far of the announced size.
+    downloading: Vec<DownloadProgress>,
     deny_list: Vec<BlockedHost>,
     caches: Caches,
     series: Series,
@@ -235,6 +237,7 @@ async fn status(State(state): State<AppState>) -> Response {
             recent: recent_requests(),
         },
         sources: state.downloader.ledger().sources(),
+        downloading: state.downloader.in_flight(),
         deny_list: state.downloader.blocked_hosts(),
         caches: Caches {
             kinds,

@@ -674,6 +674,13 @@ function showStatus(s) {
     el('td', {}, ms(src.mean_ms)),
     el('td', {}, src.last_error ? `${src.last_error} (${time(src.last_time)})` : '–'))), 'No source has been asked for a file yet.', 9);
 
+  fill($('downloading').tBodies[0], (s.downloading || []).map((d) => el('tr', {},
+    el('th', { scope: 'row' }, d.name),
+    el('td', {}, time(d.started)),
+    el('td', {}, bytes(d.bytes)),
+    el('td', {}, bytes(d.total)),
+    el('td', {}, d.total ? percent(d.bytes, d.total) : '–'))), 'No download is running.', 5);
+
   fill($('deny').tBodies[0], s.deny_list.map((d) => el('tr', {},
     el('th', { scope: 'row' }, d.host),
     el('td', {}, d.reason),
