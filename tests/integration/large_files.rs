@@ -227,3 +227,69 @@ async fn a_debug_file_past_4_gib_is_sorted_cached_and_served_in_ranges() {
     assert_eq!(cached.len(), 1, "{cached:?}");
     assert_sparse(&cached[0], big.size);
 }
+
+/// The two thin Mach-O executables of the fat64 fixture (fixtures/large_files/build.sh)
+/// and their UUIDs, the code ids symstore keys name them by.
+fn fat64_fixture() -> (PathBuf, Vec<(String, Vec<u8>)>) {
+    let dir = common::fixtures().join("large_files/fat64");
+    let thin = ["prog-x86_64", "prog-arm64"].map(|name| {
+        let bytes = std::fs::read(dir.join(name)).unwrap();
+        let code_id = symbolic::debuginfo::Object::parse(&bytes)
+            .unwrap()
+            .code_id()
+            .unwrap()
+            .as_str()
+            .to_owned();
+        (code_id, bytes)
+    });
+    (dir.join("prog"), thin.into())
+}
+
+/// A fat Mach-O in the 64-bit layout (what a universal dSYM past 4 GiB must be, and
+/// what symbolic does not read): `omnisym sort` places each slice, and a server whose
+/// source holds the fat file itself serves each module's own slice at `/proxy`.
+#[tokio::test(flavor = "multi_thread")]
+async fn each_slice_of_a_fat64_mach_o_is_sorted_and_served() {
+    let (fat, thin) = fat64_fixture();
+    let sorted = tempfile::tempdir().unwrap();
+    run(Command::new(common::binary())
+        .arg("sort")
+        .arg("-o")
+        .arg(sorted.path())
+        .arg(&fat)
+        .env_remove("RUST_LOG"));
+    let placed: Vec<PathBuf> = files_under(sorted.path())
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n == "executable"))
+        .collect();
+    assert_eq!(placed.len(), 2, "{placed:?}");
+    for (_, bytes) in &thin {
+        assert!(
+            placed.iter().any(|p| std::fs::read(p).unwrap() == *bytes),
+            "a slice is not placed as itself"
+        );
+    }
+
+    // The fat file where each thin one was: the server must cut out the module's slice.
+    for path in &placed {
+        std::fs::copy(&fat, path).unwrap();
+    }
+    let server = Server::start(&format!(
+        "sources:\n  - {{id: sorted, type: filesystem, path: \"{}\", layout: {{type: unified}}}}\n",
+        sorted.path().display()
+    ));
+    for (uuid, bytes) in &thin {
+        let response = client()
+            .get(format!("{}/proxy/prog/mach-uuid-{uuid}/prog", server.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::OK,
+            "{uuid}: {}",
+            server.log()
+        );
+        assert_eq!(response.bytes().await.unwrap(), *bytes, "{uuid}");
+    }
+}
