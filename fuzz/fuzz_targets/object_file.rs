@@ -53,7 +53,7 @@ fn run(data: &[u8]) {
     };
     let kept = isolate("objects", || ObjectFile::prepare(&path, &hint));
     let bytes = match kept {
-        Ok(Some(object)) => object,
+        Ok(Some(kept)) => data[kept.start as usize..kept.end as usize].to_vec(),
         Ok(None) => data.to_vec(),
         Err(_) => return,
     };

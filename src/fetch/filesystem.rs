@@ -1,16 +1,18 @@
 //! Copies from filesystem sources (local symbol directories, mostly for tests and
 //! on-premise mirrors).
 
-use std::io::ErrorKind;
+use std::io::{ErrorKind, SeekFrom};
 use std::path::Path;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
 use super::too_large;
 use super::transfer::{Running, Transfer, ensure_disk_room};
 use crate::error::{CacheError, CacheResult};
 
 const COPY_BUF: usize = 64 * 1024;
+/// Compared against, as a `memcmp`: fast in any build.
+static ZEROS: [u8; COPY_BUF] = [0; COPY_BUF];
 
 /// Error details stay generic: the path is the server's own layout, not the requester's.
 fn open_error(err: std::io::Error) -> CacheError {
@@ -84,13 +86,28 @@ async fn copy(src: &Path, run: &mut Running<'_>, disk_margin: u64) -> CacheResul
                 "file exceeds the limit of {max_size} bytes"
             )));
         }
-        run.dest
-            .write_all(&buf[..n])
-            .await
-            .map_err(CacheError::internal)?;
+        // A run of zeros is skipped, not written: a sparse source (a debug file's
+        // reserved or padded regions) stays sparse in the cache instead of taking its
+        // whole size on disk.
+        if buf[..n] == ZEROS[..n] {
+            run.dest
+                .seek(SeekFrom::Current(n as i64))
+                .await
+                .map_err(CacheError::internal)?;
+        } else {
+            run.dest
+                .write_all(&buf[..n])
+                .await
+                .map_err(CacheError::internal)?;
+        }
         run.progress.advance(n as u64);
     }
     run.dest.flush().await.map_err(CacheError::internal)?;
+    // A hole at the end has no write to extend the file over it.
+    run.dest
+        .set_len(copied)
+        .await
+        .map_err(CacheError::internal)?;
     Ok(copied)
 }
 

@@ -32,7 +32,7 @@ impl FileFormat for MappingFile {
     type Hint = ();
     const KIND: CacheKind = kinds::PROGUARD_FILES;
 
-    fn prepare(path: &Path, _hint: &()) -> CacheResult<Option<Vec<u8>>> {
+    fn prepare(path: &Path, _hint: &()) -> CacheResult<Option<std::ops::Range<u64>>> {
         let view = ByteView::open(path).map_err(CacheError::internal)?;
         if proguard::ProguardMapping::new(&view).is_valid() {
             Ok(None)

@@ -2,8 +2,9 @@
 //! URL) is fetched once, unpacked, checked by its format and kept on disk under the
 //! `downloaded` lifetime rules, however many requests and platforms ask for it.
 
-use std::io::{Seek, Write};
 use std::marker::PhantomData;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use futures::future::BoxFuture;
@@ -32,9 +33,9 @@ pub trait FileFormat: Send + Sync + 'static {
         Self::MAX_SIZE
     }
 
-    /// Checks the unpacked file at `path` on a blocking thread. May return the bytes to
-    /// keep instead of the whole file (one object out of a fat archive).
-    fn prepare(path: &Path, hint: &Self::Hint) -> CacheResult<Option<Vec<u8>>>;
+    /// Checks the unpacked file at `path` on a blocking thread. May return the part of
+    /// it to keep instead of the whole file (one object out of a fat archive).
+    fn prepare(path: &Path, hint: &Self::Hint) -> CacheResult<Option<Range<u64>>>;
 
     fn load(data: ByteView<'static>, hint: &Self::Hint) -> CacheResult<Self::Item>;
 }
@@ -68,20 +69,42 @@ impl<F: FileFormat> CacheItemRequest for DownloadRequest<F> {
                 .await?;
             let hint = self.hint.clone();
             let path = temp_file.path().to_owned();
-            let kept = isolate_blocking(F::KIND.name, move || F::prepare(&path, &hint)).await?;
-            if let Some(bytes) = kept {
-                let file = temp_file.as_file_mut();
-                file.set_len(0).map_err(CacheError::internal)?;
-                file.rewind().map_err(CacheError::internal)?;
-                file.write_all(&bytes).map_err(CacheError::internal)?;
-            }
-            Ok(())
+            isolate_blocking(F::KIND.name, move || match F::prepare(&path, &hint)? {
+                Some(kept) => keep_only(&path, kept),
+                None => Ok(()),
+            })
+            .await
         })
     }
 
     fn load(&self, data: ByteView<'static>) -> CacheResult<Self::Item> {
         F::load(data, &self.hint)
     }
+}
+
+/// Cuts the file at `path` down to the bytes `kept`, moving them to its start a chunk
+/// at a time: a slice of a fat file can be gigabytes, which are never all in memory.
+fn keep_only(path: &Path, kept: Range<u64>) -> CacheResult<()> {
+    const CHUNK: u64 = 1 << 20;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(CacheError::internal)?;
+    let len = kept.end.saturating_sub(kept.start);
+    let mut buf = vec![0; CHUNK.min(len) as usize];
+    let mut done = 0;
+    // Front to back: the bytes written (before `done`) were read already, since the
+    // slice starts at or after the start of the file.
+    while done < len {
+        let n = CHUNK.min(len - done) as usize;
+        file.read_exact_at(&mut buf[..n], kept.start + done)
+            .map_err(CacheError::internal)?;
+        file.write_all_at(&buf[..n], done)
+            .map_err(CacheError::internal)?;
+        done += n as u64;
+    }
+    file.set_len(len).map_err(CacheError::internal)
 }
 
 /// The downloaded files of format `F`.
@@ -141,7 +164,7 @@ impl<P: PlainFormat> FileFormat for Plain<P> {
     const KIND: CacheKind = P::KIND;
     const MAX_SIZE: u64 = P::MAX_SIZE;
 
-    fn prepare(_path: &Path, _hint: &()) -> CacheResult<Option<Vec<u8>>> {
+    fn prepare(_path: &Path, _hint: &()) -> CacheResult<Option<Range<u64>>> {
         Ok(None)
     }
 

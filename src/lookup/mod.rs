@@ -14,6 +14,7 @@ mod compressed_sections;
 mod derived;
 mod downloads;
 mod embedded_sources;
+pub mod fat64;
 mod index;
 mod locate;
 mod object_file;

@@ -4,6 +4,7 @@
 //! for the sources they carry or point to (DWARF 5 embedded sources, SRCSRV links).
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -11,11 +12,12 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use serde::{Deserialize, Serialize};
 use symbolic::cfi::FromObjectOptions;
 use symbolic::common::{Arch, ByteView, DebugId, SelfCell};
-use symbolic::debuginfo::{Archive, Object, ParseObjectOptions};
+use symbolic::debuginfo::{Archive, Object, ObjectError, ParseObjectOptions};
 
 use super::compressed_sections::{CompressedSection, check_sections, compressed_sections};
 use super::downloads::FileFormat;
 use super::embedded_sources::{embedded_sources, has_embedded_sources};
+use super::fat64;
 use crate::cache::CacheKind;
 use crate::cache::kinds;
 use crate::error::{CacheError, CacheResult, isolate};
@@ -417,13 +419,22 @@ fn srcsrv_vcs(object: &Object<'_>) -> Option<SrcSrvVcs> {
     }
 }
 
-/// Checks that the file parses. For a multi-object archive (fat Mach-O), returns the
-/// bytes of the object that matches the module, since that is all we will ever use.
-fn extract_object(path: &Path, hint: &ObjectHint) -> CacheResult<Option<Vec<u8>>> {
+/// Checks that the file parses. For a multi-object archive (fat Mach-O, of either
+/// layout), returns where the object that matches the module lies, since that is all
+/// we will ever use.
+fn extract_object(path: &Path, hint: &ObjectHint) -> CacheResult<Option<Range<u64>>> {
     let view = ByteView::open(path).map_err(CacheError::internal)?;
-    let archive = Archive::parse_with_opts(&view, hint.limits.parse_options())
+    let options = hint.limits.parse_options();
+    if let Some(slices) = fat64::slices(&view) {
+        let slices = slices.map_err(CacheError::Malformed)?;
+        let objects = slices.into_iter().map(|range| {
+            let object = Object::parse_with_opts(&view[range.clone()], options);
+            (object, range)
+        });
+        return pick_object(objects, &hint.id);
+    }
+    let archive = Archive::parse_with_opts(&view, options)
         .map_err(|e| CacheError::Malformed(e.to_string()))?;
-    let id = &hint.id;
     if !archive.is_multi() {
         return match archive.object_by_index(0) {
             Ok(Some(_)) => Ok(None),
@@ -431,11 +442,31 @@ fn extract_object(path: &Path, hint: &ObjectHint) -> CacheResult<Option<Vec<u8>>
             Err(e) => Err(CacheError::Malformed(e.to_string())),
         };
     }
+    // Each object's bytes are a part of the mapping: where it lies is where they start.
+    let objects = archive.objects().map(|object| {
+        let range = match &object {
+            Ok(object) => {
+                let start = object.data().as_ptr() as usize - view.as_ptr() as usize;
+                start..start + object.data().len()
+            }
+            Err(_) => 0..0,
+        };
+        (object, range)
+    });
+    pick_object(objects, &hint.id)
+}
+
+/// Where the first of `objects` that is the module `id` lies; else the first error, or
+/// `NotFound`.
+fn pick_object<'d>(
+    objects: impl Iterator<Item = (Result<Object<'d>, ObjectError>, Range<usize>)>,
+    id: &ObjectId,
+) -> CacheResult<Option<Range<u64>>> {
     let mut first_error = None;
-    for object in archive.objects() {
+    for (object, range) in objects {
         match object {
             Ok(object) if object_matches_id(&object, id) => {
-                return Ok(Some(object.data().to_vec()));
+                return Ok(Some(range.start as u64..range.end as u64));
             }
             Ok(_) => {}
             Err(e) => {
@@ -469,7 +500,7 @@ impl FileFormat for ObjectFile {
     type Hint = ObjectHint;
     const KIND: CacheKind = kinds::OBJECTS;
 
-    fn prepare(path: &Path, hint: &ObjectHint) -> CacheResult<Option<Vec<u8>>> {
+    fn prepare(path: &Path, hint: &ObjectHint) -> CacheResult<Option<Range<u64>>> {
         extract_object(path, hint)
     }
 

@@ -197,7 +197,7 @@ impl FileFormat for Il2cppFile {
         *max
     }
 
-    fn prepare(path: &Path, max: &u64) -> CacheResult<Option<Vec<u8>>> {
+    fn prepare(path: &Path, max: &u64) -> CacheResult<Option<std::ops::Range<u64>>> {
         let data = ByteView::open(path).map_err(CacheError::internal)?;
         // A mapping the download's limit let through unpacked, say, from an archive.
         if data.len() as u64 > *max {
@@ -258,7 +258,7 @@ impl FileFormat for AuxDifFile {
     type Hint = AuxDif;
     const KIND: CacheKind = kinds::AUXDIFS;
 
-    fn prepare(path: &Path, hint: &AuxDif) -> CacheResult<Option<Vec<u8>>> {
+    fn prepare(path: &Path, hint: &AuxDif) -> CacheResult<Option<std::ops::Range<u64>>> {
         let data = ByteView::open(path).map_err(CacheError::internal)?;
         match hint {
             AuxDif::UuidMap(dsym) => Self::original_uuid(*dsym, &data).map(|_| None),

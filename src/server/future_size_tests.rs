@@ -81,6 +81,7 @@ async fn request_futures_stay_small() {
     let debuginfod = super::compat::debuginfod::buildid(
         State(state.clone()),
         Method::GET,
+        HeaderMap::new(),
         Path(("0123456789abcdef".to_owned(), "source/a/b.c".to_owned())),
     );
     let http: crate::sources::HttpSourceConfig =

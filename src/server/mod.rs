@@ -20,6 +20,7 @@ mod limits;
 mod listen;
 mod observe;
 mod prometheus;
+mod ranges;
 mod requests;
 mod symbolicate;
 mod token;

@@ -25,6 +25,7 @@ mod fleet;
 mod hostile_clients;
 mod js;
 mod jvm;
+mod large_files;
 mod large_minidump;
 mod metrics;
 mod minidump;

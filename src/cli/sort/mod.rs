@@ -24,6 +24,7 @@ use symbolic::debuginfo::{Archive, FileFormat, ObjectKind};
 use super::SortArgs;
 use super::progress::WorkBar;
 use crate::fetch::DecompressLimits;
+use crate::lookup::fat64;
 use crate::sources::{DirectoryLayoutType, ObjectType};
 use crate::store::layout::{Described, Meta, describe, describe_proguard};
 use inputs::Entry;
@@ -262,10 +263,28 @@ impl Sorter<'_> {
         if inputs::is_zip(&data) {
             return self.sort_zip(data, &path.to_string_lossy());
         }
-        if Archive::peek(&data) == FileFormat::Unknown {
-            return self.sort_proguard(&data, &name);
-        }
-        let sorted = self.sort_objects(&data, &name, None)?;
+        let sorted = match fat64::slices(&data) {
+            // symbolic reads no fat file of the 64-bit layout: each slice is read alone.
+            Some(Ok(slices)) => {
+                let mut sorted = Vec::new();
+                for range in slices {
+                    sorted.extend(self.sort_objects(&data[range], &name, None)?);
+                }
+                sorted
+            }
+            Some(Err(err)) if self.ignore_errors => {
+                self.out
+                    .warn(format!("error: ignored error {err} ({name})"));
+                return Ok(());
+            }
+            Some(Err(err)) => {
+                return Err(anyhow!(err)).with_context(|| format!("failed to process file {name}"));
+            }
+            None if Archive::peek(&data) == FileFormat::Unknown => {
+                return self.sort_proguard(&data, &name);
+            }
+            None => self.sort_objects(&data, &name, None)?,
+        };
         let Some(candidates) = candidates else {
             return Ok(());
         };

@@ -220,9 +220,85 @@ impl Rewrite for Il2cppMapping {
 
 #[cfg(test)]
 mod tests {
+    use std::process::Command;
+
+    use super::*;
+    use crate::lookup::ObjectLimits;
+
     #[test]
     fn symcache_format_is_the_one_our_version_was_written_for() {
         // If this fails, symbolic changed the SymCache format: bump cache::kinds::SYMCACHES.
         assert_eq!(symbolic::symcache::SYMCACHE_VERSION, 9);
+    }
+
+    fn convert(path: &std::path::Path) -> CacheResult<Vec<u8>> {
+        let data = ByteView::open(path).unwrap();
+        let object = ObjectHandle::from_bytes(data, ObjectLimits::default()).unwrap();
+        let out = tempfile::tempfile().unwrap();
+        let mut writer = BufWriter::new(out);
+        let scratch = tempfile::tempdir().unwrap();
+        SymCacheFormat::convert(Arc::new(object).into(), &mut writer, scratch.path())?;
+        let mut file = writer.into_inner().unwrap();
+        let mut bytes = Vec::new();
+        std::io::Seek::rewind(&mut file).unwrap();
+        std::io::Read::read_to_end(&mut file, &mut bytes).unwrap();
+        Ok(bytes)
+    }
+
+    /// A PDB of 8 KiB pages (lld-link `/pdbpagesize:8192`, fixtures/large_files), the
+    /// page size a PDB past 4 GiB needs: the pdb crate reads page sizes from 256 bytes
+    /// to 8 MiB, with 64-bit file offsets.
+    #[test]
+    fn a_pdb_of_8_kib_pages_converts() {
+        let pdb = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/large_files/pdb8k/prog.pdb");
+        assert_eq!(
+            &std::fs::read(&pdb).unwrap()[0x20..0x24],
+            &8192u32.to_le_bytes()
+        );
+        let bytes = convert(&pdb).unwrap();
+        let cache = SymCache::parse(&bytes).unwrap();
+        let names: Vec<String> = cache.functions().map(|f| f.name().to_owned()).collect();
+        assert!(names.iter().any(|n| n.starts_with("work(")), "{names:?}");
+    }
+
+    /// A symbol 5 GiB past the image's start (gcc, a section placed there by the
+    /// linker): symbolic would record it at 1 GiB, so the conversion is refused.
+    #[test]
+    fn a_symbol_past_4_gib_of_the_image_is_malformed_not_moved() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("far.c");
+        std::fs::write(
+            &source,
+            "__attribute__((section(\".far\"), noinline)) int far_away(int x) { return x + 1; }\n\
+             void _start(void) { far_away(1); for (;;) {} }\n",
+        )
+        .unwrap();
+        let out = dir.path().join("far");
+        let built = Command::new("gcc")
+            .args([
+                "-O1",
+                "-nostdlib",
+                "-static",
+                "-no-pie",
+                "-mcmodel=large",
+                "-fno-asynchronous-unwind-tables",
+                "-Wl,--section-start=.far=0x140400000",
+                "-o",
+            ])
+            .arg(&out)
+            .arg(&source)
+            .output()
+            .unwrap();
+        assert!(
+            built.status.success(),
+            "{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        let err = convert(&out).unwrap_err();
+        assert!(
+            matches!(&err, CacheError::Malformed(m) if m.contains("far_away")),
+            "{err:?}"
+        );
     }
 }

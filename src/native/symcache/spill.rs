@@ -292,7 +292,7 @@ impl FileStringTable {
         let offset = u32::try_from(self.bytes.len())
             .ok()
             .filter(|&o| (o as u64) + s.len() as u64 + 10 < u64::from(u32::MAX))
-            .ok_or_else(|| io::Error::other("SymCache string table past 4 GiB"))?;
+            .ok_or_else(super::writer::too_many_names)?;
         let mut prefix = Vec::with_capacity(10);
         leb128::write::unsigned(&mut prefix, s.len() as u64)?;
         self.bytes.extend_from_slice(&prefix)?;

@@ -440,7 +440,16 @@ impl<'a> SpillingWriter<'a> {
             };
             self.strings.insert(name)?
         };
-        let address = symbol.address as u32;
+        // symbolic writes a symbol's address cut to a `u32`: one past 4 GiB of the image
+        // would answer for a wrong, low address. (A function there is left out, by
+        // symbolic too: a frame there is unknown, not wrong.)
+        let address = u32::try_from(symbol.address).map_err(|_| {
+            io::Error::other(format!(
+                "symbol {} at 0x{:x} of the image, past the 4 GiB a SymCache addresses",
+                symbol.name().unwrap_or("?"),
+                symbol.address
+            ))
+        })?;
         if self
             .range_at(address)
             .is_none_or(|found| found == NO_LOCATION)
@@ -534,8 +543,7 @@ impl<'a> SpillingWriter<'a> {
         let num_ranges = count(ranges.len())?;
         let num_source_locations = count(self.call_locations.len() + ranges.len())?;
         let string_bytes = self.strings.as_bytes();
-        let string_len = u32::try_from(string_bytes.len())
-            .map_err(|_| io::Error::other("SymCache string table past 4 GiB"))?;
+        let string_len = u32::try_from(string_bytes.len()).map_err(|_| too_many_names())?;
 
         let mut out = Counting { inner: out, pos: 0 };
         out.write_all(&MAGIC.to_le_bytes())?;
@@ -622,6 +630,15 @@ impl RangeOverlay {
 fn bad_debug_file(e: impl std::error::Error) -> String {
     tracing::debug!(error = %e, "bad debug file");
     "bad debug file".to_owned()
+}
+
+/// symbolic writes the string table's size and every offset into it as a `u32`, cut
+/// when the names and paths of a file add up to more than 4 GiB: its cache would read
+/// back with wrong names. Ours refuses the file instead.
+pub(super) fn too_many_names() -> io::Error {
+    io::Error::other(
+        "the SymCache's names and paths take more than the 4 GiB its string offsets address",
+    )
 }
 
 struct Counting<'w, W: Write> {

@@ -12,9 +12,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use goblin::container::Ctx;
@@ -28,6 +27,7 @@ use crate::cache::Scope;
 use crate::config::DebuginfodConfig;
 use crate::error::{CacheError, CacheResult};
 use crate::lookup::{ObjectHandle, ObjectLookup, ObjectPurpose, SourceFiles, fetchable_link};
+use crate::server::ranges::ranged;
 use crate::server::{ApiError, AppState};
 use crate::sources::{FileType, ObjectId, ObjectType, SourceConfig};
 
@@ -361,6 +361,7 @@ fn parse_want(rest: &str, config: &DebuginfodConfig) -> Result<Want, String> {
 pub async fn buildid(
     State(state): State<AppState>,
     method: Method,
+    headers: HeaderMap,
     Path((id, rest)): Path<(String, String)>,
 ) -> Response {
     let Some(front) = state.debuginfod.clone() else {
@@ -393,28 +394,21 @@ pub async fn buildid(
             .into_response();
         }
     };
-    respond(&method, answer)
+    respond(&method, &headers, answer)
 }
 
-fn respond(method: &Method, answer: Answer) -> Response {
-    let length = answer.body.len();
-    let body = if *method == Method::HEAD {
-        Body::empty()
-    } else {
-        Body::from(answer.body)
-    };
-    let mut response = (
-        [
-            (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
-            (header::CONTENT_LENGTH, length.to_string()),
-        ],
-        body,
-    )
-        .into_response();
+fn respond(method: &Method, request: &HeaderMap, answer: Answer) -> Response {
+    let size = answer.body.len() as u64;
+    let mut response = ranged(method, request, answer.body);
     let headers = response.headers_mut();
     headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    // The whole file's size, also when a range of it is sent.
+    headers.insert(
         HeaderName::from_static("x-debuginfod-size"),
-        HeaderValue::from(length as u64),
+        HeaderValue::from(size),
     );
     // Names that are no valid header value (control characters) are left out rather
     // than failing the answer: the headers describe the file, the body is the file.

@@ -10,7 +10,6 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
@@ -21,6 +20,7 @@ use symbolic::debuginfo::Object;
 use crate::cache::Scope;
 use crate::error::{CacheError, CacheResult};
 use crate::lookup::{ObjectHandle, ObjectLookup, ObjectPurpose};
+use crate::server::ranges::ranged;
 use crate::server::{ApiError, AppState};
 use crate::sources::{FileType, ObjectId, ObjectType, SourceConfig, parse_symstore_path};
 
@@ -215,20 +215,10 @@ pub async fn proxy(
             None => return ApiError::bad_request("file.ptr needs a Host header").into_response(),
         },
     };
-    let length = body.len();
-    let body = if method == Method::HEAD {
-        Body::empty()
-    } else {
-        Body::from(body)
-    };
-    let mut response = (
-        [
-            (header::CONTENT_TYPE, content_type.to_owned()),
-            (header::CONTENT_LENGTH, length.to_string()),
-        ],
-        body,
-    )
-        .into_response();
+    let mut response = ranged(&method, &headers, body);
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     if request.answer == Answer::Pointer {
         // The pointer is built from what this client sent (`Host`, the forwarded
         // scheme): a shared cache must not hand it to another client, who may have

@@ -15,9 +15,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
-use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::FutureExt;
@@ -32,6 +31,7 @@ use crate::config::SymCacheHttpConfig;
 use crate::error::{CacheError, CacheResult};
 use crate::native::NativeService;
 use crate::native::symcache::OwnedSymCache;
+use crate::server::ranges::ranged;
 use crate::server::{ApiError, AppState};
 use crate::service::{MAX_REQUEST_DURATION, RequestService};
 use crate::sources::{ObjectId, ObjectType, SourceConfig};
@@ -252,14 +252,14 @@ async fn answer(
     if served.major != asked.major {
         return Err(StatusCode::NOT_FOUND.into_response());
     }
-    Ok((
-        [(
-            header::CONTENT_TYPE,
-            format!("{MEDIA_TYPE}; version={served}"),
-        )],
-        Body::from(Bytes::from_owner(SymCacheBytes(cache))),
-    )
-        .into_response())
+    let body = Bytes::from_owner(SymCacheBytes(cache));
+    let mut response = ranged(&Method::GET, headers, body);
+    let media_type = HeaderValue::try_from(format!("{MEDIA_TYPE}; version={served}"))
+        .map_err(|_| ApiError::internal().into_response())?;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, media_type);
+    Ok(response)
 }
 
 /// `v<major>.<minor>.<patch>/<debug_file>/<debug_id>` or
