@@ -239,8 +239,16 @@ async fn a_cache_file_that_panics_when_loaded_is_computed_again() {
         std::fs::write(&damaged, &hostile).unwrap();
         std::fs::rename(&damaged, path).unwrap();
     }
-    // Without a SymCache the debug file itself must be loaded again.
-    std::fs::remove_dir_all(cache.path().join("symcaches")).unwrap();
+    // Without a SymCache the debug file itself must be loaded again. The first answer
+    // came from the file while its SymCache was built in the background: wait for it,
+    // so it is not written after being removed.
+    let symcaches = cache.path().join("symcaches");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !symcaches.is_dir() || files_under(&symcaches).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no SymCache was built");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    std::fs::remove_dir_all(&symcaches).unwrap();
 
     let second = start(cache.path()).await;
     let (status, response) = symbolicate(second, &module, symbols.path()).await;
