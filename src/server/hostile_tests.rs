@@ -245,7 +245,10 @@ async fn a_cache_file_that_panics_when_loaded_is_computed_again() {
     let symcaches = cache.path().join("symcaches");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !symcaches.is_dir() || files_under(&symcaches).is_empty() {
-        assert!(std::time::Instant::now() < deadline, "no SymCache was built");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no SymCache was built"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     std::fs::remove_dir_all(&symcaches).unwrap();
