@@ -116,11 +116,34 @@ impl<T: Plain> FileVec<T> {
             .ok_or_else(|| io::Error::other("spill array too large"))?;
         // The old mapping goes first: its dirty pages are the file's, not lost.
         self.map = None;
-        self.file.set_len(bytes as u64)?;
+        allocate(&self.file, (self.capacity * item) as u64, bytes as u64)?;
         // SAFETY: the file is an unlinked temporary only this value maps or writes.
         self.map = Some(unsafe { MmapMut::map_mut(&self.file)? });
         self.capacity = capacity;
         Ok(())
+    }
+}
+
+/// Extends `file` to `to` bytes with its blocks allocated, not as a hole: a store
+/// through a shared mapping into a hole that the disk has no room for is a SIGBUS that
+/// ends the process, where a full disk must only fail this conversion (`ENOSPC` here).
+fn allocate(file: &File, from: u64, to: u64) -> io::Result<()> {
+    use rustix::fs::{FallocateFlags, fallocate};
+    match fallocate(file, FallocateFlags::empty(), from, to - from) {
+        Ok(()) => Ok(()),
+        // A file system without fallocate: the zeros written take the blocks.
+        Err(rustix::io::Errno::OPNOTSUPP) => {
+            use std::os::unix::fs::FileExt;
+            let zeros = vec![0u8; 1 << 20];
+            let mut at = from;
+            while at < to {
+                let n = (to - at).min(zeros.len() as u64) as usize;
+                file.write_all_at(&zeros[..n], at)?;
+                at += n as u64;
+            }
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -349,6 +372,34 @@ mod tests {
             assert_eq!(offset, expected);
         }
         assert_eq!(ours.as_bytes(), &theirs[..]);
+    }
+
+    /// On a disk with no room left, growing fails with an error instead of mapping a
+    /// hole whose first store would kill the process (tmpfs of 1 MiB).
+    #[test]
+    fn a_full_disk_fails_the_growth_not_the_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let mount = dir.path().join("tiny");
+        std::fs::create_dir(&mount).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+            .arg(&mount)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            eprintln!("skipped: cannot mount a tmpfs here (not root)");
+            return;
+        }
+        let result = (|| {
+            let mut vec = FileVec::<u64>::new_in(&mount)?;
+            for i in 0..(4u64 << 20) {
+                vec.push(i)?;
+            }
+            Ok::<_, io::Error>(())
+        })();
+        let _ = std::process::Command::new("umount").arg(&mount).status();
+        let err = result.expect_err("32 MiB fit in a 1 MiB tmpfs");
+        assert_eq!(err.kind(), io::ErrorKind::StorageFull, "{err}");
     }
 
     #[test]
