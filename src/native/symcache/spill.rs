@@ -276,6 +276,15 @@ impl<T: Plain + Eq + Hash> FileIndexSet<T> {
     }
 }
 
+/// symbolic writes the string table's size and every offset into it as a `u32`, cut
+/// when the names and paths of a file add up to more than 4 GiB: its cache would read
+/// back with wrong names. Ours refuses the file instead.
+pub fn too_many_names() -> io::Error {
+    io::Error::other(
+        "the SymCache's names and paths take more than the 4 GiB its string offsets address",
+    )
+}
+
 /// watto's `StringTable` (what symbolic's writer deduplicates strings with): each
 /// distinct string once, as a LEB128 length and its bytes, named by its offset.
 pub struct FileStringTable {
@@ -315,7 +324,7 @@ impl FileStringTable {
         let offset = u32::try_from(self.bytes.len())
             .ok()
             .filter(|&o| (o as u64) + s.len() as u64 + 10 < u64::from(u32::MAX))
-            .ok_or_else(super::writer::too_many_names)?;
+            .ok_or_else(too_many_names)?;
         let mut prefix = Vec::with_capacity(10);
         leb128::write::unsigned(&mut prefix, s.len() as u64)?;
         self.bytes.extend_from_slice(&prefix)?;

@@ -26,7 +26,7 @@ use std::path::Path;
 use symbolic::common::{Arch, DebugId, Language};
 use symbolic::debuginfo::{DebugSession, FileFormat, Function, ObjectLike, Symbol};
 
-use super::spill::{FileIndexSet, FileStringTable, FileVec, Plain};
+use super::spill::{FileIndexSet, FileStringTable, FileVec, Plain, too_many_names};
 
 /// `SYMCACHE_MAGIC` of symbolic's raw format ("SYMC" little-endian).
 const MAGIC: u32 = u32::from_le_bytes(*b"SYMC");
@@ -630,15 +630,6 @@ impl RangeOverlay {
 fn bad_debug_file(e: impl std::error::Error) -> String {
     tracing::debug!(error = %e, "bad debug file");
     "bad debug file".to_owned()
-}
-
-/// symbolic writes the string table's size and every offset into it as a `u32`, cut
-/// when the names and paths of a file add up to more than 4 GiB: its cache would read
-/// back with wrong names. Ours refuses the file instead.
-pub(super) fn too_many_names() -> io::Error {
-    io::Error::other(
-        "the SymCache's names and paths take more than the 4 GiB its string offsets address",
-    )
 }
 
 struct Counting<'w, W: Write> {
