@@ -36,6 +36,7 @@ use symbolic::symcache::{SymCache, SymCacheConverter};
 use super::reader::{LazyLocation, LazySymbolizer, OwnedLazySymbolizer, symcache_answer};
 use crate::error::isolate;
 use crate::lookup::ObjectHandle;
+use crate::native::symcache::undecorate_win_symbol;
 
 /// Parsed modules kept for later lookups, at most this many...
 const MAX_CACHED_MODULES: usize = 16;
@@ -625,41 +626,6 @@ impl Placed {
         }
         walk(&self.function)
     }
-}
-
-/// `undecorate_win_symbol` of symbolic-symcache's writer, which applies it to the names
-/// of Windows objects in `process_object` only, not in the `process_symbolic_*` calls a
-/// lazy read makes. Kept as it is, down to the `split_at(1)` that panics on a name
-/// starting with a non-ASCII character: the conversion panics on such a name too.
-fn undecorate_win_symbol(name: &str) -> &str {
-    if name.starts_with('?') || name.contains([':', '(', '<']) {
-        return name;
-    }
-
-    // Parse __vectorcall.
-    if let Some((name, param_size)) = name.rsplit_once("@@")
-        && param_size.parse::<u32>().is_ok()
-    {
-        return name;
-    }
-
-    // Parse the other three.
-    if !name.is_empty()
-        && let ("@" | "_", rest) = name.split_at(1)
-    {
-        if let Some((name, param_size)) = rest.rsplit_once('@')
-            && param_size.parse::<u32>().is_ok()
-        {
-            // __stdcall or __fastcall
-            return name;
-        }
-        if let Some(name) = name.strip_prefix('_') {
-            // __cdecl
-            return name;
-        }
-    }
-
-    name
 }
 
 /// Symbolic's PDB reader fails a module (and with it the whole conversion) on these.

@@ -8,7 +8,7 @@ mod differential;
 mod spill;
 mod writer;
 
-pub use writer::{FunctionText, LocationText, Rewrite};
+pub use writer::{FunctionText, LocationText, Rewrite, undecorate_win_symbol};
 
 use std::borrow::Cow;
 use std::fs::File;

@@ -659,8 +659,11 @@ impl<W: Write> Counting<'_, W> {
 }
 
 /// symbolic's `undecorate_win_symbol` (from dump_syms): strips the C decorations of
-/// `__cdecl`, `__stdcall`, `__fastcall` and `__vectorcall` names.
-fn undecorate_win_symbol(name: &str) -> &str {
+/// `__cdecl`, `__stdcall`, `__fastcall` and `__vectorcall` names. symbolic applies it to
+/// Windows objects' names in `process_object` only (so the lazy PDB reader applies it
+/// itself). Kept as it is, down to the `split_at(1)` that panics on a name starting with
+/// a non-ASCII character: symbolic's conversion panics on such a name too.
+pub fn undecorate_win_symbol(name: &str) -> &str {
     if name.starts_with('?') || name.contains([':', '(', '<']) {
         return name;
     }
