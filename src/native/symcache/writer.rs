@@ -228,19 +228,15 @@ impl<'a> SpillingWriter<'a> {
 
         let function_idx = {
             let language: Language = function.name.language();
-            let mut text = FunctionText {
-                name: function.name.as_str().into(),
-                comp_dir: comp_dir.map(Into::into),
-            };
-            for rewrite in &mut self.rewrites {
-                text = rewrite.function(text);
-            }
-            let name = if self.is_windows_object {
-                undecorate_win_symbol(&text.name)
-            } else {
-                &text.name
-            };
-            let name_offset = self.strings.insert(name)?;
+            let name_offset = insert_name(
+                &mut self.rewrites,
+                &mut self.strings,
+                self.is_windows_object,
+                FunctionText {
+                    name: function.name.as_str().into(),
+                    comp_dir: comp_dir.map(Into::into),
+                },
+            )?;
             self.functions.insert_full(RawFunction {
                 name_offset,
                 comp_dir_offset: NONE,
@@ -426,19 +422,15 @@ impl<'a> SpillingWriter<'a> {
             let Some(name) = &symbol.name else {
                 return Ok(());
             };
-            let mut text = FunctionText {
-                name: name.clone(),
-                comp_dir: None,
-            };
-            for rewrite in &mut self.rewrites {
-                text = rewrite.function(text);
-            }
-            let name = if self.is_windows_object {
-                undecorate_win_symbol(&text.name)
-            } else {
-                &text.name
-            };
-            self.strings.insert(name)?
+            insert_name(
+                &mut self.rewrites,
+                &mut self.strings,
+                self.is_windows_object,
+                FunctionText {
+                    name: name.clone(),
+                    comp_dir: None,
+                },
+            )?
         };
         // symbolic writes a symbol's address cut to a `u32`: one past 4 GiB of the image
         // would answer for a wrong, low address. (A function there is left out, by
@@ -623,6 +615,25 @@ impl RangeOverlay {
             .sort_unstable_by_key(|entry| entry.address);
         self.entries
     }
+}
+
+/// A function's or symbol's name as written: rewritten, undecorated for a Windows
+/// object, then interned.
+fn insert_name<'t>(
+    rewrites: &'t mut [Box<dyn Rewrite + '_>],
+    strings: &mut FileStringTable,
+    windows: bool,
+    mut text: FunctionText<'t>,
+) -> io::Result<u32> {
+    for rewrite in rewrites.iter_mut() {
+        text = rewrite.function(text);
+    }
+    let name = if windows {
+        undecorate_win_symbol(&text.name)
+    } else {
+        &text.name
+    };
+    strings.insert(name)
 }
 
 /// What symbolic's converter says of a file its debug session cannot read (its
