@@ -64,7 +64,7 @@ fn bench_file(c: &mut Criterion, path: &str) {
     group.bench_function("lazy_open_and_lookup", |b| {
         b.iter(|| {
             let handle = handle();
-            let reader = cold::open(&handle).unwrap();
+            let reader = cold::open(&handle, &std::env::temp_dir()).unwrap();
             for &addr in &addrs {
                 black_box(reader.lookup(addr));
             }
@@ -88,7 +88,7 @@ fn bench_file(c: &mut Criterion, path: &str) {
     // Once its units are read, a reader's lookups are quick: what later frames of the
     // same cold request cost.
     let handle = handle();
-    let reader = cold::open(&handle).unwrap();
+    let reader = cold::open(&handle, &std::env::temp_dir()).unwrap();
     for &addr in &addrs {
         reader.lookup(addr);
     }

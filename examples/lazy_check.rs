@@ -25,14 +25,13 @@ impl Rng {
     }
 }
 
-/// `VmRSS` in KiB (0 off Linux): the file's mapped pages that were read count too.
+#[path = "common/rss.rs"]
+mod rss;
+
+/// `VmRSS` in KiB (the file's mapped pages that were read count too), or the field
+/// `RSS_FIELD` names.
 fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(std::env::var("RSS_FIELD").as_deref().unwrap_or("VmRSS:")))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+    rss::status_kib(std::env::var("RSS_FIELD").as_deref().unwrap_or("VmRSS:"))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -86,7 +85,8 @@ fn main() -> anyhow::Result<()> {
 
     let rss_before = rss_kib();
     let started = Instant::now();
-    let reader = cold::open(&handle).ok_or_else(|| anyhow::anyhow!("no lazy reader"))?;
+    let reader = cold::open(&handle, &std::env::temp_dir())
+        .ok_or_else(|| anyhow::anyhow!("no lazy reader"))?;
     let opened = started.elapsed();
     let rss_opened = rss_kib();
     let answered: Vec<Vec<LazyLocation>> = sample.iter().map(|&a| reader.lookup(a)).collect();

@@ -191,7 +191,9 @@ async fn object_file_regressions_are_contained() {
         }) else {
             return;
         };
-        if let Ok(Some(reader)) = isolate("lazy reader", || Ok(cold::open(&handle))) {
+        if let Ok(Some(reader)) = isolate("lazy reader", || {
+            Ok(cold::open(&handle, &std::env::temp_dir()))
+        }) {
             for addr in addresses(&handle) {
                 let _ = isolate("lazy reader", || Ok(reader.lookup(addr)));
             }

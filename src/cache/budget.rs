@@ -3,6 +3,7 @@
 //! conversion leaves in memory once it is done (its freed heap, the pages of the files
 //! it read). (The in-memory budget's split between kinds is in the table of `kinds`.)
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -17,6 +18,9 @@ pub struct ConversionBudget {
     semaphore: Arc<Semaphore>,
     /// In KiB, so a budget of terabytes still fits the semaphore's `u32`.
     total_kib: u32,
+    /// Where lazy readers put what they would otherwise hold on the heap (indexes of a
+    /// large file's symbols and units): on the cache's disk, not the process's memory.
+    spill_dir: PathBuf,
 }
 
 /// Held while a conversion (or lazy read) runs; returns its share on drop.
@@ -35,7 +39,21 @@ impl ConversionBudget {
         ConversionBudget {
             semaphore: Arc::new(Semaphore::new(total_kib as usize)),
             total_kib,
+            spill_dir: std::env::temp_dir(),
         }
+    }
+
+    /// Readers within this budget spill to `dir` (created when first needed).
+    pub fn with_spill_dir(mut self, dir: PathBuf) -> Self {
+        self.spill_dir = dir;
+        self
+    }
+
+    /// The spill directory, created if it is missing (the cache cleanup may remove it
+    /// while empty: spill files are unlinked as they are made).
+    pub fn spill_dir(&self) -> std::io::Result<&Path> {
+        std::fs::create_dir_all(&self.spill_dir)?;
+        Ok(&self.spill_dir)
     }
 
     /// Waits until `bytes` (at least 1 KiB, at most the whole budget) are free.

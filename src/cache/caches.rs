@@ -43,7 +43,10 @@ impl Caches {
             ),
             boot_id: uuid::Uuid::new_v4().to_string().into(),
             shared: shared.map(Arc::new),
-            conversions: Arc::new(ConversionBudget::new(config.conversion_budget)),
+            conversions: Arc::new(
+                ConversionBudget::new(config.conversion_budget)
+                    .with_spill_dir(cache_dir.join(super::cleanup::TMP_DIR)),
+            ),
             conversion_observer: None,
         }
     }

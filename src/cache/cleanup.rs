@@ -26,8 +26,9 @@ use super::{CacheKind, Family, Scope};
 /// their file's mtime as they stream, so only an abandoned one gets this old.
 pub const TEMP_GRACE: Duration = Duration::from_secs(30 * 60);
 
-/// Where uploaded and fetched crash files wait while their request runs.
-const CRASH_FILES_DIR: &str = "tmp";
+/// Where uploaded and fetched crash files wait while their request runs (and lazy
+/// readers spill their indexes, to files unlinked as soon as they are made).
+pub const TMP_DIR: &str = "tmp";
 
 /// Every rule cleanup applies, and where.
 #[derive(Clone, Debug)]
@@ -115,7 +116,7 @@ impl Cleanup {
         let mut report = CleanupReport::default();
         let mut kept = Vec::new();
         for (name, path) in subdirs(&self.cache_dir) {
-            if name == CRASH_FILES_DIR {
+            if name == TMP_DIR {
                 self.clean_crash_files(&path, now, &mut report);
                 continue;
             }

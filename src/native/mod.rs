@@ -6,18 +6,21 @@
 //! and BCSymbolMaps), the cold path
 //! (`cold`): answering frames and unwinding straight from a debug file while its
 //! SymCache or CFI cache is built, and symbols uploaded as symbfiles (`symbfile`), which
-//! answer modules with a `file_id` before any source. Finding and fetching the files is
-//! `lookup`'s.
+//! answer modules with a `file_id` before any source. Shared beneath the SymCache writer
+//! and the cold path: our own DWARF walk (`dwarf`) and containers kept in files instead
+//! of the heap (`spill`). Finding and fetching the files is `lookup`'s.
 
 mod apple;
 pub mod cfi;
 pub mod cold;
 pub mod demangle;
+mod dwarf;
 mod frame_paths;
 mod il2cpp_mapping;
 pub mod interface;
 pub mod ppdb;
 mod source_context;
+mod spill;
 mod stackwalk;
 pub mod symbfile;
 pub mod symbolicate;

@@ -116,7 +116,7 @@ fn check_file(path: &Path, return_addresses: &[u64]) -> Result<Checked, Vec<Stri
     }
 
     let started = Instant::now();
-    let Some(reader) = open(&handle) else {
+    let Some(reader) = open(&handle, &std::env::temp_dir()) else {
         return Err(vec![format!("{}: no lazy reader", path.display())]);
     };
     let mut lazy_time = started.elapsed();
@@ -172,7 +172,11 @@ fn lazy_readers_answer_as_the_symcache_does() {
         }
         if !handle.object().has_debug_info() {
             // Symbol tables convert in no time; there is nothing to read lazily.
-            assert!(open(&Arc::new(handle)).is_none(), "{}", path.display());
+            assert!(
+                open(&Arc::new(handle), &std::env::temp_dir()).is_none(),
+                "{}",
+                path.display()
+            );
             continue;
         }
         formats.insert(format.to_string());
@@ -223,7 +227,7 @@ fn damaged_dwarf_never_panics_the_lazy_reader() {
         };
         let handle = Arc::new(handle);
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            if let Some(reader) = open(&handle) {
+            if let Some(reader) = open(&handle, &std::env::temp_dir()) {
                 for i in 0..40 {
                     let addr = symbols[(rng.0 as usize + i * 7919) % symbols.len()];
                     reader.lookup(addr + (i as u64 % 5));

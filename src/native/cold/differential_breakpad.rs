@@ -86,8 +86,10 @@ pub(super) fn compare(name: &str, text: &[u8]) -> Result<Outcome, Vec<String>> {
     }))
     .ok()
     .flatten();
-    let reader = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| open(&handle)))
-        .map_err(|_| vec![format!("{name}: opening panicked")])?;
+    let reader = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        open(&handle, &std::env::temp_dir())
+    }))
+    .map_err(|_| vec![format!("{name}: opening panicked")])?;
     let Some(reader) = reader else {
         return Ok(Outcome::Refused {
             converts: full.is_some(),

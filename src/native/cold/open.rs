@@ -3,6 +3,7 @@
 //! read it at once.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 
 use symbolic::debuginfo::FileFormat;
@@ -48,11 +49,12 @@ pub async fn open_within(
         return None;
     }
     let weight = budget_weight(&object);
+    let spill_dir = budget.spill_dir().ok()?.to_owned();
     let permit = budget.acquire(weight).await;
     let reader = isolate_blocking("lazy reader", move || {
         #[cfg(test)]
         crate::error::delay_if_marked("open", object.object().data());
-        Ok(open(&object))
+        Ok(open(&object, &spill_dir))
     })
     .await
     .ok()
@@ -76,8 +78,9 @@ fn has_reader(object: &ObjectHandle) -> bool {
 /// for the SymCache then). Call it through [`open_within`], which takes its share of the
 /// conversion budget first. Requests that need the same cold file at the same time share
 /// one reader (and what it has parsed): `object` is the same handle for all of them
-/// while the downloaded file is in memory.
-pub fn open(object: &Arc<ObjectHandle>) -> Option<OwnedLazySymbolizer> {
+/// while the downloaded file is in memory. A large file's reader keeps its indexes in
+/// files in `spill_dir`.
+pub fn open(object: &Arc<ObjectHandle>, spill_dir: &Path) -> Option<OwnedLazySymbolizer> {
     let slot = {
         let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
         // Only live readers are kept: the map is as large as the set of files being
@@ -100,7 +103,7 @@ pub fn open(object: &Arc<ObjectHandle>) -> Option<OwnedLazySymbolizer> {
         return Some(reader);
     }
     let reader = match object.object().file_format() {
-        FileFormat::Elf | FileFormat::MachO | FileFormat::Wasm => dwarf::open(object)?,
+        FileFormat::Elf | FileFormat::MachO | FileFormat::Wasm => dwarf::open(object, spill_dir)?,
         FileFormat::Pdb => pdb::open(object)?,
         FileFormat::Breakpad => breakpad::open(object)?,
         _ => return None,

@@ -1090,7 +1090,8 @@ mod tests {
             let handle = handle(&path);
             let buf = full_symcache(&handle);
             let symcache = SymCache::parse(&buf).unwrap();
-            let reader = super::super::open(&handle).expect("a lazy reader for a PDB");
+            let reader = super::super::open(&handle, &std::env::temp_dir())
+                .expect("a lazy reader for a PDB");
             assert_eq!(reader.arch(), symcache.arch(), "{}", path.display());
 
             let (start, end) = text_range(&path);

@@ -5,6 +5,7 @@
 //! (BCSymbolMap, il2cpp line mapping), through each side's own transformer.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use symbolic::common::ByteView;
 use symbolic::debuginfo::macho::BcSymbolMap;
@@ -13,6 +14,7 @@ use symbolic::symcache::{SymCache, SymCacheConverter};
 
 use super::writer::SpillingWriter;
 use super::{HiddenNames, spill_error};
+use crate::lookup::{ObjectHandle, ObjectLimits};
 use crate::native::il2cpp_mapping::Il2cppMapping;
 
 fn fixtures() -> PathBuf {
@@ -30,7 +32,11 @@ fn files_under(dir: &Path, into: &mut Vec<PathBuf>) {
     }
 }
 
+/// Ours, as a conversion writes it: from a handle on the object's own bytes (DWARF goes
+/// through our walk there, the rest through symbolic's session).
 fn ours(object: &Object<'_>, inputs: Inputs<'_>) -> Vec<u8> {
+    let data = ByteView::from_vec(object.data().to_vec());
+    let handle = Arc::new(ObjectHandle::from_bytes(data, ObjectLimits::default()).unwrap());
     let scratch = tempfile::tempdir().unwrap();
     let mut writer = SpillingWriter::new_in(scratch.path()).unwrap();
     if let Some(map) = inputs.bcsymbolmap {
@@ -40,7 +46,7 @@ fn ours(object: &Object<'_>, inputs: Inputs<'_>) -> Vec<u8> {
         writer.add_rewrite(mapping);
     }
     writer
-        .process_object(object)
+        .process_handle(&handle, scratch.path())
         .map_err(spill_error)
         .unwrap()
         .unwrap();
@@ -182,4 +188,38 @@ fn secondary_inputs_rewrite_as_symbolics_transformers_do() {
         )
     });
     assert_ne!(plain, rewritten, "the il2cpp mapping moved no line");
+}
+
+/// Where symbolic refuses a file, so does our walk: a unit header that cannot be read
+/// fails symbolic's whole debug session, and must fail ours (not yield the units before
+/// it as if the file ended there).
+#[test]
+fn dwarf_symbolic_refuses_is_refused() {
+    let mut data = std::fs::read(fixtures().join("native/elf/crash.debug")).unwrap();
+    let at = {
+        let object = Object::parse(&data).unwrap();
+        let Object::Elf(elf) = &object else {
+            panic!("an ELF fixture")
+        };
+        use symbolic::debuginfo::dwarf::Dwarf;
+        let info = elf.section("debug_info").unwrap();
+        info.data.as_ptr() as usize - data.as_ptr() as usize
+    };
+    // A DWARF 32-bit unit length in the reserved range (0xfffffff0..): unreadable.
+    data[at..at + 4].copy_from_slice(&0xffff_fff0u32.to_le_bytes());
+    let object = Object::parse(&data).unwrap();
+    let mut converter = SymCacheConverter::new();
+    assert!(
+        converter.process_object(&object).is_err(),
+        "symbolic reads it"
+    );
+
+    let handle = Arc::new(
+        ObjectHandle::from_bytes(ByteView::from_vec(data.clone()), ObjectLimits::default())
+            .unwrap(),
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let mut writer = SpillingWriter::new_in(scratch.path()).unwrap();
+    let outcome = writer.process_handle(&handle, scratch.path()).unwrap();
+    assert!(outcome.is_err(), "our writer read a file symbolic refuses");
 }

@@ -5,7 +5,7 @@
 
 #[cfg(test)]
 mod differential;
-mod spill;
+
 mod writer;
 
 pub use writer::{FunctionText, LocationText, Rewrite, undecorate_win_symbol};
@@ -125,9 +125,9 @@ impl DerivedFormat for SymCacheFormat {
     }
 
     fn convert(input: SymCacheInput, out: &mut BufWriter<File>, scratch: &Path) -> CacheResult<()> {
-        let object = input.object.object();
         #[cfg(test)]
         {
+            let object = input.object.object();
             crate::error::delay_if_marked("convert", object.data());
             crate::error::panic_if_marked("symcache", object.data());
         }
@@ -139,7 +139,7 @@ impl DerivedFormat for SymCacheFormat {
         if let Some(mapping) = inputs.il2cpp {
             writer.add_rewrite(mapping);
         }
-        let processed = writer.process_object(object);
+        let processed = writer.process_handle(&input.object, scratch);
         input.object.release_pages();
         processed
             .map_err(spill_error)?

@@ -22,11 +22,14 @@
 use std::borrow::Cow;
 use std::io::{self, Write};
 use std::path::Path;
+use std::sync::Arc;
 
 use symbolic::common::{Arch, DebugId, Language};
-use symbolic::debuginfo::{DebugSession, FileFormat, Function, ObjectLike, Symbol};
+use symbolic::debuginfo::{DebugSession, FileFormat, Function, Object, ObjectLike, Symbol};
 
-use super::spill::{FileIndexSet, FileStringTable, FileVec, Plain, too_many_names};
+use crate::lookup::ObjectHandle;
+use crate::native::dwarf::{DwarfFile, SpilledSeenRanges};
+use crate::native::spill::{FileIndexSet, FileStringTable, FileVec, Plain, too_many_names};
 
 /// `SYMCACHE_MAGIC` of symbolic's raw format ("SYMC" little-endian).
 const MAGIC: u32 = u32::from_le_bytes(*b"SYMC");
@@ -167,6 +170,52 @@ impl<'a> SpillingWriter<'a> {
 
     pub fn add_rewrite(&mut self, rewrite: impl Rewrite + 'a) {
         self.rewrites.push(Box::new(rewrite));
+    }
+
+    /// The whole of `handle`'s object: its DWARF through our own walk, which holds one
+    /// unit at a time (symbolic's DWARF session keeps every unit it has read, and every
+    /// function range, until it ends: 100 MiB and more for a file of some GiB); other
+    /// formats through symbolic's debug session. Either way, symbolic's order.
+    pub fn process_handle(
+        &mut self,
+        handle: &Arc<ObjectHandle>,
+        scratch: &Path,
+    ) -> io::Result<Result<(), String>> {
+        match DwarfFile::open(handle, scratch)? {
+            Some(file) => self.process_dwarf(&file, handle.object(), scratch),
+            None => self.process_object(handle.object()),
+        }
+    }
+
+    /// `process_object` for an object with DWARF, walked by `native::dwarf`.
+    fn process_dwarf(
+        &mut self,
+        file: &DwarfFile,
+        object: &Object<'_>,
+        scratch: &Path,
+    ) -> io::Result<Result<(), String>> {
+        self.arch = object.arch();
+        self.debug_id = object.debug_id();
+        let mut seen = SpilledSeenRanges::new_in(scratch)?;
+        let mut failed = None;
+        let walked = file.functions(&mut seen, &mut |function| {
+            if failed.is_none()
+                && let Err(e) = self.process_function(&function, &[(0, u32::MAX)])
+            {
+                failed = Some(e);
+            }
+        });
+        if let Some(e) = failed.or_else(|| seen.take_error()) {
+            return Err(e);
+        }
+        if let Err(e) = walked {
+            return Ok(Err(e.to_string()));
+        }
+        self.fold_ranges()?;
+        for symbol in object.symbols() {
+            self.process_symbol(&symbol)?;
+        }
+        Ok(Ok(()))
     }
 
     /// symbolic's `SymCacheConverter::process_object`: the debug session's functions,

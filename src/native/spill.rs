@@ -1,8 +1,10 @@
 //! Containers whose contents live in a file, not on the heap: what lets the SymCache
-//! writer hold tables as large as the debug file it reads in a fixed amount of anonymous
-//! memory. Each is a shared, writable mapping of an unlinked temporary file, so the
-//! kernel can write its pages back and drop them under memory pressure (they count as
-//! file-backed, like the page cache) instead of the process growing with the input.
+//! writer hold tables as large as the debug file it reads, and the DWARF walk and the
+//! cold path's readers hold a large file's symbols, unit ranges and seen function
+//! ranges, in a fixed amount of anonymous memory. Each is a shared, writable mapping of
+//! an unlinked temporary file, so the kernel can write its pages back and drop them
+//! under memory pressure (they count as file-backed, like the page cache) instead of
+//! the process growing with the input.
 
 use std::fs::File;
 use std::hash::{BuildHasher, Hash};
