@@ -18,6 +18,7 @@ mod dwarf;
 mod frame_paths;
 mod il2cpp_mapping;
 pub mod interface;
+mod pdb_source;
 pub mod ppdb;
 mod source_context;
 mod spill;

@@ -126,6 +126,76 @@ impl<T: Plain> FileVec<T> {
     }
 }
 
+/// An array in a temporary file that is only appended to until it is read: written
+/// through a small heap buffer with `write`, not stored through a mapping. A mapped
+/// file's new pages are zeroed by the kernel when first touched and then overwritten,
+/// which took an eighth of a SymCache conversion's time for its range log; pages that
+/// `write` fills whole are not zeroed first. A full disk is an error of `push`, never a
+/// fault. [`FileLog::into_vec`] maps what was written for reading.
+pub struct FileLog<T: Plain> {
+    file: File,
+    buffer: Vec<T>,
+    len: usize,
+}
+
+/// Items buffered before a `write`: 64 KiB of ranges.
+const LOG_BUFFER_BYTES: usize = 64 << 10;
+
+impl<T: Plain> FileLog<T> {
+    pub fn new_in(dir: &Path) -> io::Result<Self> {
+        Ok(FileLog {
+            file: tempfile::tempfile_in(dir)?,
+            buffer: Vec::with_capacity(LOG_BUFFER_BYTES / size_of::<T>().max(1)),
+            len: 0,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn push(&mut self, value: T) -> io::Result<()> {
+        if self.buffer.len() == self.buffer.capacity() {
+            self.flush()?;
+        }
+        self.buffer.push(value);
+        self.len += 1;
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        use std::io::Write;
+        // SAFETY: `T: Plain` has no padding, so its items are initialized bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                self.buffer.as_ptr().cast::<u8>(),
+                self.buffer.len() * size_of::<T>(),
+            )
+        };
+        self.file.write_all(bytes)?;
+        self.buffer.clear();
+        Ok(())
+    }
+
+    /// What was pushed, mapped as a [`FileVec`] (which may grow on from there).
+    pub fn into_vec(mut self) -> io::Result<FileVec<T>> {
+        self.flush()?;
+        let mut vec = FileVec {
+            file: self.file,
+            map: None,
+            len: self.len,
+            capacity: self.len,
+            _items: PhantomData,
+        };
+        if vec.len > 0 {
+            // SAFETY: the file is an unlinked temporary only this value maps or writes,
+            // written whole (no holes) by `flush`.
+            vec.map = Some(unsafe { MmapMut::map_mut(&vec.file)? });
+        }
+        Ok(vec)
+    }
+}
+
 /// Extends `file` to `to` bytes with its blocks allocated, not as a hole: a store
 /// through a shared mapping into a hole that the disk has no room for is a SIGBUS that
 /// ends the process, where a full disk must only fail this conversion (`ENOSPC` here).

@@ -16,19 +16,17 @@ use crate::error::isolate_blocking;
 use crate::lookup::ObjectHandle;
 
 /// What a lazy reader of `object` holds in memory, for the conversion budget: its share
-/// of the file, and every section it inflates in full (DWARF in ELF). A PDB reader copies
-/// the streams it reads out of the file (type and id information, symbols, module
-/// lists), which make up most of a PDB, so it counts the whole file. A Breakpad reader
-/// holds an index of the text's records, well under its share. 0 for formats without a
-/// lazy reader.
+/// of the file, and every section it inflates in full (DWARF in ELF). A PDB reader reads
+/// its streams through the file's mapping (`native::pdb_source`: scattered ones are
+/// gathered in spill files, not on the heap), and a Breakpad reader holds an index of
+/// the text's records, each well under its share. 0 for formats without a lazy reader.
 pub fn budget_weight(object: &ObjectHandle) -> u64 {
     match object.object().file_format() {
         FileFormat::Elf | FileFormat::MachO | FileFormat::Wasm => {
             let names: Vec<&str> = dwarf::SECTIONS.iter().map(|id| &id.name()[1..]).collect();
             (object.size() / LAZY_READ_SHARE).saturating_add(object.inflated_size(Some(&names)))
         }
-        FileFormat::Pdb => object.size(),
-        FileFormat::Breakpad => object.size() / LAZY_READ_SHARE,
+        FileFormat::Pdb | FileFormat::Breakpad => object.size() / LAZY_READ_SHARE,
         _ => 0,
     }
 }
@@ -104,7 +102,7 @@ pub fn open(object: &Arc<ObjectHandle>, spill_dir: &Path) -> Option<OwnedLazySym
     }
     let reader = match object.object().file_format() {
         FileFormat::Elf | FileFormat::MachO | FileFormat::Wasm => dwarf::open(object, spill_dir)?,
-        FileFormat::Pdb => pdb::open(object)?,
+        FileFormat::Pdb => pdb::open(object, spill_dir)?,
         FileFormat::Breakpad => breakpad::open(object)?,
         _ => return None,
     };
@@ -156,7 +154,7 @@ mod tests {
         assert!(budget_weight(&elf) >= elf.size() / LAZY_READ_SHARE + inflated);
         let data = ByteView::open(fixture("native/pe/crash.pdb")).unwrap();
         let pdb = ObjectHandle::from_bytes(data, ObjectLimits::default()).unwrap();
-        assert_eq!(budget_weight(&pdb), pdb.size());
+        assert_eq!(budget_weight(&pdb), pdb.size() / LAZY_READ_SHARE);
         let data = ByteView::open(fixture("native/pe/crash.exe")).unwrap();
         let pe = Arc::new(ObjectHandle::from_bytes(data, ObjectLimits::default()).unwrap());
         assert_eq!(budget_weight(&pe), 0);

@@ -17,8 +17,7 @@
 use std::borrow::Cow;
 use std::cell::{OnceCell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
-use std::io::Cursor;
+use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -36,6 +35,7 @@ use symbolic::symcache::{SymCache, SymCacheConverter};
 use super::reader::{LazyLocation, LazySymbolizer, OwnedLazySymbolizer, symcache_answer};
 use crate::error::isolate;
 use crate::lookup::ObjectHandle;
+use crate::native::pdb_source::MappedSource;
 use crate::native::symcache::undecorate_win_symbol;
 
 /// Parsed modules kept for later lookups, at most this many...
@@ -51,8 +51,9 @@ const FENCE: &str = "\0fence";
 
 /// A lazy reader for a PDB, or `None` when one of the streams the SymCache conversion
 /// needs cannot be read (then the conversion fails too, and the caller waits for it).
-pub fn open(object: &Arc<ObjectHandle>) -> Option<OwnedLazySymbolizer> {
-    Some(Arc::new(PdbSymbolizer::open(object)?))
+/// Streams whose pages are scattered are gathered into spill files in `spill_dir`.
+pub fn open(object: &Arc<ObjectHandle>, spill_dir: &Path) -> Option<OwnedLazySymbolizer> {
+    Some(Arc::new(PdbSymbolizer::open(object, spill_dir)?))
 }
 
 struct PdbSymbolizer {
@@ -61,12 +62,13 @@ struct PdbSymbolizer {
 }
 
 impl PdbSymbolizer {
-    fn open(object: &Arc<ObjectHandle>) -> Option<Self> {
+    fn open(object: &Arc<ObjectHandle>, spill_dir: &Path) -> Option<Self> {
         let Object::Pdb(pdb) = object.object() else {
             return None;
         };
         let arch = pdb.arch();
-        let streams = NonNull::from(Box::leak(Box::new(Streams::open(object.clone()).ok()?)));
+        let source = MappedSource::new(object.clone(), spill_dir.to_owned());
+        let streams = NonNull::from(Box::leak(Box::new(Streams::open(source).ok()?)));
         let mut state = State {
             reader: None,
             streams,
@@ -106,7 +108,8 @@ impl Drop for State {
 
 // SAFETY: the pdb crate's streams are boxed `dyn SourceView`s without a `Send` bound, and
 // the type formatter keeps `RefCell`s; nothing in `State` is shared with anything outside
-// it, its source is a `Cursor` over an `Arc<ObjectHandle>` (which is `Send + Sync`), and the
+// it, its source and views hold an `Arc<ObjectHandle>` (which is `Send + Sync`) and spill
+// files, and the
 // `Mutex` lets one thread at a time touch it.
 unsafe impl Send for State {}
 
@@ -133,25 +136,9 @@ impl LazySymbolizer for PdbSymbolizer {
     }
 }
 
-/// The file's bytes, owned, so that the pdb crate's `'s` can be `'static`.
-struct FileBytes(Arc<ObjectHandle>);
-
-impl AsRef<[u8]> for FileBytes {
-    fn as_ref(&self) -> &[u8] {
-        match self.0.object() {
-            Object::Pdb(pdb) => pdb.data(),
-            _ => &[],
-        }
-    }
-}
-
-impl fmt::Debug for FileBytes {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("FileBytes")
-    }
-}
-
-type Pdb = PDB<'static, Cursor<FileBytes>>;
+/// The streams are views of the mapped file (or spill files) that hold the handle, so
+/// the pdb crate's `'s` can be `'static`.
+type Pdb = PDB<'static, MappedSource>;
 
 /// The streams of a PDB that lookups read from, owned.
 struct Streams {
@@ -171,8 +158,8 @@ struct Streams {
 impl Streams {
     /// Reads what `PdbObject::parse` and `PdbDebugSession::build` read, failing where they
     /// fail.
-    fn open(handle: Arc<ObjectHandle>) -> Result<Self, ::pdb::Error> {
-        let mut pdb = PDB::open(Cursor::new(FileBytes(handle)))?;
+    fn open(source: MappedSource) -> Result<Self, ::pdb::Error> {
+        let mut pdb = PDB::open(source)?;
         let debug_info = pdb.debug_information()?;
         let global_symbols = pdb.global_symbols()?;
         let sections = pdb.sections()?;
@@ -1055,7 +1042,7 @@ mod tests {
     /// The executable sections' addresses, from the PDB's copy of the section headers.
     fn text_range(path: &Path) -> (u64, u64) {
         let data = std::fs::read(path).unwrap();
-        let mut pdb = PDB::open(Cursor::new(data.as_slice())).unwrap();
+        let mut pdb = PDB::open(std::io::Cursor::new(data.as_slice())).unwrap();
         let sections = pdb.sections().unwrap().unwrap();
         let text = sections
             .iter()
@@ -1133,7 +1120,7 @@ mod tests {
     fn lazy_pdb_reader_parses_only_the_module_it_needs() {
         let (path, addrs) = pdbs().into_iter().next().unwrap();
         let handle = handle(&path);
-        let reader = PdbSymbolizer::open(&handle).unwrap();
+        let reader = PdbSymbolizer::open(&handle, &std::env::temp_dir()).unwrap();
         let parsed = || {
             let state = reader.state.lock().unwrap();
             let modules = state.reader.as_ref().unwrap().modules.borrow();
@@ -1445,7 +1432,7 @@ mod tests {
                 continue;
             };
             let handle = Arc::new(handle);
-            let Some(reader) = PdbSymbolizer::open(&handle) else {
+            let Some(reader) = PdbSymbolizer::open(&handle, &std::env::temp_dir()) else {
                 continue;
             };
             opened += 1;
@@ -1528,7 +1515,7 @@ mod regression {
             ObjectHandle::from_bytes(ByteView::open(path).unwrap(), ObjectLimits::default())
                 .unwrap(),
         );
-        let reader = super::open(&handle).expect("the streams read fine");
+        let reader = super::open(&handle, &std::env::temp_dir()).expect("the streams read fine");
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
         metrics::with_local_recorder(&recorder, || {

@@ -29,7 +29,9 @@ use symbolic::debuginfo::{DebugSession, FileFormat, Function, Object, ObjectLike
 
 use crate::lookup::ObjectHandle;
 use crate::native::dwarf::{DwarfFile, SpilledSeenRanges};
-use crate::native::spill::{FileIndexSet, FileStringTable, FileVec, Plain, too_many_names};
+use crate::native::spill::{
+    FileIndexSet, FileLog, FileStringTable, FileVec, Plain, too_many_names,
+};
 
 /// `SYMCACHE_MAGIC` of symbolic's raw format ("SYMC" little-endian).
 const MAGIC: u32 = u32::from_le_bytes(*b"SYMC");
@@ -142,8 +144,9 @@ pub struct SpillingWriter<'a> {
     files: FileIndexSet<RawFile>,
     functions: FileIndexSet<RawFunction>,
     call_locations: FileIndexSet<RawLocation>,
-    /// Writes to the range map while functions are read; once they are folded, the
-    /// map itself, one op per address in address order.
+    /// Writes to the range map while functions are read (`None` once folded).
+    log: Option<FileLog<RangeOp>>,
+    /// The folded map, one op per address in address order.
     ops: FileVec<RangeOp>,
     /// The public symbols' writes, which win over the folded ops.
     overlay: Option<RangeOverlay>,
@@ -162,6 +165,7 @@ impl<'a> SpillingWriter<'a> {
             files: FileIndexSet::new_in(dir)?,
             functions: FileIndexSet::new_in(dir)?,
             call_locations: FileIndexSet::new_in(dir)?,
+            log: Some(FileLog::new_in(dir)?),
             ops: FileVec::new_in(dir)?,
             overlay: Some(RangeOverlay::new_in(dir)?),
             last_addr: None,
@@ -248,8 +252,9 @@ impl<'a> SpillingWriter<'a> {
     }
 
     fn log(&mut self, address: u32, kind: u32, location: RawLocation) -> io::Result<()> {
-        let seq = self.ops.len() as u64;
-        self.ops.push(RangeOp {
+        let log = self.log.as_mut().expect("functions come before folding");
+        let seq = log.len() as u64;
+        log.push(RangeOp {
             address,
             kind,
             seq,
@@ -411,6 +416,9 @@ impl<'a> SpillingWriter<'a> {
     /// Replays the logged writes: sorted by address and then by when they were made,
     /// each address's writes applied in turn leave what the map would hold.
     fn fold_ranges(&mut self) -> io::Result<()> {
+        if let Some(log) = self.log.take() {
+            self.ops = log.into_vec()?;
+        }
         let ops = self.ops.as_mut_slice();
         ops.sort_unstable_by_key(|op| (op.address, op.seq));
         // Folding in place: the entries written never overtake the ops read.
@@ -526,7 +534,7 @@ impl<'a> SpillingWriter<'a> {
     pub fn serialize<W: Write>(mut self, out: &mut W, dir: &Path) -> io::Result<()> {
         let overlay = self.overlay.take().expect("serialized once");
         // The folded ranges and the symbols' writes, merged by address.
-        let mut ranges: FileVec<RangeEntry> = FileVec::new_in(dir)?;
+        let mut ranges: FileLog<RangeEntry> = FileLog::new_in(dir)?;
         let mut symbols = overlay.into_sorted();
         if let Some(last_addr) = self.last_addr {
             let present = symbols
@@ -576,6 +584,7 @@ impl<'a> SpillingWriter<'a> {
         }
         drop(symbols);
         self.ops = FileVec::new_in(dir)?;
+        let ranges = ranges.into_vec()?;
 
         let too_many = || io::Error::other("more than 4 billion SymCache records");
         let count = |n: usize| u32::try_from(n).map_err(|_| too_many());

@@ -1,0 +1,292 @@
+//! The pdb crate's view of a PDB file, over the file's own mapping.
+//!
+//! A PDB is a multi-stream file: each stream (types, ids, symbols, each module's
+//! records) is a list of pages anywhere in the file, and the pdb crate asks its `Source`
+//! for a stream as one contiguous slice. Its default `Source` (what symbolic and a
+//! `Cursor` give) copies every stream it reads onto the heap, which for a large PDB
+//! (several GiB of Unreal Engine types and ids) is most of the file. This one answers a
+//! stream whose pages follow one another (what linkers mostly write) with the mapped
+//! bytes themselves, and copies the others into a spill file (file-backed, like the
+//! mapping), keeping only small views on the heap.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use pdb::{Source, SourceSlice, SourceView};
+use symbolic::debuginfo::Object;
+
+use super::spill::FileVec;
+use crate::lookup::ObjectHandle;
+
+/// Views smaller than this are copied to the heap: the pdb crate asks for many small
+/// ones (headers, the stream directory, a module's small streams), and a spill file
+/// each would cost more than the bytes.
+const HEAP_VIEW_MAX: usize = 256 << 10;
+
+/// A PDB's bytes as the pdb crate reads them, for as long as any view of them lives.
+pub struct MappedSource {
+    handle: Arc<ObjectHandle>,
+    spill_dir: PathBuf,
+    heap_view_max: usize,
+}
+
+impl MappedSource {
+    pub fn new(handle: Arc<ObjectHandle>, spill_dir: PathBuf) -> Self {
+        MappedSource {
+            handle,
+            spill_dir,
+            heap_view_max: HEAP_VIEW_MAX,
+        }
+    }
+}
+
+fn pdb_bytes(handle: &ObjectHandle) -> &[u8] {
+    match handle.object() {
+        Object::Pdb(pdb) => pdb.data(),
+        _ => &[],
+    }
+}
+
+impl fmt::Debug for MappedSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("MappedSource")
+    }
+}
+
+impl Source<'static> for MappedSource {
+    fn view(&mut self, slices: &[SourceSlice]) -> io::Result<Box<dyn SourceView<'static>>> {
+        let data = pdb_bytes(&self.handle);
+        let mut len = 0usize;
+        for slice in slices {
+            let end = usize::try_from(slice.offset)
+                .ok()
+                .and_then(|start| start.checked_add(slice.size));
+            if end.is_none_or(|end| end > data.len()) {
+                // What the default source's `read_exact` says past the end of the file.
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            len = len
+                .checked_add(slice.size)
+                .ok_or_else(|| io::Error::other("a PDB stream larger than memory"))?;
+        }
+        let contiguous = slices
+            .windows(2)
+            .all(|pair| pair[0].offset + pair[0].size as u64 == pair[1].offset);
+        if contiguous {
+            let start = slices.first().map_or(0, |s| s.offset as usize);
+            return Ok(Box::new(Mapped {
+                handle: self.handle.clone(),
+                start,
+                len,
+            }));
+        }
+        let copy = |into: &mut [u8]| {
+            let mut at = 0;
+            for slice in slices {
+                let start = slice.offset as usize;
+                into[at..at + slice.size].copy_from_slice(&data[start..start + slice.size]);
+                at += slice.size;
+            }
+        };
+        if len < self.heap_view_max {
+            let mut bytes = vec![0; len];
+            copy(&mut bytes);
+            return Ok(Box::new(Heap(bytes)));
+        }
+        let mut spilled = FileVec::new_in(&self.spill_dir)?;
+        spilled.extend_zeroed(len)?;
+        copy(spilled.as_mut_slice());
+        Ok(Box::new(Spilled(spilled)))
+    }
+}
+
+/// Pages that follow one another in the file: the mapping itself.
+struct Mapped {
+    handle: Arc<ObjectHandle>,
+    start: usize,
+    len: usize,
+}
+
+impl SourceView<'static> for Mapped {
+    fn as_slice(&self) -> &[u8] {
+        &pdb_bytes(&self.handle)[self.start..self.start + self.len]
+    }
+}
+
+struct Heap(Vec<u8>);
+
+impl SourceView<'static> for Heap {
+    fn as_slice(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Scattered pages gathered into a spill file.
+struct Spilled(FileVec<u8>);
+
+impl SourceView<'static> for Spilled {
+    fn as_slice(&self) -> &[u8] {
+        self.0.as_slice()
+    }
+}
+
+macro_rules! view_debug {
+    ($($view:ident),*) => {$(
+        impl fmt::Debug for $view {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({} bytes)", stringify!($view), self.as_slice().len())
+            }
+        }
+    )*};
+}
+view_debug!(Mapped, Heap, Spilled);
+
+#[cfg(test)]
+mod tests {
+    use std::io::Cursor;
+    use std::path::Path;
+
+    use pdb::{PDB, StreamIndex};
+    use symbolic::common::ByteView;
+
+    use super::*;
+    use crate::lookup::ObjectLimits;
+
+    /// `pdb` rewritten with its streams' pages interleaved (page `k` of every stream,
+    /// then page `k + 1` of every stream, ...): the same PDB as the pdb crate reads it,
+    /// but with no stream of more than one page contiguous, as incremental linkers
+    /// leave large PDBs. MSF 7.0: a superblock, two free page map pages, the pages, the
+    /// stream directory and the page that lists the directory's pages.
+    fn scattered(pdb: &[u8]) -> Vec<u8> {
+        let u32_at =
+            |bytes: &[u8], at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+        let page = u32_at(pdb, 32) as usize;
+        let directory_bytes = u32_at(pdb, 44) as usize;
+        let map_page = u32_at(pdb, 52) as usize;
+        let mut directory = Vec::new();
+        for i in 0..directory_bytes.div_ceil(page) {
+            let at = u32_at(pdb, map_page * page + 4 * i) as usize * page;
+            directory.extend_from_slice(&pdb[at..at + page]);
+        }
+        let count = u32_at(&directory, 0) as usize;
+        let sizes: Vec<u32> = (0..count).map(|i| u32_at(&directory, 4 + 4 * i)).collect();
+        let mut at = 4 + 4 * count;
+        let mut streams: Vec<Vec<u8>> = Vec::new();
+        for &size in &sizes {
+            let mut bytes = Vec::new();
+            if size != u32::MAX {
+                for _ in 0..(size as usize).div_ceil(page) {
+                    let from = u32_at(&directory, at) as usize * page;
+                    at += 4;
+                    bytes.extend_from_slice(&pdb[from..from + page]);
+                }
+                bytes.truncate(size as usize);
+            }
+            streams.push(bytes);
+        }
+        let mut out = vec![0u8; 3 * page];
+        let mut pages: Vec<Vec<u32>> = vec![Vec::new(); count];
+        for k in 0.. {
+            let mut any = false;
+            for (stream, bytes) in streams.iter().enumerate() {
+                if let Some(chunk) = bytes.chunks(page).nth(k) {
+                    pages[stream].push((out.len() / page) as u32);
+                    out.extend_from_slice(chunk);
+                    out.resize(out.len().next_multiple_of(page), 0);
+                    any = true;
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+        let mut new_directory = (count as u32).to_le_bytes().to_vec();
+        sizes
+            .iter()
+            .for_each(|s| new_directory.extend_from_slice(&s.to_le_bytes()));
+        pages
+            .iter()
+            .flatten()
+            .for_each(|p| new_directory.extend_from_slice(&p.to_le_bytes()));
+        let mut directory_pages = Vec::new();
+        for chunk in new_directory.chunks(page) {
+            directory_pages.push((out.len() / page) as u32);
+            out.extend_from_slice(chunk);
+            out.resize(out.len().next_multiple_of(page), 0);
+        }
+        let new_map_page = out.len() / page;
+        directory_pages
+            .iter()
+            .for_each(|p| out.extend_from_slice(&p.to_le_bytes()));
+        out.resize(out.len().next_multiple_of(page), 0);
+        assert!(
+            out.len() / page < page * 8,
+            "past the first free page map interval"
+        );
+        out[..56].copy_from_slice(&pdb[..56]);
+        let total_pages = (out.len() / page) as u32;
+        out[40..44].copy_from_slice(&total_pages.to_le_bytes());
+        out[44..48].copy_from_slice(&(new_directory.len() as u32).to_le_bytes());
+        out[52..56].copy_from_slice(&(new_map_page as u32).to_le_bytes());
+        out
+    }
+
+    /// Every stream of the fixture PDBs, as linked and with their pages scattered, reads
+    /// the same through the mapping (whole, or gathered on the heap or in spill files) as
+    /// through the pdb crate's own source.
+    #[test]
+    fn every_stream_reads_as_the_default_source_reads_it() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+        let spill = tempfile::tempdir().unwrap();
+        let mut kinds = std::collections::BTreeSet::new();
+        for path in ["native/pe/crash.pdb", "bigfiles/pdb/bigfile.pdb"] {
+            let linked = std::fs::read(fixtures.join(path)).unwrap();
+            for data in [scattered(&linked), linked] {
+                let handle = Arc::new(
+                    ObjectHandle::from_bytes(
+                        ByteView::from_vec(data.clone()),
+                        ObjectLimits::default(),
+                    )
+                    .unwrap(),
+                );
+                for heap_view_max in [HEAP_VIEW_MAX, 0] {
+                    let mut theirs = PDB::open(Cursor::new(data.as_slice())).unwrap();
+                    let mut ours = PDB::open(MappedSource {
+                        heap_view_max,
+                        ..MappedSource::new(handle.clone(), spill.path().to_owned())
+                    })
+                    .unwrap();
+                    let mut index = 0u32;
+                    loop {
+                        let theirs = theirs.raw_stream(StreamIndex(index as u16));
+                        let ours = ours.raw_stream(StreamIndex(index as u16));
+                        match (theirs, ours) {
+                            (Ok(Some(theirs)), Ok(Some(ours))) => {
+                                assert_eq!(theirs.as_slice(), ours.as_slice(), "{path} {index}");
+                                let view = format!("{ours:?}");
+                                kinds.extend(
+                                    ["Mapped", "Heap", "Spilled"]
+                                        .into_iter()
+                                        .filter(|kind| view.contains(kind)),
+                                );
+                            }
+                            (Ok(None), Ok(None)) => {}
+                            (Err(_), Err(_)) => break,
+                            (theirs, ours) => {
+                                panic!("{path} {index}: {:?} vs {:?}", theirs.is_ok(), ours.is_ok())
+                            }
+                        }
+                        index += 1;
+                    }
+                    assert!(index > 4, "{path} has streams");
+                    // And the reader symbolic's conversion and ours use parses it.
+                    assert!(ours.debug_information().is_ok(), "{path}");
+                }
+            }
+        }
+        // Each way of answering was taken, so each was compared.
+        assert_eq!(kinds.len(), 3, "{kinds:?}");
+    }
+}
