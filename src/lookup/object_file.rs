@@ -80,7 +80,8 @@ impl ObjectLimits {
         }
     }
 
-    fn parse_options(&self) -> ParseObjectOptions {
+    /// How symbolic parses the object, for the readers that parse parts of it again.
+    pub fn parse_options(&self) -> ParseObjectOptions {
         let mut options = ParseObjectOptions::default();
         options.max_decompressed_section_size = as_limit(self.max_decompressed_section_size);
         options.max_decompressed_embedded_source_size = as_limit(self.max_decompressed_source_size);

@@ -150,10 +150,6 @@ impl<T: Plain> FileLog<T> {
         })
     }
 
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
     pub fn push(&mut self, value: T) -> io::Result<()> {
         if self.buffer.len() == self.buffer.capacity() {
             self.flush()?;
@@ -348,6 +344,84 @@ impl<T: Plain + Eq + Hash> FileIndexSet<T> {
     }
 }
 
+/// A map from `u64` keys to text in a mapped file (a pointer and a length): a
+/// `BTreeMap<u64, &str>` whose inserts overwrite, with its entries and table in files.
+pub struct FileTextMap {
+    records: FileVec<TextEntry>,
+    slots: Slots,
+    hasher: foldhash::fast::RandomState,
+    dir: std::path::PathBuf,
+}
+
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct TextEntry {
+    key: u64,
+    ptr: u64,
+    len: u64,
+}
+
+// SAFETY: `repr(C)`, three `u64`s.
+unsafe impl Plain for TextEntry {}
+
+impl FileTextMap {
+    pub fn new_in(dir: &Path) -> io::Result<Self> {
+        Ok(FileTextMap {
+            records: FileVec::new_in(dir)?,
+            slots: Slots::new_in(dir)?,
+            hasher: foldhash::fast::RandomState::default(),
+            dir: dir.to_owned(),
+        })
+    }
+
+    /// Maps `key` to `text`, which must outlive the map (its bytes are not copied).
+    pub fn insert(&mut self, key: u64, text: &str) -> io::Result<()> {
+        let entry = TextEntry {
+            key,
+            ptr: text.as_ptr() as u64,
+            len: text.len() as u64,
+        };
+        let hash = self.hasher.hash_one(key);
+        let records = &self.records;
+        let (at, found) = self
+            .slots
+            .find(hash, |i| records.get(i as usize).key == key);
+        if let Some(index) = found {
+            self.records.set(index as usize, entry);
+            return Ok(());
+        }
+        let index = u32::try_from(self.records.len())
+            .ok()
+            .filter(|&i| i < u32::MAX - 1)
+            .ok_or_else(|| io::Error::other("more than 4 billion map entries"))?;
+        self.records.push(entry)?;
+        let (records, hasher) = (&self.records, &self.hasher);
+        self.slots.fill(at, hash, index, &self.dir, |i| {
+            hasher.hash_one(records.get(i as usize).key)
+        })
+    }
+
+    /// The text last inserted for `key`.
+    ///
+    /// # Safety
+    /// The text given to `insert` must still be alive, and `'t` no longer than it.
+    pub unsafe fn get<'t>(&self, key: u64) -> Option<&'t str> {
+        let hash = self.hasher.hash_one(key);
+        let records = &self.records;
+        let index = self
+            .slots
+            .find(hash, |i| records.get(i as usize).key == key)
+            .1?;
+        let entry = self.records.get(index as usize);
+        // SAFETY: `insert` took the pointer and length from a `&str` that the caller
+        // keeps alive.
+        unsafe {
+            let bytes = std::slice::from_raw_parts(entry.ptr as *const u8, entry.len as usize);
+            Some(std::str::from_utf8_unchecked(bytes))
+        }
+    }
+}
+
 /// symbolic writes the string table's size and every offset into it as a `u32`, cut
 /// when the names and paths of a file add up to more than 4 GiB: its cache would read
 /// back with wrong names. Ours refuses the file instead.
@@ -421,6 +495,26 @@ impl FileStringTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `BTreeMap<u64, &str>`'s answers, inserts overwriting, across table growth.
+    #[test]
+    fn a_text_map_answers_as_a_btreemap() {
+        let dir = tempfile::tempdir().unwrap();
+        let texts: Vec<String> = (0..20_000).map(|i| format!("name {i}")).collect();
+        let mut ours = FileTextMap::new_in(dir.path()).unwrap();
+        let mut theirs = std::collections::BTreeMap::new();
+        for (i, text) in texts.iter().enumerate() {
+            // Ids repeat (a later record of an id wins) and are far apart.
+            let key = ((i % 15_000) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            ours.insert(key, text).unwrap();
+            theirs.insert(key, text.as_str());
+        }
+        for (i, _) in texts.iter().enumerate() {
+            let key = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            // SAFETY: `texts` outlives the lookups.
+            assert_eq!(unsafe { ours.get(key) }, theirs.get(&key).copied(), "{i}");
+        }
+    }
 
     #[test]
     fn index_set_keeps_first_insertion_order_across_growth() {

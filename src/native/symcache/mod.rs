@@ -3,6 +3,7 @@
 //! `/symbolicate` reads. Written by our own writer (`writer`), which makes symbolic's
 //! format, byte for byte, in memory that does not grow with the file (`spill`).
 
+mod breakpad;
 #[cfg(test)]
 mod differential;
 

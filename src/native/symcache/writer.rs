@@ -17,7 +17,9 @@
 //!   ranges.
 //!
 //! What stays on the heap is one function (its lines and inlinees) at a time, and what
-//! the debug session itself holds.
+//! the reader of the debug file holds: for DWARF our own walk (`native::dwarf`) and for
+//! Breakpad text our own iterator (`breakpad.rs`), which keep their state in spill files
+//! too; for the other formats (PDB, PE, .NET) symbolic's debug session.
 
 use std::borrow::Cow;
 use std::io::{self, Write};
@@ -25,7 +27,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use symbolic::common::{Arch, DebugId, Language};
-use symbolic::debuginfo::{DebugSession, FileFormat, Function, Object, ObjectLike, Symbol};
+use symbolic::debuginfo::breakpad::BreakpadObject;
+use symbolic::debuginfo::{
+    DebugSession, FileFormat, FileInfo, Function, Object, ObjectLike, Symbol,
+};
 
 use crate::lookup::ObjectHandle;
 use crate::native::dwarf::{DwarfFile, SpilledSeenRanges};
@@ -83,6 +88,10 @@ struct RangeOp {
     seq: u64,
     location: RawLocation,
 }
+
+/// Writes a function may batch before they go to the log unsorted (a function with
+/// more lines than this costs the log's sort instead of more memory).
+const MAX_BATCH: usize = 1 << 16;
 
 /// `BTreeMap::insert`: always.
 const SET: u32 = 0;
@@ -146,6 +155,13 @@ pub struct SpillingWriter<'a> {
     call_locations: FileIndexSet<RawLocation>,
     /// Writes to the range map while functions are read (`None` once folded).
     log: Option<FileLog<RangeOp>>,
+    /// The current top-level function's writes, sorted before they go to `log`: a
+    /// function writes its lines, then its entry and its inlinees' lines below them, but
+    /// functions mostly follow one another in address order, so sorted batches leave
+    /// the log sorted already, and its sort at `fold_ranges` a check.
+    batch: Vec<RangeOp>,
+    /// Writes so far, the next write's place in symbolic's order.
+    seq: u64,
     /// The folded map, one op per address in address order.
     ops: FileVec<RangeOp>,
     /// The public symbols' writes, which win over the folded ops.
@@ -166,6 +182,8 @@ impl<'a> SpillingWriter<'a> {
             functions: FileIndexSet::new_in(dir)?,
             call_locations: FileIndexSet::new_in(dir)?,
             log: Some(FileLog::new_in(dir)?),
+            batch: Vec::new(),
+            seq: 0,
             ops: FileVec::new_in(dir)?,
             overlay: Some(RangeOverlay::new_in(dir)?),
             last_addr: None,
@@ -178,17 +196,45 @@ impl<'a> SpillingWriter<'a> {
 
     /// The whole of `handle`'s object: its DWARF through our own walk, which holds one
     /// unit at a time (symbolic's DWARF session keeps every unit it has read, and every
-    /// function range, until it ends: 100 MiB and more for a file of some GiB); other
-    /// formats through symbolic's debug session. Either way, symbolic's order.
+    /// function range, until it ends: 100 MiB and more for a file of some GiB), Breakpad
+    /// text through our own iterator (symbolic's keeps every FILE and INLINE_ORIGIN
+    /// record on the heap), other formats through symbolic's debug session. Either way,
+    /// symbolic's order.
     pub fn process_handle(
         &mut self,
         handle: &Arc<ObjectHandle>,
         scratch: &Path,
     ) -> io::Result<Result<(), String>> {
+        if let Object::Breakpad(breakpad) = handle.object() {
+            let max_inline_depth = handle.limits().parse_options().max_inline_depth;
+            return self.process_breakpad(breakpad, max_inline_depth, scratch);
+        }
         match DwarfFile::open(handle, scratch)? {
             Some(file) => self.process_dwarf(&file, handle.object(), scratch),
             None => self.process_object(handle.object()),
         }
+    }
+
+    /// `process_object` for Breakpad text, walked by `breakpad.rs`.
+    fn process_breakpad(
+        &mut self,
+        object: &BreakpadObject<'_>,
+        max_inline_depth: Option<u32>,
+        scratch: &Path,
+    ) -> io::Result<Result<(), String>> {
+        self.arch = object.arch();
+        self.debug_id = object.debug_id();
+        let walked = super::breakpad::functions(object, max_inline_depth, scratch, &mut |f| {
+            self.process_top_function(&f)
+        })?;
+        if let Err(e) = walked {
+            return Ok(Err(bad_debug_file(e)));
+        }
+        self.fold_ranges()?;
+        for symbol in object.symbols() {
+            self.process_symbol(&symbol)?;
+        }
+        Ok(Ok(()))
     }
 
     /// `process_object` for an object with DWARF, walked by `native::dwarf`.
@@ -204,7 +250,7 @@ impl<'a> SpillingWriter<'a> {
         let mut failed = None;
         let walked = file.functions(&mut seen, &mut |function| {
             if failed.is_none()
-                && let Err(e) = self.process_function(&function, &[(0, u32::MAX)])
+                && let Err(e) = self.process_top_function(&function)
             {
                 failed = Some(e);
             }
@@ -239,7 +285,7 @@ impl<'a> SpillingWriter<'a> {
         self.is_windows_object = matches!(object.file_format(), FileFormat::Pe | FileFormat::Pdb);
         for function in session.functions() {
             match function {
-                Ok(function) => self.process_function(&function, &[(0, u32::MAX)])?,
+                Ok(function) => self.process_top_function(&function)?,
                 Err(e) => return Ok(Err(bad_debug_file(e))),
             }
         }
@@ -252,15 +298,33 @@ impl<'a> SpillingWriter<'a> {
     }
 
     fn log(&mut self, address: u32, kind: u32, location: RawLocation) -> io::Result<()> {
-        let log = self.log.as_mut().expect("functions come before folding");
-        let seq = log.len() as u64;
-        log.push(RangeOp {
+        self.batch.push(RangeOp {
             address,
             kind,
-            seq,
+            seq: self.seq,
             location,
-        })?;
+        });
+        self.seq += 1;
+        if self.batch.len() >= MAX_BATCH {
+            self.flush_batch()?;
+        }
         Ok(())
+    }
+
+    /// Sends the batch to the log, sorted as `fold_ranges` sorts.
+    fn flush_batch(&mut self) -> io::Result<()> {
+        self.batch.sort_unstable_by_key(|op| (op.address, op.seq));
+        let log = self.log.as_mut().expect("functions come before folding");
+        for op in self.batch.drain(..) {
+            log.push(op)?;
+        }
+        Ok(())
+    }
+
+    /// A top-level function: its writes, with its inlinees', as one sorted batch.
+    fn process_top_function(&mut self, function: &Function<'_>) -> io::Result<()> {
+        self.process_function(function, &[(0, u32::MAX)])?;
+        self.flush_batch()
     }
 
     /// The same walk as symbolic's `process_symbolic_function_recursive` (13.9), its
@@ -316,6 +380,8 @@ impl<'a> SpillingWriter<'a> {
         let mut next_line = line_iter.next();
         let mut next_inline = inline_iter.next();
         let mut callee_call_locations = Vec::new();
+        let mut last_file: Option<(&FileInfo<'_>, u32)> = None;
+        let no_rewrites = self.rewrites.is_empty();
 
         while let Some(line) = next_line.take() {
             let (line_range_start, line_range_end) = line_boundaries(line.address, line.size);
@@ -325,37 +391,54 @@ impl<'a> SpillingWriter<'a> {
             }
             let inlined_into_idx = current_call_location.1;
 
-            let mut text = LocationText {
-                name: line.file.name_str(),
-                directory: Some(line.file.dir_str()),
-                comp_dir: comp_dir.map(Into::into),
-                srcsrv_name: line.file.srcsrv_name_str(),
-                srcsrv_dir: line.file.srcsrv_dir_str(),
-                srcsrv_revision: line.file.srcsrv_revision().map(Into::into),
-                line: line.line as u32,
+            // A function's lines name few files, mostly the same one in a row: without
+            // rewrites (which may move a line to another file) a repeat is the same
+            // file record, not six string lookups again.
+            let (file_idx, line_number) = match last_file {
+                Some((file, file_idx)) if no_rewrites && *file == line.file => {
+                    (file_idx, line.line as u32)
+                }
+                _ => {
+                    let mut text = LocationText {
+                        name: line.file.name_str(),
+                        directory: Some(line.file.dir_str()),
+                        comp_dir: comp_dir.map(Into::into),
+                        srcsrv_name: line.file.srcsrv_name_str(),
+                        srcsrv_dir: line.file.srcsrv_dir_str(),
+                        srcsrv_revision: line.file.srcsrv_revision().map(Into::into),
+                        line: line.line as u32,
+                    };
+                    for rewrite in &mut self.rewrites {
+                        text = rewrite.location(text);
+                    }
+                    let name_offset = self.strings.insert(&text.name)?;
+                    let directory_offset =
+                        self.strings.insert_optional(text.directory.as_deref())?;
+                    let comp_dir_offset = self.strings.insert_optional(text.comp_dir.as_deref())?;
+                    let srcsrv_name_offset =
+                        self.strings.insert_optional(text.srcsrv_name.as_deref())?;
+                    let srcsrv_dir_offset =
+                        self.strings.insert_optional(text.srcsrv_dir.as_deref())?;
+                    let srcsrv_revision_offset = self
+                        .strings
+                        .insert_optional(text.srcsrv_revision.as_deref())?;
+                    let file_idx = self.files.insert_full(RawFile {
+                        comp_dir_offset,
+                        directory_offset,
+                        name_offset,
+                        srcsrv_name_offset,
+                        srcsrv_dir_offset,
+                        srcsrv_revision_offset,
+                    })?;
+                    if no_rewrites {
+                        last_file = Some((&line.file, file_idx));
+                    }
+                    (file_idx, text.line)
+                }
             };
-            for rewrite in &mut self.rewrites {
-                text = rewrite.location(text);
-            }
-            let name_offset = self.strings.insert(&text.name)?;
-            let directory_offset = self.strings.insert_optional(text.directory.as_deref())?;
-            let comp_dir_offset = self.strings.insert_optional(text.comp_dir.as_deref())?;
-            let srcsrv_name_offset = self.strings.insert_optional(text.srcsrv_name.as_deref())?;
-            let srcsrv_dir_offset = self.strings.insert_optional(text.srcsrv_dir.as_deref())?;
-            let srcsrv_revision_offset = self
-                .strings
-                .insert_optional(text.srcsrv_revision.as_deref())?;
-            let file_idx = self.files.insert_full(RawFile {
-                comp_dir_offset,
-                directory_offset,
-                name_offset,
-                srcsrv_name_offset,
-                srcsrv_dir_offset,
-                srcsrv_revision_offset,
-            })?;
             let location = RawLocation {
                 file_idx,
-                line: text.line,
+                line: line_number,
                 function_idx,
                 inlined_into_idx,
             };
@@ -416,10 +499,13 @@ impl<'a> SpillingWriter<'a> {
     /// Replays the logged writes: sorted by address and then by when they were made,
     /// each address's writes applied in turn leave what the map would hold.
     fn fold_ranges(&mut self) -> io::Result<()> {
+        self.flush_batch()?;
         if let Some(log) = self.log.take() {
             self.ops = log.into_vec()?;
         }
         let ops = self.ops.as_mut_slice();
+        // Sorted already when the functions came in address order (a linear check in
+        // the standard sort), else sorted here.
         ops.sort_unstable_by_key(|op| (op.address, op.seq));
         // Folding in place: the entries written never overtake the ops read.
         let mut write = 0usize;
