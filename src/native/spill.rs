@@ -254,6 +254,29 @@ impl Slots {
         }
     }
 
+    /// Appends `record` to `records` as the entry of the empty slot `at` (as `find`
+    /// gave it), `record_hash` giving each record's hash when the table grows.
+    fn append<T: Plain>(
+        &mut self,
+        records: &mut FileVec<T>,
+        at: usize,
+        hash: u64,
+        record: T,
+        dir: &Path,
+        record_hash: impl Fn(T) -> u64,
+    ) -> io::Result<u32> {
+        let index = u32::try_from(records.len())
+            .ok()
+            .filter(|&i| i < u32::MAX - 1)
+            .ok_or_else(|| io::Error::other("more than 4 billion records in a spill table"))?;
+        records.push(record)?;
+        let records = &*records;
+        self.fill(at, hash, index, dir, |i| {
+            record_hash(records.get(i as usize))
+        })?;
+        Ok(index)
+    }
+
     /// Fills the empty slot `at`, growing (and rehashing through `rehash`, which gives
     /// an entry's hash) past half full.
     fn fill(
@@ -314,16 +337,11 @@ impl<T: Plain + Eq + Hash> FileIndexSet<T> {
         if let Some(index) = found {
             return Ok(index);
         }
-        let index = u32::try_from(self.records.len())
-            .ok()
-            .filter(|&i| i < u32::MAX - 1)
-            .ok_or_else(|| io::Error::other("more than 4 billion SymCache records"))?;
-        self.records.push(value)?;
-        let (records, hasher) = (&self.records, &self.hasher);
-        self.slots.fill(at, hash, index, &self.dir, |i| {
-            hasher.hash_one(records.get(i as usize))
-        })?;
-        Ok(index)
+        let hasher = &self.hasher;
+        self.slots
+            .append(&mut self.records, at, hash, value, &self.dir, |v| {
+                hasher.hash_one(v)
+            })
     }
 
     /// The index of `value`, if it is in the set.
@@ -390,15 +408,12 @@ impl FileTextMap {
             self.records.set(index as usize, entry);
             return Ok(());
         }
-        let index = u32::try_from(self.records.len())
-            .ok()
-            .filter(|&i| i < u32::MAX - 1)
-            .ok_or_else(|| io::Error::other("more than 4 billion map entries"))?;
-        self.records.push(entry)?;
-        let (records, hasher) = (&self.records, &self.hasher);
-        self.slots.fill(at, hash, index, &self.dir, |i| {
-            hasher.hash_one(records.get(i as usize).key)
-        })
+        let hasher = &self.hasher;
+        self.slots
+            .append(&mut self.records, at, hash, entry, &self.dir, |e| {
+                hasher.hash_one(e.key)
+            })
+            .map(drop)
     }
 
     /// The text last inserted for `key`.
