@@ -282,6 +282,21 @@ impl Server {
         self.log.lock().unwrap().clone()
     }
 
+    /// Whether the log shows `needle` within a few seconds: a line written as an
+    /// answer goes out reaches the log's reader thread a moment after the answer.
+    pub fn log_shows(&self, needle: &str) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            if self.log().contains(needle) {
+                return true;
+            }
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGKILL, and wait for the process to be gone.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

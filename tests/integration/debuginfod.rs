@@ -332,7 +332,11 @@ async fn a_source_past_max_source_size_is_not_served() {
         .await
         .unwrap();
     assert_eq!(resp.status(), StatusCode::NOT_FOUND);
-    assert!(server.log().contains("debuginfod.max_source_size"));
+    assert!(
+        server.log_shows("debuginfod.max_source_size"),
+        "{}",
+        server.log()
+    );
 }
 
 #[tokio::test]
