@@ -230,10 +230,7 @@ impl<'a> SpillingWriter<'a> {
         if let Err(e) = walked {
             return Ok(Err(bad_debug_file(e)));
         }
-        self.fold_ranges()?;
-        for symbol in object.symbols() {
-            self.process_symbol(&symbol)?;
-        }
+        self.process_symbols(object.symbols())?;
         Ok(Ok(()))
     }
 
@@ -261,10 +258,7 @@ impl<'a> SpillingWriter<'a> {
         if let Err(e) = walked {
             return Ok(Err(e.to_string()));
         }
-        self.fold_ranges()?;
-        for symbol in object.symbols() {
-            self.process_symbol(&symbol)?;
-        }
+        self.process_symbols(object.symbols())?;
         Ok(Ok(()))
     }
 
@@ -289,12 +283,19 @@ impl<'a> SpillingWriter<'a> {
                 Err(e) => return Ok(Err(bad_debug_file(e))),
             }
         }
-        self.fold_ranges()?;
-        for symbol in object.symbols() {
-            self.process_symbol(&symbol)?;
-        }
+        self.process_symbols(object.symbols())?;
         self.is_windows_object = false;
         Ok(Ok(()))
+    }
+
+    /// The symbol table, once every function is in: the functions' ranges are folded
+    /// first, since symbols read them.
+    fn process_symbols<'d>(&mut self, symbols: impl Iterator<Item = Symbol<'d>>) -> io::Result<()> {
+        self.fold_ranges()?;
+        for symbol in symbols {
+            self.process_symbol(&symbol)?;
+        }
+        Ok(())
     }
 
     fn log(&mut self, address: u32, kind: u32, location: RawLocation) -> io::Result<()> {
