@@ -26,7 +26,7 @@ use symbolic::symcache::{SymCache, SymCacheConverter};
 use super::reader::{LazyLocation, LazySymbolizer, OwnedLazySymbolizer, symcache_answer};
 use crate::lookup::ObjectHandle;
 use crate::native::dwarf::{DwarfFile, IndexedFunction, Unit, UnitInfo, UnitReader, relative};
-use crate::native::spill::{FileVec, Plain};
+use crate::native::spill::{FileLog, FileVec, Plain};
 
 pub use crate::native::dwarf::SECTIONS;
 
@@ -130,7 +130,7 @@ pub fn open(handle: &Arc<ObjectHandle>, spill_dir: &Path) -> Option<OwnedLazySym
 /// The address ranges of every unit symbolic would read functions from: the unit's
 /// own ranges, or, when it states none, those of its subprograms.
 fn index_units(file: &DwarfFile, spill_dir: &Path) -> std::io::Result<FileVec<UnitRange>> {
-    let mut ranges = FileVec::new_in(spill_dir)?;
+    let mut ranges = FileLog::new_in(spill_dir)?;
     for (index, header) in file.headers.iter().enumerate() {
         // Parsed for its ranges and dropped: what lookups need they parse again.
         let Ok(unit) = file.dwarf.unit(*header) else {
@@ -147,13 +147,13 @@ fn index_units(file: &DwarfFile, spill_dir: &Path) -> std::io::Result<FileVec<Un
         {
             continue;
         }
-        let before = ranges.len();
+        let mut found = false;
         if let Ok(mut iter) = file.dwarf.unit_ranges(unit) {
             while let Ok(Some(range)) = iter.next() {
-                push_range(file, &mut ranges, range, index)?;
+                found |= push_range(file, &mut ranges, range, index)?;
             }
         }
-        if ranges.len() == before {
+        if !found {
             let mut entries = unit.entries();
             while let Ok(Some(entry)) = entries.next_dfs() {
                 if entry.tag() != constants::DW_TAG_subprogram {
@@ -167,19 +167,21 @@ fn index_units(file: &DwarfFile, spill_dir: &Path) -> std::io::Result<FileVec<Un
             }
         }
     }
+    let mut ranges = ranges.into_vec()?;
     ranges.as_mut_slice().sort_unstable();
     Ok(ranges)
 }
 
+/// Appends `range` unless symbolic would not read it; whether it was appended.
 fn push_range(
     file: &DwarfFile,
-    ranges: &mut FileVec<UnitRange>,
+    ranges: &mut FileLog<UnitRange>,
     range: gimli::Range,
     unit: usize,
-) -> std::io::Result<()> {
+) -> std::io::Result<bool> {
     // Ranges at 0 are code the linker removed, as symbolic reads them.
     if (range.begin == 0 && file.kind != ObjectKind::Relocatable) || range.begin >= range.end {
-        return Ok(());
+        return Ok(false);
     }
     let begin = relative(range.begin, file.address_offset);
     let end = begin.saturating_add(range.end - range.begin);
@@ -188,7 +190,7 @@ fn push_range(
         end,
         unit: unit as u64,
     })?;
-    Ok(())
+    Ok(true)
 }
 
 impl DwarfReader {

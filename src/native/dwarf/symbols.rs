@@ -10,7 +10,7 @@ use std::path::Path;
 
 use symbolic::debuginfo::Symbol;
 
-use crate::native::spill::{FileVec, Plain};
+use crate::native::spill::{FileLog, FileVec, Plain};
 
 /// One symbol: its name as a pointer into the object's mapping (names of ELF, Mach-O
 /// and Wasm symbols are borrowed from the file), or, with [`OWNED`] set in `name_len`,
@@ -41,20 +41,20 @@ impl SymbolIndex {
     /// `symbols` in their table's order, sorted stably by address. The names must
     /// outlive the index: the caller keeps the object they borrow from.
     pub fn new_in<'d>(dir: &Path, symbols: impl Iterator<Item = Symbol<'d>>) -> io::Result<Self> {
-        let mut index = SymbolIndex {
-            records: FileVec::new_in(dir)?,
-            owned: Vec::new(),
-        };
+        // Appended whole, then mapped for the sort: not stored page by page through
+        // the mapping (see `FileLog`).
+        let mut records = FileLog::new_in(dir)?;
+        let mut owned = Vec::new();
         for (seq, symbol) in symbols.enumerate() {
             let (name_ptr, name_len) = match symbol.name {
                 None => (0, NO_NAME),
                 Some(Cow::Borrowed(name)) => (name.as_ptr() as u64, name.len() as u64),
                 Some(Cow::Owned(name)) => {
-                    index.owned.push(name);
-                    (index.owned.len() as u64 - 1, OWNED)
+                    owned.push(name);
+                    (owned.len() as u64 - 1, OWNED)
                 }
             };
-            index.records.push(Record {
+            records.push(Record {
                 address: symbol.address,
                 size: symbol.size,
                 seq: seq as u64,
@@ -62,6 +62,10 @@ impl SymbolIndex {
                 name_len,
             })?;
         }
+        let mut index = SymbolIndex {
+            records: records.into_vec()?,
+            owned,
+        };
         // Unstable on (address, position) is stable on address, without a stable sort's
         // buffer of half the records on the heap.
         index
