@@ -56,6 +56,9 @@ fn main() -> anyhow::Result<()> {
         Some(p) => std::fs::File::create(p)?,
         None => tempfile::tempfile()?,
     };
+    // What the parsed object holds before the conversion starts (a PDB's object copies
+    // its symbol records and DBI stream onto the heap when it is opened).
+    let opened = rss_anon_kib();
     let started = Instant::now();
     let mut writer = BufWriter::new(out);
     if symbolic {
@@ -78,10 +81,11 @@ fn main() -> anyhow::Result<()> {
     let secs = started.elapsed().as_secs_f64();
     peak.fetch_max(rss_anon_kib(), std::sync::atomic::Ordering::Relaxed);
     println!(
-        "{}: {secs:.2} s, {} MiB written, peak RssAnon {} MiB",
+        "{}: {secs:.2} s, {} MiB written, peak RssAnon {} MiB ({} MiB once the file was opened)",
         if symbolic { "symbolic" } else { "omnisym" },
         written >> 20,
         peak.load(std::sync::atomic::Ordering::Relaxed) / 1024,
+        opened / 1024,
     );
     Ok(())
 }

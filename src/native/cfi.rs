@@ -173,7 +173,12 @@ impl DerivedFormat for CfiFormat {
         input.conversion_size()
     }
 
+    /// A PDB's frame data is read by symbolic's CFI writer through the `pdb` crate,
+    /// which copies the streams it reads onto the heap: a PDB is charged its size.
     fn memory_charge(input: &Arc<ObjectHandle>) -> u64 {
+        if input.object().file_format() == symbolic::debuginfo::FileFormat::Pdb {
+            return input.conversion_size();
+        }
         super::symcache::bounded_charge(input)
     }
 

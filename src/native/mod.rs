@@ -8,7 +8,8 @@
 //! SymCache or CFI cache is built, and symbols uploaded as symbfiles (`symbfile`), which
 //! answer modules with a `file_id` before any source. Shared beneath the SymCache writer
 //! and the cold path: our own DWARF walk (`dwarf`) and containers kept in files instead
-//! of the heap (`spill`). Finding and fetching the files is `lookup`'s.
+//! of the heap (`spill`); beneath both and the cold PDB reader, a PDB's streams read
+//! through its mapping (`pdb_read`). Finding and fetching the files is `lookup`'s.
 
 mod apple;
 pub mod cfi;
@@ -18,7 +19,7 @@ mod dwarf;
 mod frame_paths;
 mod il2cpp_mapping;
 pub mod interface;
-mod pdb_source;
+mod pdb_read;
 pub mod ppdb;
 mod source_context;
 mod spill;

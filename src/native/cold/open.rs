@@ -17,7 +17,7 @@ use crate::lookup::ObjectHandle;
 
 /// What a lazy reader of `object` holds in memory, for the conversion budget: its share
 /// of the file, and every section it inflates in full (DWARF in ELF). A PDB reader reads
-/// its streams through the file's mapping (`native::pdb_source`: scattered ones are
+/// its streams through the file's mapping (`native::pdb_read`: scattered ones are
 /// gathered in spill files, not on the heap), and a Breakpad reader holds an index of
 /// the text's records, each well under its share. 0 for formats without a lazy reader.
 pub fn budget_weight(object: &ObjectHandle) -> u64 {

@@ -15,27 +15,21 @@
 //! the assumptions written down at `Window::lookup`.
 
 use std::borrow::Cow;
-use std::cell::{OnceCell, RefCell};
-use std::collections::{BTreeMap, BTreeSet};
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use ::pdb::{
-    AddressMap, DebugInformation, FallibleIterator, IdInformation, ImageSectionHeader,
-    InlineSiteSymbol, Inlinee, LineProgram, Module, ModuleInfo, PDB, PdbInternalSectionOffset,
-    ProcedureSymbol, RawString, SeparatedCodeSymbol, StringTable, SymbolData, SymbolIndex,
-    SymbolTable, TypeIndex, TypeInformation,
-};
-use pdb_addr2line::{ModuleProvider, TypeFormatter};
-use symbolic::common::{Arch, Language, Name, NameMangling};
-use symbolic::debuginfo::{FileInfo, Function, LineInfo, Object, Symbol};
+use ::pdb::{FallibleIterator, SymbolData, SymbolIndex};
+use symbolic::common::{Arch, Name};
+use symbolic::debuginfo::{Function, LineInfo, Object, Symbol};
 use symbolic::symcache::{SymCache, SymCacheConverter};
 
 use super::reader::{LazyLocation, LazySymbolizer, OwnedLazySymbolizer, symcache_answer};
 use crate::error::isolate;
 use crate::lookup::ObjectHandle;
-use crate::native::pdb_source::MappedSource;
+use crate::native::pdb_read::{Formatter, MappedSource, Streams, module_functions};
 use crate::native::symcache::undecorate_win_symbol;
 
 /// Parsed modules kept for later lookups, at most this many...
@@ -136,99 +130,6 @@ impl LazySymbolizer for PdbSymbolizer {
     }
 }
 
-/// The streams are views of the mapped file (or spill files) that hold the handle, so
-/// the pdb crate's `'s` can be `'static`.
-type Pdb = PDB<'static, MappedSource>;
-
-/// The streams of a PDB that lookups read from, owned.
-struct Streams {
-    pdb: RefCell<Pdb>,
-    debug_info: DebugInformation<'static>,
-    type_info: TypeInformation<'static>,
-    id_info: IdInformation<'static>,
-    string_table: Option<StringTable<'static>>,
-    address_map: AddressMap<'static>,
-    sections: Option<Vec<ImageSectionHeader>>,
-    global_symbols: SymbolTable<'static>,
-    /// Module streams the type formatter asked for, to resolve cross-module type and id
-    /// references; kept for as long as the formatter, which holds on to parts of them.
-    formatter_modules: Vec<OnceCell<Option<ModuleInfo<'static>>>>,
-}
-
-impl Streams {
-    /// Reads what `PdbObject::parse` and `PdbDebugSession::build` read, failing where they
-    /// fail.
-    fn open(source: MappedSource) -> Result<Self, ::pdb::Error> {
-        let mut pdb = PDB::open(source)?;
-        let debug_info = pdb.debug_information()?;
-        let global_symbols = pdb.global_symbols()?;
-        let sections = pdb.sections()?;
-        // `PdbStreams::from_pdb`: a PDB without a string table is fine, but one that has
-        // a broken one (or a broken SRCSRV stream) fails the conversion.
-        let string_table = match pdb.string_table() {
-            Ok(string_table) => Some(string_table),
-            Err(::pdb::Error::StreamNameNotFound) => None,
-            Err(err) => return Err(err),
-        };
-        match pdb.named_stream(b"srcsrv") {
-            Ok(_) | Err(::pdb::Error::StreamNameNotFound) => {}
-            Err(err) => return Err(err),
-        }
-        let type_info = pdb.type_information()?;
-        let id_info = pdb.id_information()?;
-        let address_map = pdb.address_map()?;
-        let module_count = debug_info.modules()?.count()?;
-        Ok(Streams {
-            pdb: RefCell::new(pdb),
-            debug_info,
-            type_info,
-            id_info,
-            string_table,
-            address_map,
-            sections,
-            global_symbols,
-            formatter_modules: (0..module_count).map(|_| OnceCell::new()).collect(),
-        })
-    }
-
-    fn module_info(
-        &self,
-        module: &Module<'_>,
-    ) -> Result<Option<ModuleInfo<'static>>, ::pdb::Error> {
-        self.pdb.borrow_mut().module_info(module)
-    }
-
-    /// `ExecutableSections::contains` of symbolic's PDB reader.
-    fn is_executable(&self, offset: PdbInternalSectionOffset) -> bool {
-        let Some(sections) = &self.sections else {
-            return false;
-        };
-        (offset.section as usize)
-            .checked_sub(1)
-            .and_then(|index| sections.get(index))
-            .is_some_and(|section| {
-                section.characteristics.executable() || section.characteristics.execute()
-            })
-    }
-}
-
-impl ModuleProvider<'static> for Streams {
-    fn get_module_info(
-        &self,
-        module_index: usize,
-        module: &Module,
-    ) -> Result<Option<&ModuleInfo<'static>>, ::pdb::Error> {
-        let Some(cell) = self.formatter_modules.get(module_index) else {
-            return Ok(None);
-        };
-        if let Some(info) = cell.get() {
-            return Ok(info.as_ref());
-        }
-        let info = self.module_info(module)?;
-        Ok(cell.get_or_init(|| info).as_ref())
-    }
-}
-
 /// A run of addresses that one module's section contribution covers.
 #[derive(Clone, Copy, Debug)]
 struct Piece {
@@ -238,19 +139,20 @@ struct Piece {
 }
 
 /// A function of a parsed module, with the addresses it can put into a SymCache.
-struct Placed {
-    function: Function<'static>,
+/// Its file names borrow from the PDB's string table (`'s`).
+struct Placed<'s> {
+    function: Function<'s>,
     /// The least and greatest address at which converting `function` can insert a range.
     keys: (u32, u32),
 }
 
 /// The functions of one module, in the order symbolic yields them; `Err` when symbolic
 /// fails on the module (and with it the whole conversion).
-type ModuleFunctions = Result<Arc<Vec<Placed>>, ()>;
+type ModuleFunctions<'s> = Result<Arc<Vec<Placed<'s>>>, ()>;
 
 struct Reader<'a> {
     streams: &'a Streams,
-    formatter: TypeFormatter<'a, 'static>,
+    formatter: Formatter<'a>,
     /// Executable section contributions in address order, one module's adjacent ones
     /// merged.
     pieces: Vec<Piece>,
@@ -258,17 +160,17 @@ struct Reader<'a> {
     /// first in stream order for each address (the only one a SymCache keeps).
     publics: Vec<(u32, SymbolIndex)>,
     /// Parsed modules with their weight, most recently used first.
-    modules: RefCell<Vec<(usize, ModuleFunctions, usize)>>,
+    modules: RefCell<Vec<(usize, ModuleFunctions<'a>, usize)>>,
 }
 
 /// What a lookup reads: the section contributions, the modules' functions and the public
 /// symbols. (A trait so that tests can hand it layouts no fixture has.)
-trait Window {
+trait Window<'s> {
     /// Executable section contributions in address order.
     fn pieces(&self) -> &[Piece];
 
     /// The functions of module `index` in the order the full conversion sees them.
-    fn module(&self, index: usize) -> ModuleFunctions;
+    fn module(&self, index: usize) -> ModuleFunctions<'s>;
 
     /// The public symbol a SymCache keeps at the greatest address at or below `addr`, with
     /// its name as symbolic reads it (before undecorating).
@@ -405,7 +307,7 @@ trait Window {
     }
 }
 
-impl Window for Reader<'_> {
+impl<'a> Window<'a> for Reader<'a> {
     fn pieces(&self) -> &[Piece] {
         &self.pieces
     }
@@ -421,7 +323,7 @@ impl Window for Reader<'_> {
     }
 
     /// Parsed on first use.
-    fn module(&self, index: usize) -> ModuleFunctions {
+    fn module(&self, index: usize) -> ModuleFunctions<'a> {
         {
             let mut cache = self.modules.borrow_mut();
             if let Some(position) = cache.iter().position(|(i, ..)| *i == index) {
@@ -455,16 +357,7 @@ impl Window for Reader<'_> {
 
 impl<'a> Reader<'a> {
     fn new(streams: &'a Streams) -> Result<Self, ::pdb::Error> {
-        let modules: Vec<Module<'a>> = streams.debug_info.modules()?.collect()?;
-        let formatter = TypeFormatter::new_from_parts(
-            streams,
-            modules,
-            &streams.debug_info,
-            &streams.type_info,
-            &streams.id_info,
-            streams.string_table.as_ref(),
-            Default::default(),
-        )?;
+        let formatter = streams.formatter()?;
         Ok(Reader {
             pieces: section_pieces(streams)?,
             publics: public_index(streams),
@@ -474,28 +367,18 @@ impl<'a> Reader<'a> {
         })
     }
 
-    fn parse_module(&self, index: usize) -> Result<Vec<Placed>, ()> {
-        let Some(module) = self.formatter.modules().get(index) else {
-            return Ok(Vec::new());
-        };
-        let info = match self.streams.module_info(module) {
-            Ok(Some(info)) => info,
-            // `PdbUnitIterator` skips modules without a stream.
-            Ok(None) => return Ok(Vec::new()),
-            Err(_) => return Err(()),
-        };
-        let unit = Unit {
-            reader: self,
-            module_index: index,
-            module: &info,
-            files: RefCell::new(BTreeMap::new()),
-        };
-        let functions = unit.functions().map_err(|_| ())?;
+    /// With names undecorated, as the converter stores a Windows object's: the lookup
+    /// converts functions one by one, which a converter does not undecorate.
+    fn parse_module(&self, index: usize) -> Result<Vec<Placed<'a>>, ()> {
+        let functions = module_functions(self.streams, &self.formatter, index).map_err(|_| ())?;
         Ok(functions
             .into_iter()
-            .map(|function| Placed {
-                keys: key_span(&function),
-                function,
+            .map(|mut function| {
+                undecorate(&mut function);
+                Placed {
+                    keys: key_span(&function),
+                    function,
+                }
             })
             .collect())
     }
@@ -543,23 +426,29 @@ fn section_pieces(streams: &Streams) -> Result<Vec<Piece>, ::pdb::Error> {
 /// record it cannot read, skips those outside executable sections, and of several at one
 /// address the SymCache keeps the first.
 fn public_index(streams: &Streams) -> Vec<(u32, SymbolIndex)> {
-    let mut publics = Vec::new();
-    let mut symbols = streams.global_symbols.iter();
-    while let Ok(Some(symbol)) = symbols.next() {
-        if let Ok(SymbolData::Public(public)) = symbol.parse() {
-            if !streams.is_executable(public.offset) {
-                continue;
-            }
-            if let Some(rva) = public.offset.to_rva(&streams.address_map) {
-                publics.push((rva.0, symbol.index()));
-            }
-        }
-    }
+    let mut publics: Vec<_> = streams
+        .public_symbols()
+        .map(|public| (public.rva, public.index))
+        .collect();
     // Stable, so that the first in stream order survives the dedup.
     publics.sort_by_key(|&(rva, _)| rva);
     publics.dedup_by_key(|&mut (rva, _)| rva);
     publics.shrink_to_fit();
     publics
+}
+
+fn undecorate(function: &mut Function<'_>) {
+    let name = undecorate_win_symbol(function.name.as_str());
+    if name.len() != function.name.as_str().len() {
+        function.name = Name::new(
+            name.to_owned(),
+            function.name.mangling(),
+            function.name.language(),
+        );
+    }
+    for inlinee in &mut function.inlinees {
+        undecorate(inlinee);
+    }
 }
 
 /// The smallest and greatest address at which converting `function` can insert a range:
@@ -594,7 +483,7 @@ fn line_boundaries(address: u64, size: Option<u64>) -> (u32, u32) {
     (start, end)
 }
 
-impl Placed {
+impl Placed<'_> {
     /// Roughly the bytes it holds, for the bound on cached modules.
     fn weight(&self) -> usize {
         fn walk(function: &Function<'_>) -> usize {
@@ -615,348 +504,14 @@ impl Placed {
     }
 }
 
-/// Symbolic's PDB reader fails a module (and with it the whole conversion) on these.
-struct Broken;
-
-impl From<::pdb::Error> for Broken {
-    fn from(_: ::pdb::Error) -> Self {
-        Broken
-    }
-}
-
-/// One module being parsed: symbolic 13.9's `pdb::Unit`, step for step, with names
-/// undecorated as the converter stores them and everything owned.
-struct Unit<'r, 'a> {
-    reader: &'r Reader<'a>,
-    module_index: usize,
-    module: &'r ModuleInfo<'static>,
-    /// File index to the `FileInfo` symbolic makes of it; the lines of a module name a
-    /// few files many times.
-    files: RefCell<BTreeMap<u32, FileInfo<'static>>>,
-}
-
-impl Unit<'_, '_> {
-    fn collect_lines<I>(
-        &self,
-        mut line_iter: I,
-        program: &LineProgram<'_>,
-    ) -> Result<Vec<LineInfo<'static>>, Broken>
-    where
-        I: FallibleIterator<Item = ::pdb::LineInfo, Error = ::pdb::Error>,
-    {
-        let address_map = &self.reader.streams.address_map;
-
-        let mut lines = Vec::new();
-        while let Some(line_info) = line_iter.next()? {
-            let rva = match line_info.offset.to_rva(address_map) {
-                Some(rva) => u64::from(rva.0),
-                None => continue,
-            };
-
-            // skip 0-sized line infos
-            let size = line_info.length.map(u64::from);
-            if size == Some(0) {
-                continue;
-            }
-
-            let file = self.file(line_info.file_index, program)?;
-            lines.push(LineInfo {
-                address: rva,
-                size,
-                file,
-                line: line_info.line_start.into(),
-            });
-        }
-        lines.sort_by_key(|line| line.address);
-
-        lines.dedup_by(|current, prev| {
-            let first_end = prev.size.and_then(|size| prev.address.checked_add(size));
-            let is_consecutive = first_end == Some(current.address);
-            if is_consecutive && prev.file == current.file && prev.line == current.line {
-                prev.size = prev
-                    .size
-                    .map(|first_size| first_size.saturating_add(current.size.unwrap_or(0)));
-
-                return true;
-            }
-            false
-        });
-
-        Ok(lines)
-    }
-
-    /// `program.get_file_info` and `PdbDebugInfo::file_info`. The SRCSRV path symbolic
-    /// adds is left out: it changes no `full_path`, and it is a function of the path, so
-    /// it does not change which lines compare equal either.
-    fn file(
-        &self,
-        index: ::pdb::FileIndex,
-        program: &LineProgram<'_>,
-    ) -> Result<FileInfo<'static>, Broken> {
-        if let Some(file) = self.files.borrow().get(&index.0) {
-            return Ok(file.clone());
-        }
-        let file_info = program.get_file_info(index)?;
-        let path: RawString<'_> = match &self.reader.streams.string_table {
-            Some(string_table) => file_info.name.to_raw_string(string_table)?,
-            None => "".into(),
-        };
-        let (dir, name) = symbolic::common::split_path_bytes(path.as_bytes());
-        let file = FileInfo::new(
-            Cow::Owned(dir.unwrap_or_default().to_vec()),
-            Cow::Owned(name.to_vec()),
-        );
-        self.files.borrow_mut().insert(index.0, file.clone());
-        Ok(file)
-    }
-
-    fn sanitize_lines(func: &mut Function<'_>) {
-        let fn_start = func.address;
-        let fn_end = func.end_address();
-        func.lines.retain(|line| {
-            if line.address >= fn_end {
-                return false;
-            }
-            let line_end = match line.size {
-                Some(size) => line.address.saturating_add(size),
-                None => return true,
-            };
-            line_end > fn_start
-        });
-    }
-
-    fn handle_function(
-        &self,
-        offset: PdbInternalSectionOffset,
-        len: u32,
-        name: RawString<'_>,
-        type_index: TypeIndex,
-        program: &LineProgram<'_>,
-    ) -> Result<Option<Function<'static>>, Broken> {
-        let address = match offset.to_rva(&self.reader.streams.address_map) {
-            Some(addr) => u64::from(addr.0),
-            None => return Ok(None),
-        };
-
-        let name = name.to_string();
-        let name = self
-            .reader
-            .formatter
-            .format_function(&name, self.module_index, type_index)
-            .map(Cow::Owned)
-            .unwrap_or(name);
-
-        let line_iter = program.lines_for_symbol(offset);
-        let lines = self.collect_lines(line_iter, program)?;
-
-        Ok(Some(Function {
-            address,
-            size: len.into(),
-            name: stored_name(&name),
-            compilation_dir: &[],
-            lines,
-            inlinees: Vec::new(),
-            inline: false,
-        }))
-    }
-
-    fn handle_procedure(
-        &self,
-        proc: &ProcedureSymbol<'_>,
-        program: &LineProgram<'_>,
-    ) -> Result<Option<Function<'static>>, Broken> {
-        self.handle_function(proc.offset, proc.len, proc.name, proc.type_index, program)
-    }
-
-    fn handle_separated_code(
-        &self,
-        proc: &ProcedureSymbol<'_>,
-        sepcode: &SeparatedCodeSymbol,
-        program: &LineProgram<'_>,
-    ) -> Result<Option<Function<'static>>, Broken> {
-        self.handle_function(
-            sepcode.offset,
-            sepcode.len,
-            proc.name,
-            proc.type_index,
-            program,
-        )
-    }
-
-    fn handle_inlinee(
-        &self,
-        inline_site: InlineSiteSymbol<'_>,
-        parent_offset: PdbInternalSectionOffset,
-        inlinee: &Inlinee<'_>,
-        program: &LineProgram<'_>,
-    ) -> Result<Option<Function<'static>>, Broken> {
-        let line_iter = inlinee.lines(parent_offset, &inline_site);
-        let lines = self.collect_lines(line_iter, program)?;
-
-        let start = match lines.first().map(|line| line.address) {
-            Some(address) => address,
-            None => return Ok(None),
-        };
-
-        let end = match lines
-            .last()
-            .map(|line| line.address + line.size.unwrap_or(1))
-        {
-            Some(address) => address,
-            None => return Ok(None),
-        };
-
-        let name = self
-            .reader
-            .formatter
-            .format_id(self.module_index, inline_site.inlinee)
-            .map_err(|_| Broken)?;
-
-        Ok(Some(Function {
-            address: start,
-            size: end - start,
-            name: stored_name(&name),
-            compilation_dir: &[],
-            lines,
-            inlinees: Vec::new(),
-            inline: true,
-        }))
-    }
-
-    fn functions(&self) -> Result<Vec<Function<'static>>, Broken> {
-        let program = self.module.line_program()?;
-        let mut symbols = self.module.symbols()?;
-
-        let inlinees: BTreeMap<_, _> = self
-            .module
-            .inlinees()?
-            .map(|i| Ok((i.index(), i)))
-            .collect()?;
-
-        let mut depth: isize = 0;
-        let mut inc_next = false;
-        let mut skipped_depth = None;
-
-        let mut functions = Vec::new();
-        let mut stack = FunctionStack::default();
-        let mut proc_offsets: Vec<(isize, PdbInternalSectionOffset)> = Vec::new();
-        let mut last_proc = None;
-
-        while let Some(symbol) = symbols.next()? {
-            if inc_next {
-                depth += 1;
-            }
-
-            inc_next = symbol.starts_scope();
-            if symbol.ends_scope() {
-                depth -= 1;
-
-                if proc_offsets.last().is_some_and(|&(d, _)| d >= depth) {
-                    proc_offsets.pop();
-                }
-            }
-
-            match skipped_depth {
-                Some(skipped) if depth > skipped => continue,
-                _ => skipped_depth = None,
-            }
-
-            if symbol.ends_scope() {
-                stack.flush(depth, &mut functions);
-            }
-
-            let function = match symbol.parse() {
-                Ok(SymbolData::Procedure(proc)) => {
-                    proc_offsets.push((depth, proc.offset));
-                    let function = self.handle_procedure(&proc, &program)?;
-                    last_proc = Some(proc);
-                    function
-                }
-                Ok(SymbolData::SeparatedCode(sepcode)) => match last_proc.as_ref() {
-                    Some(last_proc) if last_proc.offset == sepcode.parent_offset => {
-                        self.handle_separated_code(last_proc, &sepcode, &program)?
-                    }
-                    _ => continue,
-                },
-                Ok(SymbolData::InlineSite(site)) => {
-                    let parent_offset = proc_offsets
-                        .last()
-                        .map(|&(_, offset)| offset)
-                        .ok_or(Broken)?;
-
-                    // Symbolic skips inlinees it cannot read rather than the module.
-                    if let Some(inlinee) = inlinees.get(&site.inlinee) {
-                        self.handle_inlinee(site, parent_offset, inlinee, &program)
-                            .ok()
-                            .flatten()
-                    } else {
-                        None
-                    }
-                }
-                _ => continue,
-            };
-
-            match function {
-                Some(mut function) => {
-                    Self::sanitize_lines(&mut function);
-                    stack.push(depth, function)
-                }
-                None => skipped_depth = Some(depth),
-            }
-        }
-
-        stack.flush(0, &mut functions);
-
-        Ok(functions)
-    }
-}
-
-/// A function name as the SymCache of a Windows object stores it.
-fn stored_name(name: &str) -> Name<'static> {
-    Name::new(
-        undecorate_win_symbol(name).to_owned(),
-        NameMangling::Unmangled,
-        Language::Unknown,
-    )
-}
-
-/// symbolic-debuginfo's `FunctionStack` (crate-private there): assembles inlinee trees
-/// from the flat, depth-tagged symbol list.
-#[derive(Default)]
-struct FunctionStack(Vec<(isize, Function<'static>)>);
-
-impl FunctionStack {
-    fn push(&mut self, depth: isize, function: Function<'static>) {
-        self.0.push((depth, function));
-    }
-
-    fn flush(&mut self, depth: isize, destination: &mut Vec<Function<'static>>) {
-        let mut inlinee: Option<Function<'static>> = None;
-        while let Some((fn_depth, mut function)) = self.0.pop() {
-            if let Some(inlinee) = inlinee.take() {
-                function.inlinees.push(inlinee);
-            }
-            if fn_depth < depth {
-                self.0.push((fn_depth, function));
-                return;
-            }
-
-            if function.inline {
-                inlinee = Some(function);
-            } else {
-                function.inlinees.sort_by_key(|func| func.address);
-                destination.push(function);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::panic::{AssertUnwindSafe, catch_unwind};
     use std::path::{Path, PathBuf};
 
-    use symbolic::common::ByteView;
+    use ::pdb::PDB;
+    use symbolic::common::{ByteView, Language, NameMangling};
+    use symbolic::debuginfo::FileInfo;
 
     use super::*;
     use crate::lookup::ObjectLimits;
@@ -1135,18 +690,18 @@ mod tests {
     /// stream order.
     struct Synthetic {
         pieces: Vec<Piece>,
-        modules: Vec<Arc<Vec<Placed>>>,
+        modules: Vec<Arc<Vec<Placed<'static>>>>,
         publics: Vec<(u32, String)>,
         /// `publics` by address, the first of each address.
         by_address: Vec<(u32, String)>,
     }
 
-    impl Window for Synthetic {
+    impl Window<'static> for Synthetic {
         fn pieces(&self) -> &[Piece] {
             &self.pieces
         }
 
-        fn module(&self, index: usize) -> ModuleFunctions {
+        fn module(&self, index: usize) -> ModuleFunctions<'static> {
             Ok(self.modules[index].clone())
         }
 

@@ -223,3 +223,120 @@ fn dwarf_symbolic_refuses_is_refused() {
     let outcome = writer.process_handle(&handle, scratch.path()).unwrap();
     assert!(outcome.is_err(), "our writer read a file symbolic refuses");
 }
+
+/// A PDB indexed for Perforce: symbolic's session puts each file's depot path and
+/// changelist into its files, and so must ours (the bytes are compared above too; this
+/// makes sure the fixture maps files at all, so that the comparison is not vacuous).
+#[test]
+fn pdb_source_server_paths_are_symbolics() {
+    let data = ByteView::open(fixtures().join("native-srcsrv-perforce/crash.pdb")).unwrap();
+    let object = Object::parse(&data).unwrap();
+    let ours = same_bytes("perforce", &object, || {
+        (Inputs::default(), Inputs::default())
+    });
+    let cache = SymCache::parse(&ours).unwrap();
+    let mut places: Vec<_> = cache
+        .files()
+        .map(|file| {
+            (
+                file.full_path(),
+                file.full_srcsrv_path(),
+                file.srcsrv_revision().map(str::to_owned),
+            )
+        })
+        .collect();
+    places.sort();
+    let place = |suffix: &str| {
+        places
+            .iter()
+            .find(|(path, ..)| path.ends_with(suffix))
+            .unwrap_or_else(|| panic!("no {suffix} in {places:?}"))
+            .clone()
+    };
+    let (_, path, revision) = place("crash.c");
+    assert_eq!(path.as_deref(), Some("depot/omnisym/src/crash.c"));
+    assert_eq!(revision.as_deref(), Some("4521"));
+    let (_, path, revision) = place("util.cpp");
+    assert_eq!(path.as_deref(), Some("depot/omnisym/src/util.cpp"));
+    assert_eq!(revision, None, "an empty changelist is no revision");
+    assert!(
+        places.iter().any(|(_, path, _)| path.is_none()),
+        "a file the stream does not index keeps no source server path: {places:?}"
+    );
+}
+
+/// PDBs with scrambled records: wherever symbolic's conversion succeeds, ours writes the
+/// same bytes, and wherever symbolic refuses the file, so does ours (not a SymCache
+/// of what it read before the damage). Panics in the pdb crate are the caller's to
+/// contain on either side, and are not compared.
+#[test]
+fn scrambled_pdbs_convert_or_fail_as_symbolic_does() {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+
+    let original = std::fs::read(fixtures().join("native-srcsrv-perforce/crash.pdb")).unwrap();
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let (mut same, mut both_refused) = (0, 0);
+    for round in 0..60 {
+        let mut data = original.clone();
+        // Past the MSF header and stream directory, so that most still open.
+        for _ in 0..(1 + round % 8) * 8 {
+            let at = 0x3000 + (next() as usize) % (data.len() - 0x3000);
+            data[at] = next() as u8;
+        }
+        let Ok(object) = Object::parse(&data) else {
+            continue;
+        };
+        let theirs = catch_unwind(AssertUnwindSafe(|| {
+            let mut converter = SymCacheConverter::new();
+            converter.process_object(&object).ok()?;
+            let mut out = Vec::new();
+            converter.serialize(&mut out).unwrap();
+            Some(out)
+        }));
+        let ours = catch_unwind(AssertUnwindSafe(|| {
+            let handle = Arc::new(
+                ObjectHandle::from_bytes(ByteView::from_vec(data.clone()), ObjectLimits::default())
+                    .unwrap(),
+            );
+            let scratch = tempfile::tempdir().unwrap();
+            let mut writer = SpillingWriter::new_in(scratch.path()).unwrap();
+            writer
+                .process_handle(&handle, scratch.path())
+                .unwrap()
+                .ok()?;
+            let mut out = Vec::new();
+            writer.serialize(&mut out, scratch.path()).unwrap();
+            Some(out)
+        }));
+        match (theirs, ours) {
+            (Ok(Some(theirs)), Ok(Some(ours))) => {
+                assert!(theirs == ours, "round {round}: the SymCaches differ");
+                same += 1;
+            }
+            (Ok(None), Ok(None)) => both_refused += 1,
+            (Ok(theirs), Ok(ours)) => panic!(
+                "round {round}: symbolic {}, ours {}",
+                if theirs.is_some() {
+                    "converts"
+                } else {
+                    "refuses"
+                },
+                if ours.is_some() {
+                    "converts"
+                } else {
+                    "refuses"
+                },
+            ),
+            _ => {}
+        }
+    }
+    println!("scrambled PDBs: {same} converted alike, {both_refused} refused by both");
+    assert!(same >= 10, "{same}");
+    assert!(both_refused >= 3, "{both_refused}");
+}

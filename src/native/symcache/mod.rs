@@ -18,7 +18,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use symbolic::common::{ByteView, SelfCell};
+use symbolic::common::{ByteView, SelfCell, clean_path, join_path, split_path};
 use symbolic::debuginfo::macho::BcSymbolMap;
 use symbolic::symcache::SymCache;
 
@@ -31,22 +31,20 @@ use crate::lookup::{
 
 use self::writer::SpillingWriter;
 use super::il2cpp_mapping::Il2cppMapping;
+use super::pdb_read::SourceServer;
 use super::symcache_inputs::SymCacheInputs;
 
 /// What a conversion that streams its output (this writer, the CFI writer) holds in
 /// memory at most beside what the debug file's own reader holds: one function or record
 /// and the writer's buffers, however large the file. Measured peaks of the whole
-/// conversion stay well inside it (docs/large-files.md).
+/// conversion stay well inside it (docs/operations.md, "Large debug files").
 pub const STREAMING_WORKING_SET: u64 = 128 << 20;
 
 /// The conversion budget's charge for converting `object` with a streaming writer: the
 /// sections its reader inflates onto the heap, and the working set, or the file's size
-/// where that is less. A PDB's reader (the `pdb` crate, under symbolic) copies each
-/// stream it reads onto the heap, so a PDB is charged its whole size.
+/// where that is less. A PDB is read through its mapping (`pdb_read`), one module at a
+/// time, so it is charged as the others.
 pub fn bounded_charge(object: &ObjectHandle) -> u64 {
-    if object.object().file_format() == symbolic::debuginfo::FileFormat::Pdb {
-        return object.conversion_size();
-    }
     object
         .inflated_size(None)
         .saturating_add(object.size().min(STREAMING_WORKING_SET))
@@ -180,6 +178,10 @@ impl HiddenNames<'_> {
 }
 
 impl Rewrite for HiddenNames<'_> {
+    fn file_only(&self) -> bool {
+        true
+    }
+
     fn function<'f>(&'f mut self, f: FunctionText<'f>) -> FunctionText<'f> {
         let this: &'f Self = self;
         FunctionText {
@@ -196,6 +198,30 @@ impl Rewrite for HiddenNames<'_> {
             comp_dir: l.comp_dir.map(|dir| this.resolve(dir)),
             ..l
         }
+    }
+}
+
+/// A PDB's SRCSRV stream adds each file's place on the source server, as symbolic's
+/// PDB session does to the files it reads: from the file's path as read, before any
+/// other rewrite.
+impl Rewrite for SourceServer {
+    fn location<'f>(&'f mut self, mut l: LocationText<'f>) -> LocationText<'f> {
+        let path = clean_path(&join_path(
+            l.directory.as_deref().unwrap_or_default(),
+            &l.name,
+        ))
+        .into_owned();
+        if let Some(info) = self.info(&path) {
+            let (dir, name) = split_path(&info.path);
+            l.srcsrv_name = Some(Cow::Owned(name.to_owned()));
+            l.srcsrv_dir = dir.map(|dir| Cow::Owned(dir.to_owned()));
+            l.srcsrv_revision = info.revision.map(Cow::Owned);
+        }
+        l
+    }
+
+    fn file_only(&self) -> bool {
+        true
     }
 }
 

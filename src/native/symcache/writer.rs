@@ -19,7 +19,8 @@
 //! What stays on the heap is one function (its lines and inlinees) at a time, and what
 //! the reader of the debug file holds: for DWARF our own walk (`native::dwarf`) and for
 //! Breakpad text our own iterator (`breakpad.rs`), which keep their state in spill files
-//! too; for the other formats (PDB, PE, .NET) symbolic's debug session.
+//! too; for a PDB our own reader over the file's mapping (`native::pdb_read`), one
+//! module at a time; for the other formats (PE, .NET) symbolic's debug session.
 
 use std::borrow::Cow;
 use std::io::{self, Write};
@@ -34,6 +35,7 @@ use symbolic::debuginfo::{
 
 use crate::lookup::ObjectHandle;
 use crate::native::dwarf::{DwarfFile, SpilledSeenRanges};
+use crate::native::pdb_read::{Broken, MappedSource, SourceServer, Streams, module_functions};
 use crate::native::spill::{
     FileIndexSet, FileLog, FileStringTable, FileVec, Plain, too_many_names,
 };
@@ -142,6 +144,11 @@ pub trait Rewrite {
     fn location<'f>(&'f mut self, location: LocationText<'f>) -> LocationText<'f> {
         location
     }
+    /// Whether `location` reads and writes only the file, never the line: then lines of
+    /// one file in a row can share the file's record without asking again.
+    fn file_only(&self) -> bool {
+        false
+    }
 }
 
 pub struct SpillingWriter<'a> {
@@ -209,6 +216,9 @@ impl<'a> SpillingWriter<'a> {
             let max_inline_depth = handle.limits().parse_options().max_inline_depth;
             return self.process_breakpad(breakpad, max_inline_depth, scratch);
         }
+        if let Object::Pdb(_) = handle.object() {
+            return self.process_pdb(handle, scratch);
+        }
         match DwarfFile::open(handle, scratch)? {
             Some(file) => self.process_dwarf(&file, handle.object(), scratch),
             None => self.process_object(handle.object()),
@@ -231,6 +241,60 @@ impl<'a> SpillingWriter<'a> {
             return Ok(Err(bad_debug_file(e)));
         }
         self.process_symbols(object.symbols())?;
+        Ok(Ok(()))
+    }
+
+    /// `process_object` for a PDB, read by `native::pdb_read` through the file's mapping
+    /// one module at a time (symbolic's session copies every stream it reads onto the
+    /// heap and keeps every module until it ends: most of the file).
+    fn process_pdb(
+        &mut self,
+        handle: &Arc<ObjectHandle>,
+        scratch: &Path,
+    ) -> io::Result<Result<(), String>> {
+        let source = MappedSource::new(handle.clone(), scratch.to_owned());
+        let streams = match Streams::open(source) {
+            Ok(streams) => streams,
+            Err(e) => return pdb_failure(e),
+        };
+        let formatter = match streams.formatter() {
+            Ok(formatter) => formatter,
+            Err(e) => return pdb_failure(e),
+        };
+        let object = handle.object();
+        self.arch = object.arch();
+        self.debug_id = object.debug_id();
+        self.is_windows_object = true;
+        // What symbolic's session adds to each file, before any other rewrite sees it.
+        let source_server = SourceServer::new(&streams);
+        let has_source_server = source_server.is_some();
+        if let Some(source_server) = source_server {
+            self.rewrites.insert(0, Box::new(source_server));
+        }
+        let mut walked = Ok(());
+        for index in 0..formatter.modules().len() {
+            match module_functions(&streams, &formatter, index) {
+                Ok(functions) => {
+                    for function in &functions {
+                        self.process_top_function(function)?;
+                    }
+                }
+                Err(Broken::Disk(e)) => return Err(e),
+                Err(Broken::File(e)) => {
+                    walked = Err(e);
+                    break;
+                }
+            }
+        }
+        if has_source_server {
+            self.rewrites.remove(0);
+        }
+        if let Err(e) = walked {
+            self.is_windows_object = false;
+            return Ok(Err(bad_debug_file(io::Error::other(e))));
+        }
+        self.process_symbols(streams.public_symbols().map(|public| public.to_symbol()))?;
+        self.is_windows_object = false;
         Ok(Ok(()))
     }
 
@@ -382,7 +446,7 @@ impl<'a> SpillingWriter<'a> {
         let mut next_inline = inline_iter.next();
         let mut callee_call_locations = Vec::new();
         let mut last_file: Option<(&FileInfo<'_>, u32)> = None;
-        let no_rewrites = self.rewrites.is_empty();
+        let same_file_same_record = self.rewrites.iter().all(|r| r.file_only());
 
         while let Some(line) = next_line.take() {
             let (line_range_start, line_range_end) = line_boundaries(line.address, line.size);
@@ -392,11 +456,11 @@ impl<'a> SpillingWriter<'a> {
             }
             let inlined_into_idx = current_call_location.1;
 
-            // A function's lines name few files, mostly the same one in a row: without
-            // rewrites (which may move a line to another file) a repeat is the same
-            // file record, not six string lookups again.
+            // A function's lines name few files, mostly the same one in a row: unless a
+            // rewrite may move a line to another file, a repeat is the same file
+            // record, not six string lookups again.
             let (file_idx, line_number) = match last_file {
-                Some((file, file_idx)) if no_rewrites && *file == line.file => {
+                Some((file, file_idx)) if same_file_same_record && *file == line.file => {
                     (file_idx, line.line as u32)
                 }
                 _ => {
@@ -431,7 +495,7 @@ impl<'a> SpillingWriter<'a> {
                         srcsrv_dir_offset,
                         srcsrv_revision_offset,
                     })?;
-                    if no_rewrites {
+                    if same_file_same_record {
                         last_file = Some((&line.file, file_idx));
                     }
                     (file_idx, text.line)
@@ -779,6 +843,15 @@ fn insert_name<'t>(
         &text.name
     };
     strings.insert(name)
+}
+
+/// A PDB stream that could not be read: the file's (`bad debug file`), unless a spill
+/// file for a scattered stream could not be written.
+fn pdb_failure(e: ::pdb::Error) -> io::Result<Result<(), String>> {
+    match e {
+        ::pdb::Error::IoError(e) if e.kind() != io::ErrorKind::UnexpectedEof => Err(e),
+        e => Ok(Err(bad_debug_file(e))),
+    }
 }
 
 /// What symbolic's converter says of a file its debug session cannot read (its

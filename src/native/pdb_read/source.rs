@@ -17,8 +17,8 @@ use std::sync::Arc;
 use pdb::{Source, SourceSlice, SourceView};
 use symbolic::debuginfo::Object;
 
-use super::spill::FileVec;
 use crate::lookup::ObjectHandle;
+use crate::native::spill::FileVec;
 
 /// Views smaller than this are copied to the heap: the pdb crate asks for many small
 /// ones (headers, the stream directory, a module's small streams), and a spill file
