@@ -91,6 +91,9 @@ struct RangeOp {
     location: RawLocation,
 }
 
+/// Folded ops per fence: 128 ops of 32 bytes are one page.
+const FENCE_STRIDE: usize = 128;
+
 /// Writes a function may batch before they go to the log unsorted (a function with
 /// more lines than this costs the log's sort instead of more memory).
 const MAX_BATCH: usize = 1 << 16;
@@ -171,6 +174,11 @@ pub struct SpillingWriter<'a> {
     seq: u64,
     /// The folded map, one op per address in address order.
     ops: FileVec<RangeOp>,
+    /// The address of every `FENCE_STRIDE`th folded op: a symbol's lookup searches these
+    /// (a small file whose pages stay cached) and then one page of `ops`, where a binary
+    /// search of `ops` alone touches a page per step, each a read from disk once the page
+    /// cache is squeezed (a 6 GiB file in a 1 GiB container).
+    fences: FileVec<u32>,
     /// The public symbols' writes, which win over the folded ops.
     overlay: Option<RangeOverlay>,
     last_addr: Option<u32>,
@@ -192,6 +200,7 @@ impl<'a> SpillingWriter<'a> {
             batch: Vec::new(),
             seq: 0,
             ops: FileVec::new_in(dir)?,
+            fences: FileVec::new_in(dir)?,
             overlay: Some(RangeOverlay::new_in(dir)?),
             last_addr: None,
         })
@@ -602,6 +611,16 @@ impl<'a> SpillingWriter<'a> {
             }
         }
         self.ops.truncate(write);
+        let count = self.ops.len().div_ceil(FENCE_STRIDE);
+        self.fences.extend_zeroed(count)?;
+        for (fence, op) in self
+            .fences
+            .as_mut_slice()
+            .iter_mut()
+            .zip(self.ops.as_slice().iter().step_by(FENCE_STRIDE))
+        {
+            *fence = op.address;
+        }
         Ok(())
     }
 
@@ -610,11 +629,18 @@ impl<'a> SpillingWriter<'a> {
         if let Some(found) = self.overlay.as_ref().and_then(|o| o.get(address)) {
             return Some(found);
         }
+        let block = self
+            .fences
+            .as_slice()
+            .partition_point(|&fence| fence <= address)
+            .checked_sub(1)?;
+        let start = block * FENCE_STRIDE;
         let folded = self.ops.as_slice();
-        folded
+        let block = &folded[start..folded.len().min(start + FENCE_STRIDE)];
+        block
             .binary_search_by_key(&address, |op| op.address)
             .ok()
-            .map(|at| folded[at].location)
+            .map(|at| block[at].location)
     }
 
     fn set_range(&mut self, address: u32, location: RawLocation) -> io::Result<()> {
