@@ -192,6 +192,9 @@ def run_one(kind, binary, file, truth_path, work, port, memcap, sample):
                 first["error"] = str(e)
             first["secs"] = time.time() - t
 
+        # BENCH_TRACE=1: every sample to BENCH_WORK/SERVER/trace.tsv (seconds, RssAnon
+        # and RssFile in MiB), to see which phase a peak belongs to.
+        trace = open(os.path.join(base, "trace.tsv"), "w") if os.environ.get("BENCH_TRACE") else None
         t0 = time.time()
         asker = threading.Thread(target=ask_first)
         asker.start()
@@ -206,6 +209,8 @@ def run_one(kind, binary, file, truth_path, work, port, memcap, sample):
             for k in peak:
                 peak[k] = max(peak[k], s.get(k, 0))
             now = time.time()
+            if trace is not None:
+                trace.write(f"{now - t0:.2f}\t{mib(s.get('RssAnon', 0))}\t{mib(s.get('RssFile', 0))}\n")
             if cpu != last_cpu:
                 last_cpu, last_busy = cpu, now
             if written is None and symcache_written(kind, cache):

@@ -18,7 +18,8 @@
 # Env: OMNISYM_BIN (target/release/omnisym), UPSTREAM_BIN
 # (/work/upstream/src/target/release/symbolicator), SERVERS ("omnisym upstream"),
 # MEMCAP (e.g. 1G: the server runs in a cgroup v1 memory group of that limit; an OOM kill
-# is reported), SAMPLE, IDLE_SECS, PORT (a free one), BENCH_WORK (scratch dir; $TMPDIR/omnisym-bigfiles-bench;
+# is reported), BENCH_TRACE (1: every RssAnon/RssFile sample to BENCH_WORK/SERVER/trace.tsv),
+# SAMPLE, IDLE_SECS, PORT (a free one), BENCH_WORK (scratch dir; $TMPDIR/omnisym-bigfiles-bench;
 # each server's config and log stay in BENCH_WORK/SERVER/, its cache is deleted).
 set -euo pipefail
 
