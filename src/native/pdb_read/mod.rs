@@ -108,26 +108,7 @@ impl Streams {
                 section.characteristics.executable() || section.characteristics.execute()
             })
     }
-}
 
-impl ModuleProvider<'static> for Streams {
-    fn get_module_info(
-        &self,
-        module_index: usize,
-        module: &Module,
-    ) -> Result<Option<&ModuleInfo<'static>>, ::pdb::Error> {
-        let Some(cell) = self.formatter_modules.get(module_index) else {
-            return Ok(None);
-        };
-        if let Some(info) = cell.get() {
-            return Ok(info.as_ref());
-        }
-        let info = self.module_info(module)?;
-        Ok(cell.get_or_init(|| info).as_ref())
-    }
-}
-
-impl Streams {
     /// The type formatter symbolic's session builds, with the module list it reads.
     pub fn formatter(&self) -> Result<Formatter<'_>, ::pdb::Error> {
         let modules: Vec<Module<'_>> = self.debug_info.modules()?.collect()?;
@@ -148,6 +129,23 @@ impl Streams {
             streams: self,
             symbols: self.global_symbols.iter(),
         }
+    }
+}
+
+impl ModuleProvider<'static> for Streams {
+    fn get_module_info(
+        &self,
+        module_index: usize,
+        module: &Module,
+    ) -> Result<Option<&ModuleInfo<'static>>, ::pdb::Error> {
+        let Some(cell) = self.formatter_modules.get(module_index) else {
+            return Ok(None);
+        };
+        if let Some(info) = cell.get() {
+            return Ok(info.as_ref());
+        }
+        let info = self.module_info(module)?;
+        Ok(cell.get_or_init(|| info).as_ref())
     }
 }
 

@@ -47,7 +47,8 @@ pub fn module_functions<'s>(
 pub enum Broken {
     /// The file's records.
     File(String),
-    /// A spill file for a scattered stream could not be written: ours, not the file's.
+    /// A spill file (for a scattered stream, or the writer's tables) could not be
+    /// written: ours, not the file's.
     Disk(io::Error),
 }
 
@@ -186,7 +187,7 @@ impl<'s> Unit<'s, '_, '_> {
         Ok(Some(Function {
             address,
             size: len.into(),
-            name: self.name(&name),
+            name: session_name(&name),
             compilation_dir: &[],
             lines,
             inlinees: Vec::new(),
@@ -248,7 +249,7 @@ impl<'s> Unit<'s, '_, '_> {
         Ok(Some(Function {
             address: start,
             size: end - start,
-            name: self.name(&name),
+            name: session_name(&name),
             compilation_dir: &[],
             lines,
             inlinees: Vec::new(),
@@ -347,10 +348,9 @@ impl<'s> Unit<'s, '_, '_> {
     }
 }
 
-impl<'s> Unit<'s, '_, '_> {
-    fn name(&self, name: &str) -> Name<'s> {
-        Name::new(name.to_owned(), NameMangling::Unmangled, Language::Unknown)
-    }
+/// A function's name as symbolic's PDB session gives it.
+fn session_name<'s>(name: &str) -> Name<'s> {
+    Name::new(name.to_owned(), NameMangling::Unmangled, Language::Unknown)
 }
 
 /// symbolic-debuginfo's `FunctionStack` (crate-private there): assembles inlinee trees

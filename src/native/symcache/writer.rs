@@ -35,7 +35,9 @@ use symbolic::debuginfo::{
 
 use crate::lookup::ObjectHandle;
 use crate::native::dwarf::{DwarfFile, SpilledSeenRanges};
-use crate::native::pdb_read::{Broken, MappedSource, SourceServer, Streams, module_functions};
+use crate::native::pdb_read::{
+    Broken, Formatter, MappedSource, SourceServer, Streams, module_functions,
+};
 use crate::native::spill::{
     FileIndexSet, FileLog, FileStringTable, FileVec, Plain, too_many_names,
 };
@@ -264,11 +266,11 @@ impl<'a> SpillingWriter<'a> {
         let source = MappedSource::new(handle.clone(), scratch.to_owned());
         let streams = match Streams::open(source) {
             Ok(streams) => streams,
-            Err(e) => return pdb_failure(e),
+            Err(e) => return pdb_failure(e.into()),
         };
         let formatter = match streams.formatter() {
             Ok(formatter) => formatter,
-            Err(e) => return pdb_failure(e),
+            Err(e) => return pdb_failure(e.into()),
         };
         let object = handle.object();
         self.arch = object.arch();
@@ -280,31 +282,32 @@ impl<'a> SpillingWriter<'a> {
         if let Some(source_server) = source_server {
             self.rewrites.insert(0, Box::new(source_server));
         }
-        let mut walked = Ok(());
-        for index in 0..formatter.modules().len() {
-            match module_functions(&streams, &formatter, index) {
-                Ok(functions) => {
-                    for function in &functions {
-                        self.process_top_function(function)?;
-                    }
-                }
-                Err(Broken::Disk(e)) => return Err(e),
-                Err(Broken::File(e)) => {
-                    walked = Err(e);
-                    break;
-                }
-            }
-        }
+        let walked = self.process_pdb_modules(&streams, &formatter);
         if has_source_server {
             self.rewrites.remove(0);
         }
-        if let Err(e) = walked {
-            self.is_windows_object = false;
-            return Ok(Err(bad_debug_file(io::Error::other(e))));
-        }
-        self.process_symbols(streams.public_symbols().map(|public| public.to_symbol()))?;
+        let processed = match walked {
+            Ok(()) => self
+                .process_symbols(streams.public_symbols().map(|public| public.to_symbol()))
+                .map(Ok),
+            Err(broken) => pdb_failure(broken),
+        };
         self.is_windows_object = false;
-        Ok(Ok(()))
+        processed
+    }
+
+    /// Every module's functions, in symbolic's order.
+    fn process_pdb_modules(
+        &mut self,
+        streams: &Streams,
+        formatter: &Formatter<'_>,
+    ) -> Result<(), Broken> {
+        for index in 0..formatter.modules().len() {
+            for function in &module_functions(streams, formatter, index)? {
+                self.process_top_function(function).map_err(Broken::Disk)?;
+            }
+        }
+        Ok(())
     }
 
     /// `process_object` for an object with DWARF, walked by `native::dwarf`.
@@ -871,12 +874,11 @@ fn insert_name<'t>(
     strings.insert(name)
 }
 
-/// A PDB stream that could not be read: the file's (`bad debug file`), unless a spill
-/// file for a scattered stream could not be written.
-fn pdb_failure(e: ::pdb::Error) -> io::Result<Result<(), String>> {
-    match e {
-        ::pdb::Error::IoError(e) if e.kind() != io::ErrorKind::UnexpectedEof => Err(e),
-        e => Ok(Err(bad_debug_file(e))),
+/// A PDB that could not be read: the file's (`bad debug file`), or our disk's.
+fn pdb_failure(broken: Broken) -> io::Result<Result<(), String>> {
+    match broken {
+        Broken::Disk(e) => Err(e),
+        Broken::File(e) => Ok(Err(bad_debug_file(io::Error::other(e)))),
     }
 }
 
