@@ -22,7 +22,6 @@ use memmap2::MmapMut;
 pub unsafe trait Plain: Copy + 'static {}
 
 unsafe impl Plain for u8 {}
-unsafe impl Plain for u32 {}
 unsafe impl Plain for u64 {}
 
 /// A growable array in a temporary file.

@@ -24,7 +24,7 @@
 
 use std::borrow::Cow;
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use symbolic::common::{Arch, DebugId, Language};
@@ -93,8 +93,10 @@ struct RangeOp {
     location: RawLocation,
 }
 
-/// Folded ops per fence: 128 ops of 32 bytes are one page.
-const FENCE_STRIDE: usize = 128;
+/// What the folded map holds at an address a symbol asks about (`folded_at_symbols`).
+const FOLDED_NOTHING: u8 = 0;
+const FOLDED_END: u8 = 1;
+const FOLDED_LOCATION: u8 = 2;
 
 /// Writes a function may batch before they go to the log unsorted (a function with
 /// more lines than this costs the log's sort instead of more memory).
@@ -176,14 +178,11 @@ pub struct SpillingWriter<'a> {
     seq: u64,
     /// The folded map, one op per address in address order.
     ops: FileVec<RangeOp>,
-    /// The address of every `FENCE_STRIDE`th folded op: a symbol's lookup searches these
-    /// (a small file whose pages stay cached) and then one page of `ops`, where a binary
-    /// search of `ops` alone touches a page per step, each a read from disk once the page
-    /// cache is squeezed (a 6 GiB file in a 1 GiB container).
-    fences: FileVec<u32>,
     /// The public symbols' writes, which win over the folded ops.
     overlay: Option<RangeOverlay>,
     last_addr: Option<u32>,
+    /// Where the tables are.
+    dir: PathBuf,
 }
 
 impl<'a> SpillingWriter<'a> {
@@ -202,9 +201,9 @@ impl<'a> SpillingWriter<'a> {
             batch: Vec::new(),
             seq: 0,
             ops: FileVec::new_in(dir)?,
-            fences: FileVec::new_in(dir)?,
             overlay: Some(RangeOverlay::new_in(dir)?),
             last_addr: None,
+            dir: dir.to_owned(),
         })
     }
 
@@ -251,7 +250,7 @@ impl<'a> SpillingWriter<'a> {
         if let Err(e) = walked {
             return Ok(Err(bad_debug_file(e)));
         }
-        self.process_symbols(object.symbols())?;
+        self.process_symbols(|| object.symbols())?;
         Ok(Ok(()))
     }
 
@@ -288,7 +287,7 @@ impl<'a> SpillingWriter<'a> {
         }
         let processed = match walked {
             Ok(()) => self
-                .process_symbols(streams.public_symbols().map(|public| public.to_symbol()))
+                .process_symbols(|| streams.public_symbols().map(|public| public.to_symbol()))
                 .map(Ok),
             Err(broken) => pdb_failure(broken),
         };
@@ -334,7 +333,7 @@ impl<'a> SpillingWriter<'a> {
         if let Err(e) = walked {
             return Ok(Err(e.to_string()));
         }
-        self.process_symbols(object.symbols())?;
+        self.process_symbols(|| object.symbols())?;
         Ok(Ok(()))
     }
 
@@ -359,19 +358,81 @@ impl<'a> SpillingWriter<'a> {
                 Err(e) => return Ok(Err(bad_debug_file(e))),
             }
         }
-        self.process_symbols(object.symbols())?;
+        self.process_symbols(|| object.symbols())?;
         self.is_windows_object = false;
         Ok(Ok(()))
     }
 
     /// The symbol table, once every function is in: the functions' ranges are folded
-    /// first, since symbols read them.
-    fn process_symbols<'d>(&mut self, symbols: impl Iterator<Item = Symbol<'d>>) -> io::Result<()> {
+    /// first, since symbols read them. `symbols` gives the table twice: first to learn
+    /// what the folded map holds at every address a symbol asks about, in one pass in
+    /// address order, then to process the symbols in table order with those answers.
+    /// Asking the folded map one symbol at a time was a binary search of a mapped file
+    /// of GiBs in table order, a page fault per symbol once the page cache is squeezed
+    /// (a 6 GiB file in a 1 GiB container did not finish in 20 minutes).
+    fn process_symbols<'d, I>(&mut self, symbols: impl Fn() -> I) -> io::Result<()>
+    where
+        I: Iterator<Item = Symbol<'d>>,
+    {
         self.fold_ranges()?;
-        for symbol in symbols {
-            self.process_symbol(&symbol)?;
+        let folded = self.folded_at_symbols(symbols())?;
+        let folded = folded.as_slice();
+        for (index, symbol) in symbols().enumerate() {
+            let at = |n: usize| folded.get(2 * index + n).copied().unwrap_or(FOLDED_NOTHING);
+            self.process_symbol(&symbol, at(0), at(1))?;
         }
         Ok(())
+    }
+
+    /// For the `index`th symbol, at `2 * index` what the folded map holds at its start,
+    /// at `2 * index + 1` at its end (`FOLDED_*`): the addresses are logged with their
+    /// index, sorted, and walked beside the folded map, which is in address order.
+    fn folded_at_symbols<'d>(
+        &self,
+        symbols: impl Iterator<Item = Symbol<'d>>,
+    ) -> io::Result<FileVec<u8>> {
+        let mut asked: FileLog<u64> = FileLog::new_in(&self.dir)?;
+        let mut count = 0u64;
+        for (index, symbol) in symbols.enumerate() {
+            count = index as u64 + 1;
+            if symbol.name.is_none() {
+                continue;
+            }
+            // `process_symbol` fails the conversion there.
+            let Ok(address) = u32::try_from(symbol.address) else {
+                break;
+            };
+            let slot = 2 * index as u64;
+            if slot > u64::from(u32::MAX) {
+                return Err(io::Error::other("more symbols than a SymCache can hold"));
+            }
+            asked.push(u64::from(address) << 32 | slot)?;
+            if symbol.size > 0 {
+                let end = symbol.address.wrapping_add(symbol.size) as u32;
+                asked.push(u64::from(end) << 32 | (slot + 1))?;
+            }
+        }
+        let mut asked = asked.into_vec()?;
+        asked.as_mut_slice().sort_unstable();
+        let mut answers: FileVec<u8> = FileVec::new_in(&self.dir)?;
+        answers.extend_zeroed(usize::try_from(2 * count).map_err(io::Error::other)?)?;
+        let ops = self.ops.as_slice();
+        let mut op = 0;
+        for &key in asked.as_slice() {
+            let address = (key >> 32) as u32;
+            while op < ops.len() && ops[op].address < address {
+                op += 1;
+            }
+            let found = match ops.get(op) {
+                Some(found) if found.address == address && found.location == NO_LOCATION => {
+                    FOLDED_END
+                }
+                Some(found) if found.address == address => FOLDED_LOCATION,
+                _ => FOLDED_NOTHING,
+            };
+            answers.set(key as u32 as usize, found);
+        }
+        Ok(answers)
     }
 
     fn log(&mut self, address: u32, kind: u32, location: RawLocation) -> io::Result<()> {
@@ -614,36 +675,12 @@ impl<'a> SpillingWriter<'a> {
             }
         }
         self.ops.truncate(write);
-        let count = self.ops.len().div_ceil(FENCE_STRIDE);
-        self.fences.extend_zeroed(count)?;
-        for (fence, op) in self
-            .fences
-            .as_mut_slice()
-            .iter_mut()
-            .zip(self.ops.as_slice().iter().step_by(FENCE_STRIDE))
-        {
-            *fence = op.address;
-        }
         Ok(())
     }
 
-    /// The folded map's value at `address`, with the symbols' writes over it.
-    fn range_at(&self, address: u32) -> Option<RawLocation> {
-        if let Some(found) = self.overlay.as_ref().and_then(|o| o.get(address)) {
-            return Some(found);
-        }
-        let block = self
-            .fences
-            .as_slice()
-            .partition_point(|&fence| fence <= address)
-            .checked_sub(1)?;
-        let start = block * FENCE_STRIDE;
-        let folded = self.ops.as_slice();
-        let block = &folded[start..folded.len().min(start + FENCE_STRIDE)];
-        block
-            .binary_search_by_key(&address, |op| op.address)
-            .ok()
-            .map(|at| block[at].location)
+    /// The symbols' own write at `address`, which wins over the folded map.
+    fn symbol_range_at(&self, address: u32) -> Option<RawLocation> {
+        self.overlay.as_ref().and_then(|o| o.get(address))
     }
 
     fn set_range(&mut self, address: u32, location: RawLocation) -> io::Result<()> {
@@ -653,8 +690,14 @@ impl<'a> SpillingWriter<'a> {
             .insert(address, location)
     }
 
-    /// symbolic's `process_symbolic_symbol`.
-    fn process_symbol(&mut self, symbol: &Symbol<'_>) -> io::Result<()> {
+    /// symbolic's `process_symbolic_symbol`, with what the folded map holds at the
+    /// symbol's start and end (`FOLDED_*`) found beforehand.
+    fn process_symbol(
+        &mut self,
+        symbol: &Symbol<'_>,
+        folded_start: u8,
+        folded_end: u8,
+    ) -> io::Result<()> {
         let name_offset = {
             let Some(name) = &symbol.name else {
                 return Ok(());
@@ -679,10 +722,12 @@ impl<'a> SpillingWriter<'a> {
                 symbol.address
             ))
         })?;
-        if self
-            .range_at(address)
-            .is_none_or(|found| found == NO_LOCATION)
-        {
+        // Free, or the end of a function or symbol.
+        let free = match self.symbol_range_at(address) {
+            Some(found) => found == NO_LOCATION,
+            None => folded_start != FOLDED_LOCATION,
+        };
+        if free {
             let function_idx = self.functions.insert_full(RawFunction {
                 name_offset,
                 comp_dir_offset: NONE,
@@ -702,8 +747,8 @@ impl<'a> SpillingWriter<'a> {
             self.last_addr = None;
         }
         if symbol.size > 0 {
-            let end_address = (symbol.address + symbol.size) as u32;
-            if self.range_at(end_address).is_none() {
+            let end_address = symbol.address.wrapping_add(symbol.size) as u32;
+            if self.symbol_range_at(end_address).is_none() && folded_end == FOLDED_NOTHING {
                 self.set_range(end_address, NO_LOCATION)?;
             }
         }
