@@ -74,7 +74,9 @@ fn bench_file(c: &mut Criterion, path: &str) {
         b.iter(|| {
             let handle = handle();
             let mut converter = SymCacheConverter::new();
-            converter.process_object(handle.object()).unwrap();
+            converter
+                .process_object(&*handle.symbolic_object().unwrap())
+                .unwrap();
             let mut buf = Vec::new();
             converter.serialize(&mut buf).unwrap();
             let symcache = SymCache::parse(&buf).unwrap();

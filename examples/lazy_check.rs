@@ -51,7 +51,7 @@ fn main() -> anyhow::Result<()> {
 
     let data = ByteView::open(&path)?;
     let handle = Arc::new(ObjectHandle::from_bytes(data, ObjectLimits::default())?);
-    let object = handle.object();
+    let object = handle.symbolic_object()?;
     let mut functions: Vec<(u64, u64)> = object
         .symbols()
         .filter(|s| s.size > 0)
@@ -106,7 +106,7 @@ fn main() -> anyhow::Result<()> {
     if compare > 0 {
         let started = Instant::now();
         let mut converter = SymCacheConverter::new();
-        converter.process_object(object)?;
+        converter.process_object(&*object)?;
         let mut buf = Vec::new();
         converter.serialize(&mut buf)?;
         let symcache = SymCache::parse(&buf)?;

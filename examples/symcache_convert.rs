@@ -63,7 +63,7 @@ fn main() -> anyhow::Result<()> {
     let mut writer = BufWriter::new(out);
     if symbolic {
         let mut converter = SymCacheConverter::new();
-        converter.process_object(handle.object())?;
+        converter.process_object(&*handle.symbolic_object()?)?;
         converter.serialize(&mut writer)?;
     } else {
         SymCacheFormat::convert(

@@ -109,7 +109,9 @@ async fn lazy_path(data: Vec<u8>) {
 
 fn addresses(handle: &Arc<ObjectHandle>) -> Vec<u64> {
     isolate("objects", || {
-        let object = handle.object();
+        let Ok(object) = handle.symbolic_object() else {
+            return Ok(vec![0]);
+        };
         let load = object.load_address();
         let mut out = vec![0];
         for symbol in object.symbols().take(16) {

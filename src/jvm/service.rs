@@ -125,7 +125,7 @@ impl JvmService {
         // One session per bundle and request: opening one reads the bundle's manifest.
         let sessions: HashMap<DebugId, SourceBundleDebugSession<'_>> = bundles
             .iter()
-            .filter_map(|(id, handle)| match handle.object() {
+            .filter_map(|(id, handle)| match handle.object()? {
                 Object::SourceBundle(bundle) => {
                     let session = isolate("source bundle", || Ok(bundle.debug_session().ok()));
                     Some((*id, session.ok()??))

@@ -19,6 +19,7 @@ mod index;
 mod locate;
 mod object_file;
 mod objects;
+mod pdb_header;
 mod secondary;
 mod source_files;
 
@@ -30,7 +31,7 @@ pub use derived::{
 pub use downloads::{Downloads, FileFormat, Plain, PlainFormat, file_key};
 pub use locate::Locator;
 pub use object_file::{
-    BundledSource, ObjectFile, ObjectHandle, ObjectHint, ObjectLimits, ObjectMeta,
+    BundledSource, ObjectFile, ObjectHandle, ObjectHint, ObjectLimits, ObjectMeta, SymbolicObject,
 };
 pub use objects::{FindResult, FoundObject, ObjectLookup, ObjectPurpose};
 pub use secondary::{SecondaryFile, SecondaryInputs, first_found};

@@ -4,20 +4,23 @@
 //! for the sources they carry or point to (DWARF 5 embedded sources, SRCSRV links).
 
 use std::collections::HashMap;
-use std::ops::Range;
+use std::ops::{Deref, Range};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use serde::{Deserialize, Serialize};
 use symbolic::cfi::FromObjectOptions;
-use symbolic::common::{Arch, ByteView, DebugId, SelfCell};
-use symbolic::debuginfo::{Archive, Object, ObjectError, ParseObjectOptions};
+use symbolic::common::{Arch, ByteView, CpuFamily, DebugId, SelfCell};
+use symbolic::debuginfo::{
+    Archive, FileFormat as ObjectFormat, Object, ObjectError, ParseObjectOptions,
+};
 
 use super::compressed_sections::{CompressedSection, check_sections, compressed_sections};
 use super::downloads::FileFormat;
 use super::embedded_sources::{embedded_sources, has_embedded_sources};
 use super::fat64;
+use super::pdb_header::PdbHeader;
 use crate::cache::CacheKind;
 use crate::cache::kinds;
 use crate::error::{CacheError, CacheResult, isolate};
@@ -111,7 +114,7 @@ pub struct ObjectHint {
 
 /// A parsed debug file, backed by a memory-mapped cache file.
 pub struct ObjectHandle {
-    inner: SelfCell<ByteView<'static>, Object<'static>>,
+    parsed: Parsed,
     limits: ObjectLimits,
     /// What symbolic inflates when it reads the file's compressed ELF sections.
     compressed: Vec<CompressedSection>,
@@ -123,9 +126,35 @@ pub struct ObjectHandle {
     srcsrv_urls: Mutex<HashMap<String, Option<String>>>,
     /// Files of a source bundle or portable PDB, as read for earlier requests.
     bundled: Mutex<BundledFiles>,
-    /// Whether `inner`'s bytes are a read-only mapping of a whole cache file, whose
+    /// Whether the handle's bytes are a read-only mapping of a whole cache file, whose
     /// pages can be dropped and read again (see [`ObjectHandle::release_pages`]).
     file_mapping: bool,
+}
+
+/// What a handle read of its file when it was loaded.
+enum Parsed {
+    /// symbolic's object, held as long as the handle.
+    Object(Box<SelfCell<ByteView<'static>, Object<'static>>>),
+    /// A PDB's identity only. symbolic's `PdbObject` holds a copy of the public symbol
+    /// records (4.5 % of the file) for as long as it lives (see `pdb_header`).
+    Pdb(ByteView<'static>, PdbHeader),
+}
+
+/// symbolic's object of a handle, held by it or parsed for the caller.
+pub enum SymbolicObject<'a> {
+    Held(&'a Object<'a>),
+    Parsed(Box<Object<'a>>),
+}
+
+impl<'a> Deref for SymbolicObject<'a> {
+    type Target = Object<'a>;
+
+    fn deref(&self) -> &Object<'a> {
+        match self {
+            SymbolicObject::Held(object) => object,
+            SymbolicObject::Parsed(object) => object,
+        }
+    }
 }
 
 /// A file as a source bundle or portable PDB has it: its text, or where it links to,
@@ -163,20 +192,30 @@ impl ObjectHandle {
         limits: ObjectLimits,
         file_mapping: bool,
     ) -> CacheResult<Self> {
-        let options = limits.parse_options();
-        let inner = SelfCell::try_new(data, |bytes| {
-            Object::parse_with_opts(unsafe { &*bytes }, options)
-        })
-        .map_err(|err| CacheError::Malformed(err.to_string()))?;
+        let parsed = if Object::peek(&data) == ObjectFormat::Pdb {
+            let header =
+                PdbHeader::read(&data).map_err(|err| CacheError::Malformed(err.to_string()))?;
+            Parsed::Pdb(data, header)
+        } else {
+            let options = limits.parse_options();
+            let object = SelfCell::try_new(data, |bytes| {
+                Object::parse_with_opts(unsafe { &*bytes }, options)
+            })
+            .map_err(|err| CacheError::Malformed(err.to_string()))?;
+            Parsed::Object(Box::new(object))
+        };
         // Checked here, where every reader of the file starts (lazy readers, SymCache and
         // CFI conversions, embedded sources), before any of them inflates a section.
-        let compressed = match inner.get() {
-            Object::Elf(elf) => compressed_sections(elf.data()),
-            _ => Vec::new(),
+        let compressed = match &parsed {
+            Parsed::Object(object) => match object.get() {
+                Object::Elf(elf) => compressed_sections(elf.data()),
+                _ => Vec::new(),
+            },
+            Parsed::Pdb(..) => Vec::new(),
         };
         check_sections(&compressed, &limits.sections())?;
         Ok(ObjectHandle {
-            inner,
+            parsed,
             limits,
             compressed,
             embedded_sources: OnceLock::new(),
@@ -203,13 +242,13 @@ impl ObjectHandle {
         if self.file_mapping {
             // SAFETY: `file_mapping` is set only for the cacher's read-only mappings of
             // cache files, which are replaced by renames, never written in place.
-            unsafe { crate::cache::release_mapped_pages(self.inner.owner()) };
+            unsafe { crate::cache::release_mapped_pages(self.bytes()) };
         }
     }
 
     /// Bytes of the file (decompressed, as downloaded).
     pub fn size(&self) -> u64 {
-        self.inner.owner().len() as u64
+        self.data().len() as u64
     }
 
     /// Bytes the compressed sections named in `names` (as symbolic names them:
@@ -228,8 +267,78 @@ impl ObjectHandle {
         self.size().saturating_add(self.inflated_size(None))
     }
 
-    pub fn object(&self) -> &Object<'_> {
-        self.inner.get()
+    fn bytes(&self) -> &ByteView<'static> {
+        match &self.parsed {
+            Parsed::Object(object) => object.owner(),
+            Parsed::Pdb(data, _) => data,
+        }
+    }
+
+    /// The file's bytes (decompressed, as downloaded).
+    pub fn data(&self) -> &[u8] {
+        self.bytes()
+    }
+
+    pub fn file_format(&self) -> ObjectFormat {
+        match &self.parsed {
+            Parsed::Object(object) => object.get().file_format(),
+            Parsed::Pdb(..) => ObjectFormat::Pdb,
+        }
+    }
+
+    pub fn debug_id(&self) -> DebugId {
+        match &self.parsed {
+            Parsed::Object(object) => object.get().debug_id(),
+            Parsed::Pdb(_, header) => header.debug_id,
+        }
+    }
+
+    pub fn arch(&self) -> Arch {
+        match &self.parsed {
+            Parsed::Object(object) => object.get().arch(),
+            Parsed::Pdb(_, header) => header.arch,
+        }
+    }
+
+    /// symbolic's parse of the file, held as long as the handle; `None` for a PDB (see
+    /// [`Parsed::Pdb`]), which is read through `native::pdb_read`, or through
+    /// [`ObjectHandle::symbolic_object`] where only symbolic's API will do.
+    pub fn object(&self) -> Option<&Object<'_>> {
+        match &self.parsed {
+            Parsed::Object(object) => Some(object.get()),
+            Parsed::Pdb(..) => None,
+        }
+    }
+
+    /// symbolic's parse of the file, in any format: the held one, or for a PDB one
+    /// parsed now, which copies its symbol records onto the heap until it is dropped.
+    pub fn symbolic_object(&self) -> CacheResult<SymbolicObject<'_>> {
+        match &self.parsed {
+            Parsed::Object(object) => Ok(SymbolicObject::Held(object.get())),
+            Parsed::Pdb(data, _) => Object::parse_with_opts(data, self.limits.parse_options())
+                .map(|object| SymbolicObject::Parsed(Box::new(object)))
+                .map_err(|err| CacheError::Malformed(err.to_string())),
+        }
+    }
+
+    /// What the lookup ranks candidates by and reports of the file.
+    pub fn meta(&self) -> ObjectMeta {
+        match &self.parsed {
+            Parsed::Object(object) => ObjectMeta::of(object.get()),
+            // `PdbObject`'s answers, which need none of its streams.
+            Parsed::Pdb(data, header) => ObjectMeta {
+                features: ObjectFeatures {
+                    has_debug_info: true,
+                    has_unwind_info: header.arch.cpu_family() == CpuFamily::Intel32,
+                    has_symbols: true,
+                    has_sources: false,
+                    srcsrv_vcs: srcsrv_vcs(data),
+                },
+                arch: header.arch,
+                debug_id: Some(header.debug_id),
+                breakpad_name: None,
+            },
+        }
     }
 
     /// The limits it was read with, for what is derived from it.
@@ -243,8 +352,10 @@ impl ObjectHandle {
             .get_or_init(|| {
                 // A DWARF walk of a downloaded file: if it panics, the file has no
                 // embedded sources (and the walk is not tried again).
-                isolate("embedded sources", || Ok(embedded_sources(self.object())))
-                    .unwrap_or_default()
+                let Some(object) = self.object() else {
+                    return HashMap::new();
+                };
+                isolate("embedded sources", || Ok(embedded_sources(object))).unwrap_or_default()
             })
             .get(path)
             .map(String::as_str)
@@ -257,7 +368,10 @@ impl ObjectHandle {
         let data = self
             .srcsrv
             .get_or_init(|| {
-                isolate("srcsrv stream", || Ok(read_srcsrv(self.object()))).unwrap_or(None)
+                (self.file_format() == ObjectFormat::Pdb)
+                    .then(|| isolate("srcsrv stream", || Ok(read_srcsrv(self.data()))).ok())
+                    .flatten()
+                    .flatten()
             })
             .as_deref()?;
         let urls = || {
@@ -300,7 +414,10 @@ impl ObjectHandle {
         // Read without the lock held: a reader that panics (it reads a downloaded
         // archive) costs the frame its context, and cannot poison the lock.
         let source = isolate("source bundle", || {
-            Ok(self.object().debug_session().ok().and_then(|session| {
+            let Some(object) = self.object() else {
+                return Ok(None);
+            };
+            Ok(object.debug_session().ok().and_then(|session| {
                 let descriptor = session.source_by_path(path).ok().flatten()?;
                 Some(BundledSource {
                     url: descriptor.url().map(str::to_owned),
@@ -338,11 +455,8 @@ impl ObjectHandle {
 const MAX_SRCSRV_PATHS: usize = 4096;
 
 /// The raw SRCSRV stream of a PDB; symbolic reads it but only exposes the VCS name.
-fn read_srcsrv(object: &Object<'_>) -> Option<Vec<u8>> {
-    let Object::Pdb(pdb) = object else {
-        return None;
-    };
-    let mut pdb = pdb::PDB::open(std::io::Cursor::new(pdb.data())).ok()?;
+fn read_srcsrv(pdb: &[u8]) -> Option<Vec<u8>> {
+    let mut pdb = pdb::PDB::open(std::io::Cursor::new(pdb)).ok()?;
     let stream = pdb.named_stream(b"srcsrv").ok()?;
     Some(stream.as_slice().to_vec())
 }
@@ -364,14 +478,17 @@ pub struct ObjectMeta {
 }
 
 impl ObjectMeta {
-    pub fn of(object: &Object<'_>) -> Self {
+    fn of(object: &Object<'_>) -> Self {
         ObjectMeta {
             features: ObjectFeatures {
                 has_debug_info: object.has_debug_info(),
                 has_unwind_info: object.has_unwind_info(),
                 has_symbols: object.has_symbols(),
                 has_sources: object.has_sources() || has_embedded_sources(object),
-                srcsrv_vcs: srcsrv_vcs(object),
+                srcsrv_vcs: match object {
+                    Object::Pdb(pdb) => srcsrv_vcs(pdb.data()),
+                    _ => None,
+                },
             },
             arch: object.arch(),
             debug_id: Some(object.debug_id()),
@@ -407,8 +524,8 @@ pub fn breakpad_module_name(data: &[u8]) -> Option<String> {
 /// Which VCS a PDB's SRCSRV stream names, if it has one. Read from that stream alone:
 /// symbolic's `srcsrv_vcs_name` needs a whole debug session, which copies the type and
 /// id streams onto the heap (580 MiB for a 1 GiB PDB, while its download was checked).
-fn srcsrv_vcs(object: &Object<'_>) -> Option<SrcSrvVcs> {
-    let data = read_srcsrv(object)?;
+fn srcsrv_vcs(pdb: &[u8]) -> Option<SrcSrvVcs> {
+    let data = read_srcsrv(pdb)?;
     isolate("srcsrv stream", || {
         Ok(srcsrv::SrcSrvStream::parse(&data)
             .ok()
@@ -431,6 +548,11 @@ fn extract_object(path: &Path, hint: &ObjectHint) -> CacheResult<Option<Range<u6
             (object, range)
         });
         return pick_object(objects, &hint.id);
+    }
+    if Object::peek(&view) == ObjectFormat::Pdb {
+        return PdbHeader::read(&view)
+            .map(|_| None)
+            .map_err(|e| CacheError::Malformed(e.to_string()));
     }
     let archive = Archive::parse_with_opts(&view, options)
         .map_err(|e| CacheError::Malformed(e.to_string()))?;
@@ -519,8 +641,8 @@ mod tests {
         let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
         let vcs = |path: &str| {
             let data = ByteView::open(fixtures.join(path)).unwrap();
-            let object = Object::parse(&data).unwrap();
-            ObjectMeta::of(&object).features.srcsrv_vcs
+            let handle = ObjectHandle::from_bytes(data, ObjectLimits::default()).unwrap();
+            handle.meta().features.srcsrv_vcs
         };
         assert_eq!(
             vcs("native-srcsrv-perforce/crash.pdb"),
@@ -575,7 +697,7 @@ mod tests {
     }
 
     fn functions_with_lines(handle: &ObjectHandle) -> usize {
-        let session = handle.object().debug_session().unwrap();
+        let session = handle.object().unwrap().debug_session().unwrap();
         session
             .functions()
             .filter_map(Result::ok)

@@ -35,7 +35,7 @@ impl CacheItemRequest for FetchMeta {
                 .objects
                 .get_keyed(self.key.clone(), &self.file, self.hint.clone())
                 .await?;
-            let meta = ObjectMeta::of(handle.object());
+            let meta = handle.meta();
             serde_json::to_writer(temp_file.as_file_mut(), &meta).map_err(CacheError::internal)
         })
     }

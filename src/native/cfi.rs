@@ -176,7 +176,7 @@ impl DerivedFormat for CfiFormat {
     /// A PDB's frame data is read by symbolic's CFI writer through the `pdb` crate,
     /// which copies the streams it reads onto the heap: a PDB is charged its size.
     fn memory_charge(input: &Arc<ObjectHandle>) -> u64 {
-        if input.object().file_format() == symbolic::debuginfo::FileFormat::Pdb {
+        if input.file_format() == symbolic::debuginfo::FileFormat::Pdb {
             return input.conversion_size();
         }
         super::symcache::bounded_charge(input)
@@ -187,7 +187,9 @@ impl DerivedFormat for CfiFormat {
         out: &mut BufWriter<File>,
         _scratch: &Path,
     ) -> CacheResult<()> {
-        let written = write_cfi(input.object(), input.limits().cfi_options(), out);
+        let written = input
+            .symbolic_object()
+            .and_then(|object| write_cfi(&object, input.limits().cfi_options(), out));
         input.release_pages();
         written
     }

@@ -35,8 +35,7 @@ impl DerivedFormat for PpdbFormat {
         out: &mut BufWriter<File>,
         _scratch: &Path,
     ) -> CacheResult<()> {
-        let object = input.object();
-        let Object::PortablePdb(ppdb) = object else {
+        let Some(Object::PortablePdb(ppdb)) = input.object() else {
             return Err(CacheError::Unsupported(
                 "Only portable PDB files can be used for .NET symbolication".into(),
             ));

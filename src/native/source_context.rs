@@ -290,7 +290,7 @@ impl ModuleLookup {
                 // directly, without building a session of a whole debug file per request.
                 let link = if matches!(
                     handle.object(),
-                    Object::SourceBundle(_) | Object::PortablePdb(_)
+                    Some(Object::SourceBundle(_) | Object::PortablePdb(_))
                 ) {
                     let source = bundled
                         .entry((entry.index, abs_path.to_owned()))

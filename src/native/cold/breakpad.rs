@@ -130,7 +130,7 @@ struct Memo {
 /// A reader for `handle`'s Breakpad text, or `None` when the text is outside what it
 /// reads (see the module doc) or has no FUNC record.
 pub fn open(handle: &Arc<ObjectHandle>) -> Option<OwnedLazySymbolizer> {
-    let Object::Breakpad(object) = handle.object() else {
+    let Some(Object::Breakpad(object)) = handle.object() else {
         return None;
     };
     let index = Index::build(object.data());
@@ -408,7 +408,7 @@ fn last_by_id(mut records: Vec<(u64, Span)>) -> Box<[(u64, Span)]> {
 impl BreakpadReader {
     fn text(&self) -> &[u8] {
         match self.handle.object() {
-            Object::Breakpad(object) => object.data(),
+            Some(Object::Breakpad(object)) => object.data(),
             _ => &[],
         }
     }

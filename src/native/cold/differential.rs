@@ -88,11 +88,11 @@ struct Checked {
 fn check_file(path: &Path, return_addresses: &[u64]) -> Result<Checked, Vec<String>> {
     let data = ByteView::open(path).unwrap();
     let handle = Arc::new(ObjectHandle::from_bytes(data, ObjectLimits::default()).unwrap());
-    let object = handle.object();
+    let object = handle.symbolic_object().unwrap();
 
     let started = Instant::now();
     let mut converter = SymCacheConverter::new();
-    converter.process_object(object).unwrap();
+    converter.process_object(&*object).unwrap();
     let mut buf = Vec::new();
     converter.serialize(&mut buf).unwrap();
     let convert_time = started.elapsed();
@@ -166,11 +166,11 @@ fn lazy_readers_answer_as_the_symcache_does() {
     for (path, return_addresses) in fixture_files() {
         let data = ByteView::open(&path).unwrap();
         let handle = ObjectHandle::from_bytes(data, ObjectLimits::default()).unwrap();
-        let format = handle.object().file_format();
+        let format = handle.file_format();
         if !has_lazy_reader(format) {
             continue;
         }
-        if !handle.object().has_debug_info() {
+        if !handle.symbolic_object().unwrap().has_debug_info() {
             // Symbol tables convert in no time; there is nothing to read lazily.
             assert!(
                 open(&Arc::new(handle), &std::env::temp_dir()).is_none(),
@@ -209,7 +209,12 @@ fn damaged_dwarf_never_panics_the_lazy_reader() {
         ObjectLimits::default(),
     )
     .unwrap();
-    let symbols: Vec<u64> = handle.object().symbols().map(|s| s.address).collect();
+    let symbols: Vec<u64> = handle
+        .symbolic_object()
+        .unwrap()
+        .symbols()
+        .map(|s| s.address)
+        .collect();
     drop(handle);
     let mut rng = Rng(0xdead_beef);
     let mut opened = 0;

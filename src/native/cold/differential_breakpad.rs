@@ -73,13 +73,13 @@ pub(super) fn compare(name: &str, text: &[u8]) -> Result<Outcome, Vec<String>> {
     else {
         return Ok(Outcome::NotBreakpad);
     };
-    if handle.object().file_format() != FileFormat::Breakpad {
+    if handle.file_format() != FileFormat::Breakpad {
         return Ok(Outcome::NotBreakpad);
     }
     let handle = Arc::new(handle);
     let full = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut converter = SymCacheConverter::new();
-        converter.process_object(handle.object()).ok()?;
+        converter.process_object(handle.object()?).ok()?;
         let mut buf = Vec::new();
         converter.serialize(&mut buf).ok()?;
         Some(buf)

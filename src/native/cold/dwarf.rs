@@ -109,7 +109,7 @@ impl PreparedUnit {
 /// BCSymbolMap, whose hidden names only a whole conversion resolves). Its index goes
 /// to spill files in `spill_dir`.
 pub fn open(handle: &Arc<ObjectHandle>, spill_dir: &Path) -> Option<OwnedLazySymbolizer> {
-    if let Object::MachO(macho) = handle.object()
+    if let Some(Object::MachO(macho)) = handle.object()
         && macho.requires_symbolmap()
     {
         return None;

@@ -21,7 +21,7 @@ use crate::lookup::ObjectHandle;
 /// gathered in spill files, not on the heap), and a Breakpad reader holds an index of
 /// the text's records, each well under its share. 0 for formats without a lazy reader.
 pub fn budget_weight(object: &ObjectHandle) -> u64 {
-    match object.object().file_format() {
+    match object.file_format() {
         FileFormat::Elf | FileFormat::MachO | FileFormat::Wasm => {
             let names: Vec<&str> = dwarf::SECTIONS.iter().map(|id| &id.name()[1..]).collect();
             (object.size() / LAZY_READ_SHARE).saturating_add(object.inflated_size(Some(&names)))
@@ -51,7 +51,7 @@ pub async fn open_within(
     let permit = budget.acquire(weight).await;
     let reader = isolate_blocking("lazy reader", move || {
         #[cfg(test)]
-        crate::error::delay_if_marked("open", object.object().data());
+        crate::error::delay_if_marked("open", object.data());
         Ok(open(&object, &spill_dir))
     })
     .await
@@ -63,7 +63,7 @@ pub async fn open_within(
 
 fn has_reader(object: &ObjectHandle) -> bool {
     matches!(
-        object.object().file_format(),
+        object.file_format(),
         FileFormat::Elf
             | FileFormat::MachO
             | FileFormat::Wasm
@@ -100,7 +100,7 @@ pub fn open(object: &Arc<ObjectHandle>, spill_dir: &Path) -> Option<OwnedLazySym
     if let Some(reader) = slot.as_ref().and_then(Weak::upgrade) {
         return Some(reader);
     }
-    let reader = match object.object().file_format() {
+    let reader = match object.file_format() {
         FileFormat::Elf | FileFormat::MachO | FileFormat::Wasm => dwarf::open(object, spill_dir)?,
         FileFormat::Pdb => pdb::open(object, spill_dir)?,
         FileFormat::Breakpad => breakpad::open(object)?,

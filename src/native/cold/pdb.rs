@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use ::pdb::{FallibleIterator, SymbolData, SymbolIndex};
 use symbolic::common::{Arch, Name};
-use symbolic::debuginfo::{Function, LineInfo, Object, Symbol};
+use symbolic::debuginfo::{FileFormat, Function, LineInfo, Symbol};
 use symbolic::symcache::{SymCache, SymCacheConverter};
 
 use super::reader::{LazyLocation, LazySymbolizer, OwnedLazySymbolizer, symcache_answer};
@@ -57,10 +57,10 @@ struct PdbSymbolizer {
 
 impl PdbSymbolizer {
     fn open(object: &Arc<ObjectHandle>, spill_dir: &Path) -> Option<Self> {
-        let Object::Pdb(pdb) = object.object() else {
+        if object.file_format() != FileFormat::Pdb {
             return None;
-        };
-        let arch = pdb.arch();
+        }
+        let arch = object.arch();
         let source = MappedSource::new(object.clone(), spill_dir.to_owned());
         let streams = NonNull::from(Box::leak(Box::new(Streams::open(source).ok()?)));
         let mut state = State {
@@ -588,7 +588,9 @@ mod tests {
 
     fn full_symcache(handle: &ObjectHandle) -> Vec<u8> {
         let mut converter = SymCacheConverter::new();
-        converter.process_object(handle.object()).unwrap();
+        converter
+            .process_object(&*handle.symbolic_object().unwrap())
+            .unwrap();
         let mut buf = Vec::new();
         converter.serialize(&mut buf).unwrap();
         buf
@@ -995,7 +997,9 @@ mod tests {
             // (for the record: a scrambled file need not keep the layout it relies on).
             let full = catch_unwind(AssertUnwindSafe(|| {
                 let mut converter = SymCacheConverter::new();
-                converter.process_object(handle.object()).ok()?;
+                converter
+                    .process_object(&*handle.symbolic_object().ok()?)
+                    .ok()?;
                 let mut buf = Vec::new();
                 converter.serialize(&mut buf).ok()?;
                 Some(buf)

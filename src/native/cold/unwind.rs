@@ -223,7 +223,7 @@ impl LazyUnwinder {
     /// unwinder"), holding its share of the conversion budget while it inflates and
     /// indexes the CFI sections, as `open_within` in `open.rs` does for symbols.
     pub async fn open_within(budget: &ConversionBudget, object: Arc<ObjectHandle>) -> Option<Self> {
-        if !matches!(object.object(), Object::Elf(_)) {
+        if !matches!(object.object(), Some(Object::Elf(_))) {
             return None;
         }
         let weight =
@@ -244,7 +244,7 @@ impl LazyUnwinder {
     /// and, without an `.eh_frame_hdr` table, indexes every FDE: call it isolated from
     /// panics, on a blocking thread.
     pub fn open(object: Arc<ObjectHandle>) -> Option<Self> {
-        let Object::Elf(elf) = object.object() else {
+        let Some(Object::Elf(elf)) = object.object() else {
             return None;
         };
         let arch = Arch::of(elf.arch().cpu_family())?;
@@ -277,7 +277,7 @@ impl LazyUnwinder {
     }
 
     fn with_sections<T>(&self, f: impl FnOnce(&Sections<'_>) -> T) -> Option<T> {
-        let Object::Elf(elf) = self.object.object() else {
+        let Some(Object::Elf(elf)) = self.object.object() else {
             return None;
         };
         fn get<'a>(
@@ -644,7 +644,7 @@ mod tests {
     }
 
     fn cfi_cache(handle: &ObjectHandle) -> Arc<CfiModule> {
-        let cache = CfiCache::from_object(handle.object()).unwrap();
+        let cache = CfiCache::from_object(handle.object().unwrap()).unwrap();
         let mut bytes = Vec::new();
         cache.write_to(&mut bytes).unwrap();
         CfiFormat::load(ByteView::from_vec(bytes))
@@ -946,7 +946,7 @@ mod tests {
         // patterns: the unwinder may find nothing, never panic or loop.
         let data = fixture("minidump/nofp/crash");
         let handle0 = handle(data.clone());
-        let Object::Elf(elf) = handle0.object() else {
+        let Some(Object::Elf(elf)) = handle0.object() else {
             unreachable!()
         };
         let ranges: Vec<_> = ["eh_frame", "eh_frame_hdr"]

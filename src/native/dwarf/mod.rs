@@ -86,7 +86,10 @@ impl DwarfFile {
     pub fn open(handle: &Arc<ObjectHandle>, spill_dir: &Path) -> io::Result<Option<Self>> {
         // SAFETY: the object borrows the memory-mapped file that `handle` owns; the
         // file keeps `handle` alive for as long as it holds anything borrowed from it.
-        let object: &'static Object<'static> = unsafe { std::mem::transmute(handle.object()) };
+        let Some(object) = handle.object() else {
+            return Ok(None);
+        };
+        let object: &'static Object<'static> = unsafe { std::mem::transmute(object) };
         let (dwarf_file, address_offset): (&dyn Dwarf<'static>, i64) = match object {
             Object::Elf(elf) => (elf, elf.load_address() as i64),
             Object::MachO(macho) => (macho, macho.load_address() as i64),

@@ -15,7 +15,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use pdb::{Source, SourceSlice, SourceView};
-use symbolic::debuginfo::Object;
 
 use crate::lookup::ObjectHandle;
 use crate::native::spill::FileVec;
@@ -42,13 +41,6 @@ impl MappedSource {
     }
 }
 
-fn pdb_bytes(handle: &ObjectHandle) -> &[u8] {
-    match handle.object() {
-        Object::Pdb(pdb) => pdb.data(),
-        _ => &[],
-    }
-}
-
 impl fmt::Debug for MappedSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("MappedSource")
@@ -57,7 +49,7 @@ impl fmt::Debug for MappedSource {
 
 impl Source<'static> for MappedSource {
     fn view(&mut self, slices: &[SourceSlice]) -> io::Result<Box<dyn SourceView<'static>>> {
-        let data = pdb_bytes(&self.handle);
+        let data = self.handle.data();
         let mut len = 0usize;
         for slice in slices {
             let end = usize::try_from(slice.offset)
@@ -111,7 +103,7 @@ struct Mapped {
 
 impl SourceView<'static> for Mapped {
     fn as_slice(&self) -> &[u8] {
-        &pdb_bytes(&self.handle)[self.start..self.start + self.len]
+        &self.handle.data()[self.start..self.start + self.len]
     }
 }
 

@@ -126,9 +126,9 @@ impl DerivedFormat for SymCacheFormat {
     fn convert(input: SymCacheInput, out: &mut BufWriter<File>, scratch: &Path) -> CacheResult<()> {
         #[cfg(test)]
         {
-            let object = input.object.object();
-            crate::error::delay_if_marked("convert", object.data());
-            crate::error::panic_if_marked("symcache", object.data());
+            let data = input.object.data();
+            crate::error::delay_if_marked("convert", data);
+            crate::error::panic_if_marked("symcache", data);
         }
         let mut writer = SpillingWriter::new_in(scratch).map_err(CacheError::internal)?;
         let inputs = input.secondary.parse()?;

@@ -222,16 +222,17 @@ impl<'a> SpillingWriter<'a> {
         handle: &Arc<ObjectHandle>,
         scratch: &Path,
     ) -> io::Result<Result<(), String>> {
-        if let Object::Breakpad(breakpad) = handle.object() {
+        let Some(object) = handle.object() else {
+            // The one format a handle holds no symbolic object of.
+            return self.process_pdb(handle, scratch);
+        };
+        if let Object::Breakpad(breakpad) = object {
             let max_inline_depth = handle.limits().parse_options().max_inline_depth;
             return self.process_breakpad(breakpad, max_inline_depth, scratch);
         }
-        if let Object::Pdb(_) = handle.object() {
-            return self.process_pdb(handle, scratch);
-        }
         match DwarfFile::open(handle, scratch)? {
-            Some(file) => self.process_dwarf(&file, handle.object(), scratch),
-            None => self.process_object(handle.object()),
+            Some(file) => self.process_dwarf(&file, object, scratch),
+            None => self.process_object(object),
         }
     }
 
@@ -271,9 +272,8 @@ impl<'a> SpillingWriter<'a> {
             Ok(formatter) => formatter,
             Err(e) => return pdb_failure(e.into()),
         };
-        let object = handle.object();
-        self.arch = object.arch();
-        self.debug_id = object.debug_id();
+        self.arch = handle.arch();
+        self.debug_id = handle.debug_id();
         self.is_windows_object = true;
         // What symbolic's session adds to each file, before any other rewrite sees it.
         let source_server = SourceServer::new(&streams);

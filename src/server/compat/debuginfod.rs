@@ -101,7 +101,7 @@ impl Debuginfod {
             return Err(CacheError::NotFound);
         }
         let handle = self.objects.fetch(&found, id).await?;
-        if !matches!(handle.object(), Object::Elf(_)) {
+        if !matches!(handle.object(), Some(Object::Elf(_))) {
             return Err(CacheError::NotFound);
         }
         Ok((handle, file_name(found.file.uri())))
@@ -207,12 +207,12 @@ impl Debuginfod {
     /// the executable (a debug file keeps only the headers of the code's sections).
     async fn section(&self, id: &ObjectId, name: &str) -> CacheResult<Answer> {
         if let Ok((handle, file)) = self.debuginfo(id).await
-            && let Some(range) = section_range(handle.object().data(), name)
+            && let Some(range) = section_range(handle.data(), name)
         {
             return Ok(slice(handle, range, file));
         }
         let (handle, file) = self.executable(id).await?;
-        let range = section_range(handle.object().data(), name).ok_or(CacheError::NotFound)?;
+        let range = section_range(handle.data(), name).ok_or(CacheError::NotFound)?;
         Ok(slice(handle, range, file))
     }
 }
@@ -251,7 +251,7 @@ struct ObjectBytes(Arc<ObjectHandle>);
 
 impl AsRef<[u8]> for ObjectBytes {
     fn as_ref(&self) -> &[u8] {
-        self.0.object().data()
+        self.0.data()
     }
 }
 

@@ -86,7 +86,7 @@ impl SymstoreProxy {
                 }
             }
             match self.objects.fetch(&found, id).await {
-                Ok(handle) if matches!(handle.object(), Object::Breakpad(_)) => {
+                Ok(handle) if matches!(handle.object(), Some(Object::Breakpad(_))) => {
                     return Ok(handle);
                 }
                 Ok(_) => {}
@@ -264,7 +264,7 @@ struct ObjectBytes(Arc<ObjectHandle>);
 
 impl AsRef<[u8]> for ObjectBytes {
     fn as_ref(&self) -> &[u8] {
-        self.0.object().data()
+        self.0.data()
     }
 }
 
