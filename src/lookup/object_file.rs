@@ -246,6 +246,13 @@ impl ObjectHandle {
         }
     }
 
+    /// The file's bytes when they are the cacher's mapping of a whole cache file: shared,
+    /// read-only, page-aligned, and never written in place (cache files are replaced by
+    /// renames), so parts of it may be mapped again elsewhere.
+    pub fn file_mapping(&self) -> Option<&[u8]> {
+        self.file_mapping.then(|| self.data())
+    }
+
     /// Bytes of the file (decompressed, as downloaded).
     pub fn size(&self) -> u64 {
         self.data().len() as u64

@@ -5,9 +5,13 @@
 //! for a stream as one contiguous slice. Its default `Source` (what symbolic and a
 //! `Cursor` give) copies every stream it reads onto the heap, which for a large PDB
 //! (several GiB of Unreal Engine types and ids) is most of the file. This one answers a
-//! stream whose pages follow one another (what linkers mostly write) with the mapped
-//! bytes themselves, and copies the others into a spill file (file-backed, like the
-//! mapping), keeping only small views on the heap.
+//! stream whose pages follow one another with the mapped bytes themselves. A large
+//! stream is never one run of pages: the free page map takes two pages of every
+//! interval of page-size pages (every 64 MiB with 8 KiB pages), and linkers leave
+//! their streams scattered besides. Its runs of pages are mapped again, side by side,
+//! into one range of address space (Linux, from the cacher's shared mapping), and
+//! otherwise copied into a spill file (file-backed, like the mapping). Only small views
+//! are copied onto the heap.
 
 use std::fmt;
 use std::io;
@@ -74,6 +78,12 @@ impl Source<'static> for MappedSource {
                 len,
             }));
         }
+        if len >= self.heap_view_max
+            && let Some(mapping) = self.handle.file_mapping()
+            && let Some(stitched) = Stitched::map(mapping, slices, len)
+        {
+            return Ok(Box::new(stitched));
+        }
         let copy = |into: &mut [u8]| {
             let mut at = 0;
             for slice in slices {
@@ -107,6 +117,125 @@ impl SourceView<'static> for Mapped {
     }
 }
 
+/// Runs of a stream's pages, mapped again from the file's mapping one after the other
+/// into an address range of their own: a contiguous view with no copy, whose pages are
+/// the page cache's, as the mapping's are.
+struct Stitched {
+    base: *mut u8,
+    /// Bytes of address space taken: `len` rounded up to whole pages.
+    reserved: usize,
+    len: usize,
+}
+
+// SAFETY: the range is read-only memory, owned by the view and unmapped only on drop.
+unsafe impl Send for Stitched {}
+unsafe impl Sync for Stitched {}
+
+/// Past this many runs a stream is copied: each run is a mapping of its own, and a
+/// process has some 65,000 (`vm.max_map_count`) for everything.
+const MAX_STITCHED_RUNS: usize = 1024;
+
+impl Stitched {
+    /// `slices` of `mapping` (`ObjectHandle::file_mapping`), `len` bytes in all, or
+    /// `None` where they cannot be mapped (pages smaller than the system's, too many
+    /// runs, not Linux, or the kernel refuses): the caller copies them then.
+    #[cfg(target_os = "linux")]
+    fn map(mapping: &[u8], slices: &[SourceSlice], len: usize) -> Option<Self> {
+        // SAFETY: sysconf takes no pointers.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+        if page == 0 || !(mapping.as_ptr() as usize).is_multiple_of(page) {
+            return None;
+        }
+        // Runs of slices that follow one another in the file. Every run must start on a
+        // page, and all but the last end on one, for its pages to land where the stream
+        // has them.
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        for slice in slices {
+            let offset = slice.offset as usize;
+            if let Some((start, size)) = runs.last_mut()
+                && *start + *size == offset
+            {
+                *size += slice.size;
+            } else if runs.len() == MAX_STITCHED_RUNS {
+                return None;
+            } else {
+                runs.push((offset, slice.size));
+            }
+        }
+        let (last, whole) = runs.split_last()?;
+        if !runs.iter().all(|(start, _)| start.is_multiple_of(page))
+            || !whole.iter().all(|(_, size)| size.is_multiple_of(page))
+        {
+            return None;
+        }
+        // The mapping covers the file's last page whole.
+        if (last.0 + last.1).next_multiple_of(page) > mapping.len().next_multiple_of(page) {
+            return None;
+        }
+        let reserved = len.next_multiple_of(page);
+        // SAFETY: a fresh anonymous reservation, touching no existing mapping.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                reserved,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return None;
+        }
+        let stitched = Stitched {
+            base: base.cast(),
+            reserved,
+            len,
+        };
+        let mut at = 0;
+        for &(start, size) in &runs {
+            // SAFETY: `old_size` 0 asks for a second mapping of the same pages of a shared
+            // mapping (what the cacher's is), placed over our own reservation; the source
+            // range lies within `mapping`'s pages, the target within the reservation.
+            let placed = unsafe {
+                libc::mremap(
+                    mapping.as_ptr().add(start) as *mut libc::c_void,
+                    0,
+                    size.next_multiple_of(page),
+                    libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                    stitched.base.add(at),
+                )
+            };
+            if placed == libc::MAP_FAILED {
+                tracing::debug!(error = %io::Error::last_os_error(), "mremap of a PDB stream failed");
+                return None;
+            }
+            at += size;
+        }
+        Some(stitched)
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn map(_mapping: &[u8], _slices: &[SourceSlice], _len: usize) -> Option<Self> {
+        None
+    }
+}
+
+impl Drop for Stitched {
+    fn drop(&mut self) {
+        // SAFETY: the range is the reservation `map` made, with the runs mapped inside it;
+        // nothing borrows it past the view.
+        unsafe { libc::munmap(self.base.cast(), self.reserved) };
+    }
+}
+
+impl SourceView<'static> for Stitched {
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: `len` bytes from `base` are mapped readable for as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.base, self.len) }
+    }
+}
+
 struct Heap(Vec<u8>);
 
 impl SourceView<'static> for Heap {
@@ -133,7 +262,7 @@ macro_rules! view_debug {
         }
     )*};
 }
-view_debug!(Mapped, Heap, Spilled);
+view_debug!(Mapped, Stitched, Heap, Spilled);
 
 #[cfg(test)]
 mod tests {
@@ -144,7 +273,8 @@ mod tests {
     use symbolic::common::ByteView;
 
     use super::*;
-    use crate::lookup::ObjectLimits;
+    use crate::lookup::{FileFormat, ObjectFile, ObjectHint, ObjectLimits};
+    use crate::sources::ObjectId;
 
     /// `pdb` rewritten with its streams' pages interleaved (page `k` of every stream,
     /// then page `k + 1` of every stream, ...): the same PDB as the pdb crate reads it,
@@ -236,14 +366,29 @@ mod tests {
         for path in ["native/pe/crash.pdb", "bigfiles/pdb/bigfile.pdb"] {
             let linked = std::fs::read(fixtures.join(path)).unwrap();
             for data in [scattered(&linked), linked] {
-                let handle = Arc::new(
+                let on_heap = Arc::new(
                     ObjectHandle::from_bytes(
                         ByteView::from_vec(data.clone()),
                         ObjectLimits::default(),
                     )
                     .unwrap(),
                 );
-                for heap_view_max in [HEAP_VIEW_MAX, 0] {
+                // As the cacher loads it: a shared mapping of the file, whose scattered
+                // streams are mapped again rather than copied.
+                let file = spill.path().join("loaded.pdb");
+                std::fs::write(&file, &data).unwrap();
+                let mapped = ByteView::map_file(std::fs::File::open(&file).unwrap()).unwrap();
+                let hint = ObjectHint {
+                    id: ObjectId::default(),
+                    limits: ObjectLimits::default(),
+                };
+                let in_file = ObjectFile::load(mapped, &hint).unwrap();
+                for (handle, heap_view_max) in [
+                    (on_heap.clone(), HEAP_VIEW_MAX),
+                    (on_heap, 0),
+                    (in_file.clone(), 0),
+                    (in_file, HEAP_VIEW_MAX),
+                ] {
                     let mut theirs = PDB::open(Cursor::new(data.as_slice())).unwrap();
                     let mut ours = PDB::open(MappedSource {
                         heap_view_max,
@@ -259,7 +404,7 @@ mod tests {
                                 assert_eq!(theirs.as_slice(), ours.as_slice(), "{path} {index}");
                                 let view = format!("{ours:?}");
                                 kinds.extend(
-                                    ["Mapped", "Heap", "Spilled"]
+                                    ["Mapped", "Stitched", "Heap", "Spilled"]
                                         .into_iter()
                                         .filter(|kind| view.contains(kind)),
                                 );
@@ -279,6 +424,6 @@ mod tests {
             }
         }
         // Each way of answering was taken, so each was compared.
-        assert_eq!(kinds.len(), 3, "{kinds:?}");
+        assert_eq!(kinds.len(), 4, "{kinds:?}");
     }
 }
