@@ -11,6 +11,7 @@
 //! as it is cached, and take some 5 ms per MiB before the first frame. A text outside
 //! what the index reads (not written by symbolic) is parsed whole.
 
+mod frame_data;
 mod index;
 
 use std::fs::File;
@@ -173,23 +174,22 @@ impl DerivedFormat for CfiFormat {
         input.conversion_size()
     }
 
-    /// A PDB's frame data is read by symbolic's CFI writer through the `pdb` crate,
-    /// which copies the streams it reads onto the heap: a PDB is charged its size.
     fn memory_charge(input: &Arc<ObjectHandle>) -> u64 {
-        if input.file_format() == symbolic::debuginfo::FileFormat::Pdb {
-            return input.conversion_size();
-        }
         super::symcache::bounded_charge(input)
     }
 
     fn convert(
         input: Arc<ObjectHandle>,
         out: &mut BufWriter<File>,
-        _scratch: &Path,
+        scratch: &Path,
     ) -> CacheResult<()> {
-        let written = input
-            .symbolic_object()
-            .and_then(|object| write_cfi(&object, input.limits().cfi_options(), out));
+        let written = if input.file_format() == symbolic::debuginfo::FileFormat::Pdb {
+            write_pdb_cfi(&input, scratch, out)
+        } else {
+            input
+                .symbolic_object()
+                .and_then(|object| write_cfi(&object, input.limits().cfi_options(), out))
+        };
         input.release_pages();
         written
     }
@@ -219,9 +219,7 @@ fn write_cfi<W: Write>(
     options: FromObjectOptions,
     out: &mut W,
 ) -> CacheResult<()> {
-    out.write_all(&symbolic::cfi::CFICACHE_MAGIC.to_ne_bytes())
-        .and_then(|()| out.write_all(&CFICACHE_LATEST_VERSION.to_ne_bytes()))
-        .map_err(CacheError::internal)?;
+    write_cache_header(out)?;
     if let Object::Pe(pe) = object
         && let Some(debug_file) = pe.debug_file_name()
     {
@@ -240,6 +238,24 @@ fn write_cfi<W: Write>(
             CfiErrorKind::WriteFailed => CacheError::internal(e),
             _ => CacheError::Malformed(e.to_string()),
         })
+}
+
+/// `write_cfi` for a PDB, whose frame data is read through the file's mapping
+/// (`frame_data`), scattered streams spilling to `spill_dir`.
+fn write_pdb_cfi<W: Write>(
+    handle: &Arc<ObjectHandle>,
+    spill_dir: &Path,
+    out: &mut W,
+) -> CacheResult<()> {
+    write_cache_header(out)?;
+    frame_data::write(handle, spill_dir, out)
+}
+
+/// The header of symbolic's `CfiCache`, which the text follows.
+fn write_cache_header<W: Write>(out: &mut W) -> CacheResult<()> {
+    out.write_all(&symbolic::cfi::CFICACHE_MAGIC.to_ne_bytes())
+        .and_then(|()| out.write_all(&CFICACHE_LATEST_VERSION.to_ne_bytes()))
+        .map_err(CacheError::internal)
 }
 
 #[cfg(test)]
@@ -267,7 +283,7 @@ mod tests {
             &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures"),
             &mut files,
         );
-        let mut compared = 0;
+        let (mut compared, mut pdbs) = (0, 0);
         for path in files {
             let Ok(data) = ByteView::open(&path) else {
                 continue;
@@ -284,7 +300,16 @@ mod tests {
                 let mut theirs = Vec::new();
                 cache.write_to(&mut theirs).unwrap();
                 let mut ours = Vec::new();
-                write_cfi(&object, options, &mut ours).unwrap();
+                if let symbolic::debuginfo::Object::Pdb(_) = object {
+                    let handle = Arc::new(
+                        ObjectHandle::from_bytes(data.clone(), Default::default()).unwrap(),
+                    );
+                    let spill = tempfile::tempdir().unwrap();
+                    write_pdb_cfi(&handle, spill.path(), &mut ours).unwrap();
+                    pdbs += usize::from(theirs.len() > 8);
+                } else {
+                    write_cfi(&object, options, &mut ours).unwrap();
+                }
                 assert!(ours == theirs, "{}: the CFI text differs", path.display());
                 if theirs.len() > 8 {
                     compared += 1;
@@ -292,8 +317,8 @@ mod tests {
             }
         }
         assert!(
-            compared >= 12,
-            "only {compared} files with unwind info compared"
+            compared >= 12 && pdbs >= 1,
+            "only {compared} files with unwind info compared, {pdbs} of them PDBs"
         );
     }
 
