@@ -210,7 +210,7 @@ pub struct Server {
     pub cache_dir: PathBuf,
     log: Arc<Mutex<String>>,
     /// Lets the log's reader go on past the listening line (see [`Server::start_log_held`]).
-    release_log: Option<std::sync::mpsc::Sender<()>>,
+    release_log: Option<std::sync::mpsc::Sender<Duration>>,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -254,8 +254,14 @@ impl Server {
 
     /// Reads the log on from where [`Server::start_log_held`] stopped.
     pub fn read_log(&mut self) {
+        self.read_log_paced(Duration::ZERO);
+    }
+
+    /// [`Server::read_log`], pausing `pace` after each line, as a log collector that
+    /// keeps up only slowly.
+    pub fn read_log_paced(&mut self, pace: Duration) {
         if let Some(release) = self.release_log.take() {
-            let _ = release.send(());
+            let _ = release.send(pace);
         }
     }
 
@@ -264,13 +270,13 @@ impl Server {
     }
 
     /// `held`: without `RUST_LOG`, and the log read past the listening line only once
-    /// something is sent on it.
+    /// a pace is sent on it (see [`Server::read_log_paced`]).
     fn spawn_with(
         work: &Path,
         cache_dir: &Path,
         extra_yaml: &str,
         env: &[(&str, &str)],
-        held: Option<std::sync::mpsc::Receiver<()>>,
+        held: Option<std::sync::mpsc::Receiver<Duration>>,
     ) -> Server {
         let config = work.join(format!("config-{}.yml", rand_suffix()));
         // Every test server is on loopback, so reserved addresses are allowed unless a test
@@ -437,10 +443,10 @@ pub fn await_listening(child: &mut Child) -> (String, Arc<Mutex<String>>) {
 }
 
 /// [`await_listening`]; with `held`, the log is read past the listening line only once
-/// something is sent on it (or its sender is dropped).
+/// a pace (a pause after each line) is sent on it, or its sender is dropped.
 fn await_listening_held(
     child: &mut Child,
-    held: Option<std::sync::mpsc::Receiver<()>>,
+    held: Option<std::sync::mpsc::Receiver<Duration>>,
 ) -> (String, Arc<Mutex<String>>) {
     let stderr = child.stderr.take().expect("the child's stderr is piped");
     let log = Arc::new(Mutex::new(String::new()));
@@ -448,6 +454,7 @@ fn await_listening_held(
     let log2 = log.clone();
     std::thread::spawn(move || {
         let mut tx = Some(tx);
+        let mut pace = Duration::ZERO;
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             let listening = line.starts_with("omnisym listening on ");
             if let Some(addr) = line.strip_prefix("omnisym listening on ")
@@ -457,7 +464,9 @@ fn await_listening_held(
             }
             log2.lock().unwrap().push_str(&format!("{line}\n"));
             if listening && let Some(held) = &held {
-                let _ = held.recv();
+                pace = held.recv().unwrap_or_default();
+            } else if !pace.is_zero() {
+                std::thread::sleep(pace);
             }
         }
     });

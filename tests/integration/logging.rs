@@ -74,8 +74,10 @@ async fn access_lines_queued_at_sigterm_are_written_before_the_process_exits() {
     let mut server = Server::start_log_held("");
     healthchecks(&server, "flush-", COUNT).await;
     server.signal_terminate();
-    // Read only now: every line past the pipe's worth is still queued in the server.
-    server.read_log();
+    // Read only now, and slowly: every line past the pipe's worth is still queued in
+    // the server, and the last of them leave it well after the server has shut down
+    // (a few tenths of a second, where the writers are given a second).
+    server.read_log_paced(Duration::from_micros(100));
     let status = tokio::task::block_in_place(|| server.wait_exit(Duration::from_secs(20)));
     let status = status.expect("the server exits within 20 s of SIGTERM");
     assert!(status.success(), "{status:?}");
