@@ -5,6 +5,7 @@
 //! compose file can run this binary unchanged.
 
 use std::collections::HashSet;
+use std::io::BufWriter;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{LazyLock, Mutex};
@@ -12,8 +13,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use std::io::BufWriter;
-
 use tracing::subscriber::Interest;
 use tracing_appender::non_blocking::{NonBlocking, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
