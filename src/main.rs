@@ -5,7 +5,7 @@
 //! compose file can run this binary unchanged.
 
 use std::collections::HashSet;
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{LazyLock, Mutex};
@@ -239,9 +239,41 @@ fn log_queue(lines: usize, lossy: bool, name: &str, stdout: bool) -> (NonBlockin
     // longer than a pipe writes atomically: one system call for dozens of lines, and
     // the two threads' lines never cut into each other.
     if stdout {
-        builder.finish(BufWriter::with_capacity(libc::PIPE_BUF, std::io::stdout()))
+        builder.finish(Lingering(BufWriter::with_capacity(
+            libc::PIPE_BUF,
+            std::io::stdout(),
+        )))
     } else {
-        builder.finish(BufWriter::with_capacity(libc::PIPE_BUF, std::io::stderr()))
+        builder.finish(Lingering(BufWriter::with_capacity(
+            libc::PIPE_BUF,
+            std::io::stderr(),
+        )))
+    }
+}
+
+/// How long a log thread lets lines gather after it has written what was queued. A
+/// thread that waits for its next line is woken by whoever queues it: a system call on
+/// the request's thread and a switch of threads for every few lines, when the thread
+/// writes faster than requests come in. A line is written at most this much later.
+const LOG_LINGER: Duration = Duration::from_millis(5);
+
+/// A log thread's output: its thread flushes it after each batch of lines, and then
+/// pauses [`LOG_LINGER`].
+struct Lingering<W: Write>(BufWriter<W>);
+
+impl<W: Write> Write for Lingering<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf)
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.0.write_all(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let flushed = self.0.flush();
+        std::thread::sleep(LOG_LINGER);
+        flushed
     }
 }
 
