@@ -36,7 +36,16 @@ pub struct LoggingConfig {
     pub format: LogFormat,
     /// Upstream's key: backtraces on panics and errors (sets `RUST_BACKTRACE=1`).
     pub enable_backtraces: bool,
+    /// Lines each of the server's two log queues holds while its writer thread catches
+    /// up: past it, access lines are dropped (and counted) and other lines wait.
+    pub queue_lines: usize,
 }
+
+/// Half a second of `GET /healthcheck` at its highest rate on two cores, so that a log
+/// thread kept off the CPU a while drops nothing; about 10 MiB of queued access lines,
+/// the most a stalled log reader can make the process hold, and 2 MiB of slots per
+/// queue, allocated at start.
+pub const DEFAULT_LOG_QUEUE_LINES: usize = 65_536;
 
 impl Default for LoggingConfig {
     fn default() -> Self {
@@ -44,6 +53,7 @@ impl Default for LoggingConfig {
             level: "info".into(),
             format: LogFormat::Auto,
             enable_backtraces: true,
+            queue_lines: DEFAULT_LOG_QUEUE_LINES,
         }
     }
 }
@@ -902,6 +912,7 @@ impl Config {
                 self.max_artifact_bundle_entries,
             ),
             ("symbfile.max_parts", self.symbfile.max_parts),
+            ("logging.queue_lines", self.logging.queue_lines),
             (
                 "symbfile.max_pending_uploads",
                 self.symbfile.max_pending_uploads,
@@ -1260,6 +1271,25 @@ mod tests {
         assert!(ignored.is_empty(), "{ignored:?}");
         assert_eq!(config.metrics.statsd.as_deref(), Some("127.0.0.1:8125"));
         assert_eq!(config.metrics.prefix, "sentry.symbolicator");
+    }
+
+    #[test]
+    fn the_log_queue_is_bounded_and_can_be_set() {
+        let (example, _) = Config::from_yaml(include_str!("../config.example.yml")).unwrap();
+        assert_eq!(example.logging.queue_lines, DEFAULT_LOG_QUEUE_LINES);
+        assert_eq!(
+            Config::default().logging.queue_lines,
+            DEFAULT_LOG_QUEUE_LINES
+        );
+        let (config, ignored) = Config::from_yaml("logging: {queue_lines: 8}\n").unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert_eq!(config.logging.queue_lines, 8);
+        assert_eq!(config.logging.level, "info", "the rest keeps its defaults");
+        for bad in ["0", "null", "-1", "many"] {
+            let yaml = format!("logging: {{queue_lines: {bad}}}\n");
+            let err = Config::from_yaml(&yaml).unwrap_err().to_string();
+            assert!(err.contains("queue_lines"), "{bad}: {err}");
+        }
     }
 
     /// Every key of upstream's config (its `Config` struct, nested sections included),

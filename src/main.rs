@@ -5,6 +5,7 @@
 //! compose file can run this binary unchanged.
 
 use std::collections::HashSet;
+use std::io::{BufWriter, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{LazyLock, Mutex};
@@ -13,14 +14,17 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tracing::subscriber::Interest;
+use tracing_appender::non_blocking::{NonBlocking, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::dynamic_filter_fn;
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::fmt::writer::MakeWriterExt;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
 use omnisym::cache::cleanup::Cleanup;
 use omnisym::config::{Config, LogFormat};
-use omnisym::server::{AppState, ConnectionLimits, router, serve};
+use omnisym::server::{ACCESS_LOG_TARGET, AppState, ConnectionLimits, router, serve};
 
 /// glibc's allocator spent a fifth of a warm request in malloc/free and heap
 /// consolidation under load; mimalloc's thread-local free lists avoid most of it.
@@ -182,17 +186,111 @@ fn log_filter(level: &str) -> String {
     }
 }
 
-fn init_logging(config: &Config, reporting: bool) {
+/// What keeps the server's log writer threads running. Dropping it hands each thread
+/// the end of its queue and waits (up to a second each) until what was queued before it
+/// is written, so it is dropped last, after the server has shut down.
+#[must_use = "dropping it stops the log's writers"]
+struct LogWriters {
+    _guards: Vec<WorkerGuard>,
+}
+
+/// Sets up the log. The server (`queued`) writes its lines through two queues, each
+/// emptied by a thread of its own, so that no request waits on the terminal or the pipe
+/// of a log collector: access lines through one that drops them when full (counted as
+/// `logging.dropped_access_lines`), every other line through one that makes its caller
+/// wait instead, so that no warning or error is ever lost. A line is still formatted by
+/// its caller (it carries its time). The other commands write as they log.
+fn init_logging(config: &Config, reporting: bool, queued: bool) -> LogWriters {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(log_filter(&config.logging.level)));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // As upstream: JSON lines go to stdout, for log shippers that read it.
+    let stdout = config.logging.format == LogFormat::Json;
+    if !queued {
+        if stdout {
+            install_log(config, filter, reporting, std::io::stdout);
+        } else {
+            install_log(config, filter, reporting, std::io::stderr);
+        }
+        return LogWriters {
+            _guards: Vec::new(),
+        };
+    }
+    let lines = config.logging.queue_lines;
+    let (access, access_guard) = log_queue(lines, true, "log-access", stdout);
+    let (rest, rest_guard) = log_queue(lines, false, "log", stdout);
+    omnisym::telemetry::count_dropped_access_lines(access.error_counter());
+    let writer = access
+        .with_filter(|meta| meta.target() == ACCESS_LOG_TARGET)
+        .or_else(rest);
+    install_log(config, filter, reporting, writer);
+    LogWriters {
+        _guards: vec![access_guard, rest_guard],
+    }
+}
+
+/// A queue of `lines` log lines and the thread that writes them to stdout or stderr;
+/// `lossy`: a line that finds the queue full is dropped rather than waited for.
+fn log_queue(lines: usize, lossy: bool, name: &str, stdout: bool) -> (NonBlocking, WorkerGuard) {
+    let builder = NonBlockingBuilder::default()
+        .buffered_lines_limit(lines)
+        .lossy(lossy)
+        .thread_name(name);
+    // The thread writes what it found queued at once, in writes of whole lines no
+    // longer than a pipe writes atomically: one system call for dozens of lines, and
+    // the two threads' lines never cut into each other.
+    if stdout {
+        builder.finish(Lingering(BufWriter::with_capacity(
+            libc::PIPE_BUF,
+            std::io::stdout(),
+        )))
+    } else {
+        builder.finish(Lingering(BufWriter::with_capacity(
+            libc::PIPE_BUF,
+            std::io::stderr(),
+        )))
+    }
+}
+
+/// How long a log thread lets lines gather after it has written what was queued. A
+/// thread that waits for its next line is woken by whoever queues it: a system call on
+/// the request's thread and a switch of threads for every few lines, when the thread
+/// writes faster than requests come in. A line is written at most this much later.
+const LOG_LINGER: Duration = Duration::from_millis(5);
+
+/// A log thread's output: its thread flushes it after each batch of lines, and then
+/// pauses [`LOG_LINGER`].
+struct Lingering<W: Write>(BufWriter<W>);
+
+impl<W: Write> Write for Lingering<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf)
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.0.write_all(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let flushed = self.0.flush();
+        std::thread::sleep(LOG_LINGER);
+        flushed
+    }
+}
+
+/// Installs the subscriber: `logging.format` written to `writer`, the StatsD filter and
+/// the Sentry layer.
+fn install_log<W>(config: &Config, filter: EnvFilter, reporting: bool, writer: W)
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer);
     // Colours only for a person at a terminal; log collectors get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     match config.logging.format {
-        // As upstream: JSON lines go to stdout, for log shippers that read it.
         LogFormat::Json => builder
             .json()
-            .with_writer(std::io::stdout)
             .finish()
             .with(statsd_errors_once())
             .with(sentry_layer(reporting))
@@ -201,7 +299,6 @@ fn init_logging(config: &Config, reporting: bool) {
             .compact()
             .without_time()
             .with_ansi(ansi)
-            .with_writer(std::io::stderr)
             .finish()
             .with(statsd_errors_once())
             .with(sentry_layer(reporting))
@@ -209,14 +306,12 @@ fn init_logging(config: &Config, reporting: bool) {
         LogFormat::Pretty => builder
             .pretty()
             .with_ansi(true)
-            .with_writer(std::io::stderr)
             .finish()
             .with(statsd_errors_once())
             .with(sentry_layer(reporting))
             .init(),
         LogFormat::Auto if ansi => builder
             .pretty()
-            .with_writer(std::io::stderr)
             .finish()
             .with(statsd_errors_once())
             .with(sentry_layer(reporting))
@@ -224,7 +319,6 @@ fn init_logging(config: &Config, reporting: bool) {
         LogFormat::Auto => builder
             .compact()
             .with_ansi(false)
-            .with_writer(std::io::stderr)
             .finish()
             .with(statsd_errors_once())
             .with(sentry_layer(reporting))
@@ -330,13 +424,10 @@ fn log_panics() {
     }));
 }
 
-/// Loads the config and sets up logging. Only the server warns about ignored keys: the
-/// healthcheck runs every few seconds and would repeat them into the container's log.
-fn load_config(
-    path: Option<&PathBuf>,
-    warn_ignored: bool,
-    reporting: bool,
-) -> anyhow::Result<Config> {
+/// Loads the config and sets up logging. Only the server warns about ignored keys (the
+/// healthcheck runs every few seconds and would repeat them into the container's log),
+/// reports to Sentry and queues its log lines; it keeps the writers until it exits.
+fn load_config(path: Option<&PathBuf>, server: bool) -> anyhow::Result<(Config, LogWriters)> {
     let (config, ignored) = match path {
         Some(path) => Config::from_file(path)?,
         None => (Config::default(), Vec::new()),
@@ -350,12 +441,12 @@ fn load_config(
             unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
         }
     }
-    init_logging(&config, reporting && config.sentry_dsn.is_some());
+    let writers = init_logging(&config, server && config.sentry_dsn.is_some(), server);
     log_panics();
-    for key in ignored.into_iter().filter(|_| warn_ignored) {
+    for key in ignored.into_iter().filter(|_| server) {
         tracing::warn!(key = %key, "config key is not used by omnisym; ignoring it");
     }
-    Ok(config)
+    Ok((config, writers))
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {
@@ -573,7 +664,8 @@ fn main() -> anyhow::Result<()> {
     let config = cli.config.as_ref();
     match cli.command {
         Command::Run => {
-            let config = load_config(config, true, true)?;
+            // Dropped last, when everything else has logged what it had to.
+            let (config, _log) = load_config(config, true)?;
             let _reporting = init_sentry(&config);
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -586,14 +678,14 @@ fn main() -> anyhow::Result<()> {
             result
         }
         Command::Cleanup { dry_run, repeat } => {
-            let config = load_config(config, false, false)?;
+            let (config, _log) = load_config(config, false)?;
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?
                 .block_on(cleanup(config, dry_run, repeat))
         }
         Command::Healthcheck { addr, timeout } => {
-            let config = load_config(config, false, false)?;
+            let (config, _log) = load_config(config, false)?;
             let healthy = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?

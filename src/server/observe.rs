@@ -44,6 +44,10 @@ use super::hosts::HostPolicy;
 use crate::telemetry::history::is_service_endpoint;
 use crate::telemetry::{HTTP_IN_FLIGHT, HTTP_REQUEST_DURATION, HTTP_REQUESTS};
 
+/// The target of the access log lines, which the log writes through a queue of their
+/// own (the one whose lines may be dropped under overload).
+pub const ACCESS_LOG_TARGET: &str = "omnisym::access";
+
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Longest client-sent id kept; a longer one is replaced, not truncated.
@@ -201,7 +205,7 @@ where
         // The line's parts are copied out of the request before it is handed on; when
         // no one reads the line, that copying is all it would cost.
         let line =
-            tracing::enabled!(target: "omnisym::access", tracing::Level::INFO).then(|| Line {
+            tracing::enabled!(target: ACCESS_LOG_TARGET, tracing::Level::INFO).then(|| Line {
                 method: request.method().clone(),
                 path: request.uri().path().to_owned(),
                 refused_host: refused.map(|host| {
@@ -290,7 +294,7 @@ impl Record {
                 "request"
             };
             tracing::info!(
-                target: "omnisym::access",
+                target: ACCESS_LOG_TARGET,
                 method = %line.method,
                 path = %line.path,
                 status,

@@ -104,15 +104,34 @@ pub const SENTRY_CLI_CHUNKS: &str = "sentry_cli.chunks";
 /// `already_assembled`, `refused`.
 pub const SENTRY_CLI_ASSEMBLES: &str = "sentry_cli.assembles";
 
+/// Access log lines dropped because their queue (`logging.queue_lines`) was full: the
+/// log's reader fell behind. No other line is ever dropped.
+pub const LOGGING_DROPPED_ACCESS_LINES: &str = "logging.dropped_access_lines";
+
 /// `HTTP_REQUESTS_IN_FLIGHT`, kept as a plain count: it changes twice per request, and
 /// handing each change to the recorder (through the fan-out, as an atomic float) cost
 /// more than the rest of a health check's metrics. It reaches the recorder when someone
 /// reads: a scrape, the history's sample, the upkeep that feeds StatsD.
 pub static HTTP_IN_FLIGHT: AtomicI64 = AtomicI64::new(0);
 
+/// The access log writer's own count of the lines it dropped, which it keeps without
+/// the recorder (see [`count_dropped_access_lines`]).
+static DROPPED_ACCESS_LINES: OnceLock<tracing_appender::non_blocking::ErrorCounter> =
+    OnceLock::new();
+
+/// Publishes `counter` as [`LOGGING_DROPPED_ACCESS_LINES`] from now on. The writer
+/// counts a dropped line itself, where asking the recorder on a line that was dropped
+/// for overload would add to the load; the count reaches the recorder when someone reads.
+pub fn count_dropped_access_lines(counter: tracing_appender::non_blocking::ErrorCounter) {
+    let _ = DROPPED_ACCESS_LINES.set(counter);
+}
+
 /// Hands the counts kept outside the recorder to it; call before reading the registry.
 pub fn publish_counts() {
     metrics::gauge!(HTTP_REQUESTS_IN_FLIGHT).set(HTTP_IN_FLIGHT.load(Ordering::Relaxed) as f64);
+    if let Some(dropped) = DROPPED_ACCESS_LINES.get() {
+        metrics::counter!(LOGGING_DROPPED_ACCESS_LINES).absolute(dropped.dropped_lines() as u64);
+    }
 }
 
 /// Buckets of the latency histograms, in seconds: from a warm request (milliseconds) to
@@ -400,6 +419,10 @@ fn describe() {
         (
             STORE_RETENTION_REMOVED,
             "files the store's retention sweep removed, by reason",
+        ),
+        (
+            LOGGING_DROPPED_ACCESS_LINES,
+            "access log lines dropped because the log's reader fell behind (logging.queue_lines)",
         ),
     ];
     for (name, help) in counters {

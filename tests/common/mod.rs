@@ -209,6 +209,8 @@ pub struct Server {
     pub url: String,
     pub cache_dir: PathBuf,
     log: Arc<Mutex<String>>,
+    /// Lets the log's reader go on past the listening line (see [`Server::start_log_held`]).
+    release_log: Option<std::sync::mpsc::Sender<Duration>>,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -236,7 +238,46 @@ impl Server {
         Server::spawn(work, cache_dir, extra_yaml, &[])
     }
 
+    /// [`Server::start`] without `RUST_LOG` (the config's `logging` rules), whose log is
+    /// read only up to its listening line until [`Server::read_log`]: what it writes
+    /// meanwhile fills its pipe and then waits, as behind a log collector that has
+    /// fallen behind.
+    pub fn start_log_held(extra_yaml: &str) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let cache_dir = dir.path().join("cache");
+        let (release, held) = std::sync::mpsc::channel();
+        let mut server = Server::spawn_with(dir.path(), &cache_dir, extra_yaml, &[], Some(held));
+        server.release_log = Some(release);
+        server._dir = Some(dir);
+        server
+    }
+
+    /// Reads the log on from where [`Server::start_log_held`] stopped.
+    pub fn read_log(&mut self) {
+        self.read_log_paced(Duration::ZERO);
+    }
+
+    /// [`Server::read_log`], pausing `pace` after each line, as a log collector that
+    /// keeps up only slowly.
+    pub fn read_log_paced(&mut self, pace: Duration) {
+        if let Some(release) = self.release_log.take() {
+            let _ = release.send(pace);
+        }
+    }
+
     fn spawn(work: &Path, cache_dir: &Path, extra_yaml: &str, env: &[(&str, &str)]) -> Server {
+        Server::spawn_with(work, cache_dir, extra_yaml, env, None)
+    }
+
+    /// `held`: without `RUST_LOG`, and the log read past the listening line only once
+    /// a pace is sent on it (see [`Server::read_log_paced`]).
+    fn spawn_with(
+        work: &Path,
+        cache_dir: &Path,
+        extra_yaml: &str,
+        env: &[(&str, &str)],
+        held: Option<std::sync::mpsc::Receiver<Duration>>,
+    ) -> Server {
         let config = work.join(format!("config-{}.yml", rand_suffix()));
         // Every test server is on loopback, so reserved addresses are allowed unless a test
         // says otherwise.
@@ -259,21 +300,26 @@ impl Server {
             ),
         )
         .unwrap();
-        let mut child = Command::new(binary())
-            .args(["run", "--config"])
-            .arg(&config)
-            .env("RUST_LOG", "omnisym=debug,info")
+        let mut command = Command::new(binary());
+        command.args(["run", "--config"]).arg(&config);
+        if held.is_some() {
+            command.env_remove("RUST_LOG");
+        } else {
+            command.env("RUST_LOG", "omnisym=debug,info");
+        }
+        let mut child = command
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("omnisym starts");
-        let (url, log) = await_listening(&mut child);
+        let (url, log) = await_listening_held(&mut child, held);
         Server {
             child,
             url,
             cache_dir: cache_dir.to_owned(),
             log,
+            release_log: None,
             _dir: None,
         }
     }
@@ -310,6 +356,18 @@ impl Server {
     /// SIGTERM; the exit status if the process ended within `limit`.
     pub fn terminate(&mut self, limit: Duration) -> Option<ExitStatus> {
         terminate(&mut self.child, limit)
+    }
+
+    /// SIGTERM, without waiting for the process to end (see [`Server::wait_exit`]).
+    pub fn signal_terminate(&self) {
+        let pid = i32::try_from(self.child.id()).unwrap();
+        // SAFETY: a plain kill(2) of our own child.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    }
+
+    /// The exit status if the process ends within `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        wait_exit(&mut self.child, limit)
     }
 
     /// POSTs JSON; returns the status and the parsed body.
@@ -381,21 +439,35 @@ async fn exposition(resp: reqwest::Response) -> prometheus::Exposition {
 /// and the log; kills the child and panics with what it logged when it exits first or
 /// says nothing of the kind within 30 s.
 pub fn await_listening(child: &mut Child) -> (String, Arc<Mutex<String>>) {
+    await_listening_held(child, None)
+}
+
+/// [`await_listening`]; with `held`, the log is read past the listening line only once
+/// a pace (a pause after each line) is sent on it, or its sender is dropped.
+fn await_listening_held(
+    child: &mut Child,
+    held: Option<std::sync::mpsc::Receiver<Duration>>,
+) -> (String, Arc<Mutex<String>>) {
     let stderr = child.stderr.take().expect("the child's stderr is piped");
     let log = Arc::new(Mutex::new(String::new()));
     let (tx, rx) = std::sync::mpsc::channel();
     let log2 = log.clone();
     std::thread::spawn(move || {
         let mut tx = Some(tx);
+        let mut pace = Duration::ZERO;
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let listening = line.starts_with("omnisym listening on ");
             if let Some(addr) = line.strip_prefix("omnisym listening on ")
                 && let Some(tx) = tx.take()
             {
                 let _ = tx.send(addr.to_string());
             }
-            let mut log = log2.lock().unwrap();
-            log.push_str(&line);
-            log.push('\n');
+            log2.lock().unwrap().push_str(&format!("{line}\n"));
+            if listening && let Some(held) = &held {
+                pace = held.recv().unwrap_or_default();
+            } else if !pace.is_zero() {
+                std::thread::sleep(pace);
+            }
         }
     });
     match rx.recv_timeout(Duration::from_secs(30)) {
@@ -412,6 +484,11 @@ pub fn terminate(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     let pid = i32::try_from(child.id()).unwrap();
     // SAFETY: a plain kill(2) of our own child.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    wait_exit(child, limit)
+}
+
+/// `child`'s exit status if it ends within `limit`.
+fn wait_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     let deadline = std::time::Instant::now() + limit;
     while std::time::Instant::now() < deadline {
         if let Some(status) = child.try_wait().unwrap() {

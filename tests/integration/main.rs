@@ -27,6 +27,7 @@ mod js;
 mod jvm;
 mod large_files;
 mod large_minidump;
+mod logging;
 mod metrics;
 mod minidump;
 mod mozilla_api;
