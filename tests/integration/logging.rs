@@ -68,9 +68,11 @@ fn wait_for_log(server: &Server, limit: Duration, done: impl Fn(&str) -> bool) -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn access_lines_queued_at_sigterm_are_written_before_the_process_exits() {
-    // The defaults: no `logging` section. 1500 access lines are more than the pipe
-    // holds, so most are still queued in the server when it is told to stop.
-    const COUNT: usize = 1500;
+    // The defaults: no `logging` section. 800 access lines are more than the pipe holds
+    // (some 450), so hundreds are still queued in the server when it is told to stop;
+    // few enough that a slow reader on a busy machine still takes them within the
+    // second the writers are given at exit.
+    const COUNT: usize = 800;
     let mut server = Server::start_log_held("");
     healthchecks(&server, "flush-", COUNT).await;
     server.signal_terminate();
