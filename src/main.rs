@@ -18,13 +18,12 @@ use tracing_appender::non_blocking::{NonBlocking, NonBlockingBuilder, WorkerGuar
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::dynamic_filter_fn;
 use tracing_subscriber::fmt::MakeWriter;
-use tracing_subscriber::fmt::writer::MakeWriterExt;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
 use omnisym::cache::cleanup::Cleanup;
 use omnisym::config::{Config, LogFormat};
-use omnisym::server::{ACCESS_LOG_TARGET, AppState, ConnectionLimits, router, serve};
+use omnisym::server::{AccessLog, AppState, ConnectionLimits, router, serve, start_access_log};
 
 /// glibc's allocator spent a fifth of a warm request in malloc/free and heap
 /// consolidation under load; mimalloc's thread-local free lists avoid most of it.
@@ -186,20 +185,22 @@ fn log_filter(level: &str) -> String {
     }
 }
 
-/// What keeps the server's log writer threads running. Dropping it hands each thread
-/// the end of its queue and waits (up to a second each) until what was queued before it
-/// is written, so it is dropped last, after the server has shut down.
+/// What keeps the server's log threads running. Dropping it hands each thread the end
+/// of its queue and waits (a second or two) until what was queued before it is written,
+/// so it is dropped last, after the server has shut down.
 #[must_use = "dropping it stops the log's writers"]
 struct LogWriters {
+    /// Dropped first: the access lines it logs then go through `_guards`' queue.
+    _access: Option<AccessLog>,
     _guards: Vec<WorkerGuard>,
 }
 
-/// Sets up the log. The server (`queued`) writes its lines through two queues, each
-/// emptied by a thread of its own, so that no request waits on the terminal or the pipe
-/// of a log collector: access lines through one that drops them when full (counted as
-/// `logging.dropped_access_lines`), every other line through one that makes its caller
-/// wait instead, so that no warning or error is ever lost. A line is still formatted by
-/// its caller (it carries its time). The other commands write as they log.
+/// Sets up the log. The server (`queued`) writes its lines through a queue emptied by a
+/// thread of its own, so that no request waits on the terminal or the pipe of a log
+/// collector, and a line that finds it full makes its caller wait: no warning or error
+/// is ever lost. Access lines are formatted by a thread of their own too, and dropped
+/// (and counted) when it falls behind (`server::start_access_log`). The other commands
+/// write as they log.
 fn init_logging(config: &Config, reporting: bool, queued: bool) -> LogWriters {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(log_filter(&config.logging.level)));
@@ -212,32 +213,37 @@ fn init_logging(config: &Config, reporting: bool, queued: bool) -> LogWriters {
             install_log(config, filter, reporting, std::io::stderr);
         }
         return LogWriters {
+            _access: None,
             _guards: Vec::new(),
         };
     }
     let lines = config.logging.queue_lines;
-    let (access, access_guard) = log_queue(lines, true, "log-access", stdout);
-    let (rest, rest_guard) = log_queue(lines, false, "log", stdout);
-    omnisym::telemetry::count_dropped_access_lines(access.error_counter());
-    let writer = access
-        .with_filter(|meta| meta.target() == ACCESS_LOG_TARGET)
-        .or_else(rest);
+    let (writer, guard) = log_queue(lines, stdout);
     install_log(config, filter, reporting, writer);
+    let access = match start_access_log(lines) {
+        Ok(access) => Some(access),
+        Err(err) => {
+            // Access lines are then logged by their requests.
+            tracing::warn!(error = %err, "no thread for the access log");
+            None
+        }
+    };
     LogWriters {
-        _guards: vec![access_guard, rest_guard],
+        _access: access,
+        _guards: vec![guard],
     }
 }
 
-/// A queue of `lines` log lines and the thread that writes them to stdout or stderr;
-/// `lossy`: a line that finds the queue full is dropped rather than waited for.
-fn log_queue(lines: usize, lossy: bool, name: &str, stdout: bool) -> (NonBlocking, WorkerGuard) {
+/// A queue of `lines` log lines and the thread that writes them to stdout or stderr; a
+/// line that finds it full waits.
+fn log_queue(lines: usize, stdout: bool) -> (NonBlocking, WorkerGuard) {
     let builder = NonBlockingBuilder::default()
         .buffered_lines_limit(lines)
-        .lossy(lossy)
-        .thread_name(name);
+        .lossy(false)
+        .thread_name("log");
     // The thread writes what it found queued at once, in writes of whole lines no
-    // longer than a pipe writes atomically: one system call for dozens of lines, and
-    // the two threads' lines never cut into each other.
+    // longer than a pipe writes atomically: one system call for dozens of lines, none
+    // cut into by what else writes there (a panic's message).
     if stdout {
         builder.finish(Lingering(BufWriter::with_capacity(
             libc::PIPE_BUF,

@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
+use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
@@ -42,11 +43,88 @@ use super::ApiError;
 use super::headers::named;
 use super::hosts::HostPolicy;
 use crate::telemetry::history::is_service_endpoint;
-use crate::telemetry::{HTTP_IN_FLIGHT, HTTP_REQUEST_DURATION, HTTP_REQUESTS};
+use crate::telemetry::{
+    ACCESS_LINES_DROPPED, HTTP_IN_FLIGHT, HTTP_REQUEST_DURATION, HTTP_REQUESTS,
+};
 
-/// The target of the access log lines, which the log writes through a queue of their
-/// own (the one whose lines may be dropped under overload).
+/// The target of the access log lines.
 pub const ACCESS_LOG_TARGET: &str = "omnisym::access";
+
+/// Access lines on their way to the access log's thread (see [`start_access_log`]);
+/// unset outside the server, where each line is logged where it happens.
+static ACCESS_LOG: OnceLock<SyncSender<AccessMessage>> = OnceLock::new();
+
+enum AccessMessage {
+    Line(AccessLine),
+    /// Answered once every line queued before it is logged.
+    Flush(SyncSender<()>),
+}
+
+/// How long the access log's thread lets lines gather once it has logged what was
+/// queued. A thread that waits for its next line is woken by whoever queues it: a
+/// system call on the request's thread for every line, when lines come in slower than
+/// the thread logs them. A line is logged at most this much later.
+const ACCESS_LOG_LINGER: Duration = Duration::from_millis(5);
+
+/// How long the server's exit waits for the access log's thread to log what is queued.
+const ACCESS_LOG_FLUSH: Duration = Duration::from_secs(2);
+
+/// Hands the access lines of requests to a thread of their own, which formats and logs
+/// them, through a queue of `lines`: a request only moves its line's parts into the
+/// queue, or drops them when it is full (counted as `logging.dropped_access_lines`:
+/// the log's reader fell behind). Formatting a line (its time, its fields) was most of
+/// what the access log cost a request. A line's time is when the thread logs it, at
+/// most [`ACCESS_LOG_LINGER`] after the answer unless the log is behind. Dropping the
+/// guard logs what is queued (waiting up to [`ACCESS_LOG_FLUSH`]).
+pub fn start_access_log(lines: usize) -> std::io::Result<AccessLog> {
+    let (queue, lines) = std::sync::mpsc::sync_channel(lines.max(1));
+    std::thread::Builder::new()
+        .name("log-access".into())
+        .spawn(move || {
+            while let Ok(message) = lines.recv() {
+                let mut next = Some(message);
+                while let Some(message) = next {
+                    match message {
+                        AccessMessage::Line(line) => line.log(),
+                        AccessMessage::Flush(done) => {
+                            let _ = done.send(());
+                        }
+                    }
+                    next = lines.try_recv().ok();
+                }
+                std::thread::sleep(ACCESS_LOG_LINGER);
+            }
+        })?;
+    // A second server in one process (tests) keeps the first one's queue.
+    let _ = ACCESS_LOG.set(queue);
+    Ok(AccessLog(()))
+}
+
+/// See [`start_access_log`].
+#[must_use = "dropping it ends the access log"]
+pub struct AccessLog(());
+
+impl Drop for AccessLog {
+    fn drop(&mut self) {
+        let Some(queue) = ACCESS_LOG.get() else {
+            return;
+        };
+        let deadline = Instant::now() + ACCESS_LOG_FLUSH;
+        let (done, flushed) = std::sync::mpsc::sync_channel(1);
+        let mut flush = AccessMessage::Flush(done);
+        loop {
+            match queue.try_send(flush) {
+                Ok(()) => break,
+                Err(TrySendError::Full(again)) if Instant::now() < deadline => {
+                    flush = again;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(_) => return,
+            }
+        }
+        let _ = flushed.recv_timeout(deadline.saturating_duration_since(Instant::now()));
+    }
+}
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -261,6 +339,35 @@ fn is_usable_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
 }
 
+/// A request's access line, as its parts.
+struct AccessLine {
+    line: Line,
+    status: u16,
+    elapsed: Duration,
+    id: HeaderValue,
+}
+
+impl AccessLine {
+    fn log(&self) {
+        let line = &self.line;
+        let message = if line.refused_host.is_some() {
+            "request refused: not a host this server answers for (allowed_hosts)"
+        } else {
+            "request"
+        };
+        tracing::info!(
+            target: ACCESS_LOG_TARGET,
+            method = %line.method,
+            path = %line.path,
+            status = self.status,
+            duration_ms = self.elapsed.as_secs_f64() * 1000.0,
+            request_id = %self.id.to_str().unwrap_or_default(),
+            refused_host = line.refused_host.as_deref(),
+            "{message}"
+        );
+    }
+}
+
 /// What the access log line says of a request beside its answer.
 struct Line {
     method: Method,
@@ -287,22 +394,21 @@ impl Record {
         self.endpoint.duration.record(elapsed);
         self.endpoint.count(status);
         let status = status.as_u16();
-        if let Some(line) = &self.line {
-            let message = if line.refused_host.is_some() {
-                "request refused: not a host this server answers for (allowed_hosts)"
-            } else {
-                "request"
-            };
-            tracing::info!(
-                target: ACCESS_LOG_TARGET,
-                method = %line.method,
-                path = %line.path,
+        if let Some(line) = self.line.take() {
+            let line = AccessLine {
+                line,
                 status,
-                duration_ms = elapsed.as_secs_f64() * 1000.0,
-                request_id = %self.id.to_str().unwrap_or_default(),
-                refused_host = line.refused_host.as_deref(),
-                "{message}"
-            );
+                elapsed,
+                id: self.id.clone(),
+            };
+            match ACCESS_LOG.get() {
+                Some(queue) => {
+                    if queue.try_send(AccessMessage::Line(line)).is_err() {
+                        ACCESS_LINES_DROPPED.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                None => line.log(),
+            }
         }
         if let Some(method) = self.watch.take() {
             keep(Answered {

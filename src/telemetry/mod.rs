@@ -9,7 +9,7 @@
 pub mod history;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -114,24 +114,16 @@ pub const LOGGING_DROPPED_ACCESS_LINES: &str = "logging.dropped_access_lines";
 /// reads: a scrape, the history's sample, the upkeep that feeds StatsD.
 pub static HTTP_IN_FLIGHT: AtomicI64 = AtomicI64::new(0);
 
-/// The access log writer's own count of the lines it dropped, which it keeps without
-/// the recorder (see [`count_dropped_access_lines`]).
-static DROPPED_ACCESS_LINES: OnceLock<tracing_appender::non_blocking::ErrorCounter> =
-    OnceLock::new();
-
-/// Publishes `counter` as [`LOGGING_DROPPED_ACCESS_LINES`] from now on. The writer
-/// counts a dropped line itself, where asking the recorder on a line that was dropped
-/// for overload would add to the load; the count reaches the recorder when someone reads.
-pub fn count_dropped_access_lines(counter: tracing_appender::non_blocking::ErrorCounter) {
-    let _ = DROPPED_ACCESS_LINES.set(counter);
-}
+/// Access lines dropped because their queue was full ([`LOGGING_DROPPED_ACCESS_LINES`]),
+/// kept as a plain count like [`HTTP_IN_FLIGHT`]: asking the recorder on a line dropped
+/// for overload would add to the load.
+pub static ACCESS_LINES_DROPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Hands the counts kept outside the recorder to it; call before reading the registry.
 pub fn publish_counts() {
     metrics::gauge!(HTTP_REQUESTS_IN_FLIGHT).set(HTTP_IN_FLIGHT.load(Ordering::Relaxed) as f64);
-    if let Some(dropped) = DROPPED_ACCESS_LINES.get() {
-        metrics::counter!(LOGGING_DROPPED_ACCESS_LINES).absolute(dropped.dropped_lines() as u64);
-    }
+    metrics::counter!(LOGGING_DROPPED_ACCESS_LINES)
+        .absolute(ACCESS_LINES_DROPPED.load(Ordering::Relaxed));
 }
 
 /// Buckets of the latency histograms, in seconds: from a warm request (milliseconds) to
