@@ -31,6 +31,8 @@ WORK="warm /symbolicate${WORKLOAD:+ $WORKLOAD}"
 . scripts/load-common.sh
 
 if [ -n "$WORKLOAD" ]; then
+    ensure_pkg gdb gdb
+    ensure_pkg g++-12 g++-12
     scripts/workloads/generate.sh "$TMP/workload" "$WORKLOAD"
     BODY="$TMP/workload/body.json"
     start_server ""
