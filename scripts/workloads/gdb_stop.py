@@ -40,8 +40,6 @@ for thread in sorted(inferior.threads(), key=lambda t: t.num):
                 "pc": frame.pc(),
                 "function": name,
                 "inlined": pending,
-                "objfile": (frame.function().symtab.objfile.filename
-                            if frame.function() is not None else None),
             })
             pending = []
         try:
