@@ -8,16 +8,18 @@
 #   UPSTREAM_BIN=... DURATION=3s ROUNDS=2 scripts/compare.sh     # a quick one
 #
 # Workloads (wrk -t2 -c32 where it is wrk): warm /symbolicate (load.sh), warm
+# /symbolicate of each generated native crash of WORKLOADS (load.sh:NAME, that is load.sh
+# with WORKLOAD=NAME; default all of cxx-o2 cxx-o3 rust-legacy rust-v0 large), warm
 # /symbolicate-js (js-load.sh), warm /symbolicate-jvm (jvm-load.sh), GET /healthcheck
 # (health-load.sh), warm /minidump of each dump of fixtures/minidump, sequential
 # (minidump-load.sh, VARIANT=all), cold /symbolicate of the large DWARF file
 # (cold-bench.sh), cold /symbolicate-js of the large source map (cold-js-bench.sh), and
 # cold and warm /minidump of a generated crash of 160 modules and 40 threads with 190
 # MiB of Breakpad symbols (large-minidump-bench.sh). ONLY (a space-separated list of
-# those script names) runs some of them. The environment passes on: ROUNDS (3),
-# DURATION (10s), N (sequential /minidump requests a round: 200 in minidump-load.sh, 50
-# in large-minidump-bench.sh), LARGE, BIG_DIR, BIGDUMP_DIR, ... Each script's output
-# goes to LOG_DIR (a new temp dir unless set), and is echoed. A workload that fails is
+# those script names, load.sh:NAME included) runs some of them. The environment passes
+# on: ROUNDS (3), DURATION (10s), N (sequential /minidump requests a round: 200 in
+# minidump-load.sh, 50 in large-minidump-bench.sh), LARGE, BIG_DIR, BIGDUMP_DIR, ...
+# Each script's output goes to LOG_DIR (a new temp dir unless set), and is echoed. A workload that fails is
 # said so in the table, and the others still run; the exit status is then 1.
 #
 # Memory: upstream keeps every answer for 90 s (for `/requests/ID` polls), so under wrk
@@ -43,7 +45,9 @@ mkdir -p "$LOG_DIR"
 export COMPARE_OUT="$LOG_DIR/results.tsv"
 : >"$COMPARE_OUT"
 
-SCRIPTS="${ONLY:-load.sh js-load.sh jvm-load.sh health-load.sh minidump-load.sh cold-bench.sh cold-js-bench.sh large-minidump-bench.sh}"
+# load.sh:NAME is load.sh with WORKLOAD=NAME, a generated native crash (scripts/workloads/).
+WORKLOADS="${WORKLOADS:-cxx-o2 cxx-o3 rust-legacy rust-v0 large}"
+SCRIPTS="${ONLY:-load.sh $(printf 'load.sh:%s ' $WORKLOADS)js-load.sh jvm-load.sh health-load.sh minidump-load.sh cold-bench.sh cold-js-bench.sh large-minidump-bench.sh}"
 echo "omnisym: $BIN"
 echo "upstream: $UPSTREAM_BIN ($("$UPSTREAM_BIN" --version | head -n1))"
 echo "rounds: ${ROUNDS:-3}, wrk duration: ${DURATION:-10s}, logs: $LOG_DIR"
@@ -59,15 +63,21 @@ for script in $SCRIPTS; do
     echo
     echo "=== $script"
     start=$(date +%s)
+    log="$LOG_DIR/${script%.sh}.log"
     if [ "$script" = minidump-load.sh ]; then
         run=(env VARIANT="${VARIANT:-all}" bash "scripts/$script")
+    elif [ "${script%%:*}" = load.sh ]; then
+        workload=""
+        [ "$script" = load.sh ] || workload="${script#*:}"
+        run=(env WORKLOAD="$workload" bash scripts/load.sh)
+        [ -z "$workload" ] || log="$LOG_DIR/load-$workload.log"
     else
         run=(bash "scripts/$script")
     fi
-    if "${run[@]}" 2>&1 | tee "$LOG_DIR/${script%.sh}.log"; then
+    if "${run[@]}" 2>&1 | tee "$log"; then
         echo "=== $script: done in $(( $(date +%s) - start )) s"
     else
-        echo "=== $script: FAILED (see $LOG_DIR/${script%.sh}.log)"
+        echo "=== $script: FAILED (see $log)"
         printf 'failed\t%s\n' "$script" >>"$COMPARE_OUT"
         status=1
     fi

@@ -9,6 +9,12 @@
 # RUNS times (default 5), printing each run's requests/s and the median, and the
 # server's peak RSS (VmHWM). The server is stopped and the temp dir removed on exit.
 #
+# WORKLOAD=<name> benches a generated native crash instead (scripts/workloads/generate.sh:
+# cxx-o2, cxx-o3, rust-legacy, rust-v0, large), built and run under gdb in the temp dir:
+# the cold check then wants every frame of a module with symbols symbolicated, every
+# frame of a module without them `missing`, and each module's debug_status to match
+# (found, missing, or unused when no frame is in it).
+#
 # Environment: RUNS (default 5), DURATION (wrk -d, default 10s), CONNECTIONS (wrk -c,
 # default 32), THREADS (wrk -t, default 2), LOG_LEVEL (default warn; info adds the access
 # log line per request), KEEP_TMP=1 to keep the temp dir. UPSTREAM_BIN (a build of
@@ -19,9 +25,24 @@ cd "$(dirname "$0")/.."
 
 BODY_TEMPLATE=benches/load/symbolicate-body.json
 MANIFEST=fixtures/native/manifest.json
-WORK="warm /symbolicate"
+WORKLOAD="${WORKLOAD:-}"
+WORK="warm /symbolicate${WORKLOAD:+ $WORKLOAD}"
 
 . scripts/load-common.sh
+
+if [ -n "$WORKLOAD" ]; then
+    ensure_pkg gdb gdb
+    ensure_pkg g++-12 g++-12
+    scripts/workloads/generate.sh "$TMP/workload" "$WORKLOAD"
+    BODY="$TMP/workload/body.json"
+    start_server ""
+    COLD="$TMP/cold.json"
+    cold_request /symbolicate "$BODY" "$COLD"
+    python3 scripts/workloads/check_answer.py "$TMP/workload/expect.json" "$COLD" \
+        || die "omnisym's answer to $WORKLOAD does not check out"
+    load_runs /symbolicate "$BODY"
+    exit 0
+fi
 
 # Symbols in the native layout (src/sources/paths.rs):
 #   ELF debug file: <code_id[0:2]>/<code_id[2:]>.debug
