@@ -36,8 +36,9 @@ pub struct LoggingConfig {
     pub format: LogFormat,
     /// Upstream's key: backtraces on panics and errors (sets `RUST_BACKTRACE=1`).
     pub enable_backtraces: bool,
-    /// Lines each of the server's two log queues holds while its writer thread catches
-    /// up: past it, access lines are dropped (and counted) and other lines wait.
+    /// Lines each of the server's two log queues (formatted lines, and access lines'
+    /// parts) holds while its thread catches up: past it, access lines are dropped (and
+    /// counted) and other lines wait.
     pub queue_lines: usize,
 }
 
