@@ -5,7 +5,8 @@
 //!   follows the request), a new UUID otherwise; echoed in the answer's `x-request-id`
 //!   header so a user can quote it.
 //! - **Log line.** One per request at `info` (target `omnisym::access`): method, path,
-//!   status, duration and the id.
+//!   status, duration and the id, formatted by a thread of its own in the server
+//!   ([`start_access_log`]) from the parts the request queues.
 //! - **Metrics.** Count, latency and requests in flight, labelled by route pattern
 //!   (`/requests/{id}`), never by the path itself, so the number of series stays
 //!   bounded whatever clients request.
