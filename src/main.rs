@@ -23,7 +23,9 @@ use tracing_subscriber::util::SubscriberInitExt;
 
 use omnisym::cache::cleanup::Cleanup;
 use omnisym::config::{Config, LogFormat};
-use omnisym::server::{AccessLog, AppState, ConnectionLimits, router, serve, start_access_log};
+use omnisym::server::{
+    AccessLog, AccessWriter, AppState, ConnectionLimits, router, serve, start_access_log,
+};
 
 /// glibc's allocator spent a fifth of a warm request in malloc/free and heap
 /// consolidation under load; mimalloc's thread-local free lists avoid most of it.
@@ -220,7 +222,17 @@ fn init_logging(config: &Config, reporting: bool, queued: bool) -> LogWriters {
     let lines = config.logging.queue_lines;
     let (writer, guard) = log_queue(lines, stdout);
     install_log(config, filter, reporting, writer);
-    let access = match start_access_log(lines) {
+    // Access lines skip the log's formatter where the log writes the compact format
+    // without colours, and nothing else (Sentry's breadcrumbs) reads them.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let access_writer = match config.logging.format {
+        LogFormat::Simplified | LogFormat::Auto if !ansi && !reporting => {
+            let time = config.logging.format == LogFormat::Auto;
+            AccessWriter::compact(Box::new(std::io::stderr()), time)
+        }
+        _ => AccessWriter::Log,
+    };
+    let access = match start_access_log(lines, access_writer) {
         Ok(access) => Some(access),
         Err(err) => {
             // Access lines are then logged by their requests.

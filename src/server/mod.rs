@@ -58,7 +58,7 @@ use limits::Counted;
 pub use crash::{CrashFiles, CrashForm, Upload, read_form};
 pub use error::{ApiError, BodyLimit, parse_json};
 pub use listen::{ConnectionLimits, serve};
-pub use observe::{ACCESS_LOG_TARGET, AccessLog, start_access_log};
+pub use observe::{ACCESS_LOG_TARGET, AccessLog, AccessWriter, start_access_log};
 
 /// What every handler can reach. Each request's handler gets its own clone, so the
 /// clone is one shared count, not one per part (with two workers, each count's cache
