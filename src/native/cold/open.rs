@@ -33,7 +33,7 @@ pub fn budget_weight(object: &ObjectHandle) -> u64 {
 
 /// [`open`] on a blocking thread (a panic there only means "no reader"), holding
 /// [`budget_weight`] of the budget while it opens: opening is where sections are
-/// inflated and PDB streams copied, so many cold files opening at once queue here like
+/// inflated and indexes built, so many cold files opening at once queue here like
 /// conversions do. The permit ends with the open, not the reader: a request opens
 /// readers for several modules one by one and takes the budget again for all of its
 /// lookups at once, so holding one reader's share while waiting for the next could
