@@ -492,10 +492,8 @@ impl ObjectMeta {
                 has_unwind_info: object.has_unwind_info(),
                 has_symbols: object.has_symbols(),
                 has_sources: object.has_sources() || has_embedded_sources(object),
-                srcsrv_vcs: match object {
-                    Object::Pdb(pdb) => srcsrv_vcs(pdb.data()),
-                    _ => None,
-                },
+                // A PDB's meta is its handle's (`Parsed::Pdb`), never a held object's.
+                srcsrv_vcs: None,
             },
             arch: object.arch(),
             debug_id: Some(object.debug_id()),
