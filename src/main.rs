@@ -224,9 +224,8 @@ fn init_logging(config: &Config, reporting: bool, queued: bool) -> LogWriters {
     install_log(config, filter, reporting, writer);
     // Access lines skip the log's formatter where the log writes the compact format
     // without colours, and nothing else (Sentry's breadcrumbs) reads them.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let access_writer = match config.logging.format {
-        LogFormat::Simplified | LogFormat::Auto if !ansi && !reporting => {
+        LogFormat::Simplified | LogFormat::Auto if !colours() && !reporting => {
             let time = config.logging.format == LogFormat::Auto;
             AccessWriter::compact(Box::new(std::io::stderr()), time)
         }
@@ -295,6 +294,11 @@ impl<W: Write> Write for Lingering<W> {
     }
 }
 
+/// Colours only for a person at a terminal; log collectors get plain text.
+fn colours() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stderr())
+}
+
 /// Installs the subscriber: `logging.format` written to `writer`, the StatsD filter and
 /// the Sentry layer.
 fn install_log<W>(config: &Config, filter: EnvFilter, reporting: bool, writer: W)
@@ -304,8 +308,7 @@ where
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer);
-    // Colours only for a person at a terminal; log collectors get plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let ansi = colours();
     match config.logging.format {
         LogFormat::Json => builder
             .json()
