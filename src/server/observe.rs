@@ -115,7 +115,7 @@ pub enum AccessWriter {
     /// fraction of it.
     Compact {
         out: Box<dyn std::io::Write + Send>,
-        time: bool,
+        time: Option<Stamp>,
         batch: Vec<u8>,
     },
 }
@@ -124,7 +124,7 @@ impl AccessWriter {
     pub fn compact(out: Box<dyn std::io::Write + Send>, time: bool) -> Self {
         AccessWriter::Compact {
             out,
-            time,
+            time: time.then(Stamp::default),
             batch: Vec::with_capacity(libc::PIPE_BUF),
         }
     }
@@ -134,7 +134,10 @@ impl AccessWriter {
             return line.log();
         };
         let start = batch.len();
-        line.write_compact(batch, time.then(SystemTime::now));
+        if let Some(stamp) = time {
+            stamp.write(batch, SystemTime::now());
+        }
+        line.write_compact(batch);
         if batch.len() > libc::PIPE_BUF && start > 0 {
             let _ = out.write_all(&batch[..start]);
             batch.drain(..start);
@@ -148,6 +151,45 @@ impl AccessWriter {
             let _ = out.write_all(batch);
             batch.clear();
         }
+    }
+}
+
+/// The time of access lines as the log's formatter writes it (RFC 3339 in UTC, with
+/// microseconds, and a space), its date and time of day remembered for the second they
+/// name: lines come by the thousand each second, and working out a date is most of what
+/// writing one costs.
+#[derive(Default)]
+pub struct Stamp {
+    /// The second since the epoch that `to_second` names.
+    second: Option<u64>,
+    /// `YYYY-MM-DDTHH:MM:SS`.
+    to_second: Vec<u8>,
+}
+
+impl Stamp {
+    fn write(&mut self, out: &mut Vec<u8>, time: SystemTime) {
+        let since = time
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        let second = since.as_secs();
+        if self.second != Some(second) {
+            let whole = SystemTime::UNIX_EPOCH + Duration::from_secs(second);
+            let text = humantime::format_rfc3339_seconds(whole).to_string();
+            self.to_second.clear();
+            self.to_second
+                .extend_from_slice(text.trim_end_matches('Z').as_bytes());
+            self.second = Some(second);
+        }
+        out.extend_from_slice(&self.to_second);
+        let mut micros = since.subsec_micros();
+        let mut digits = [b'0'; 6];
+        for digit in digits.iter_mut().rev() {
+            *digit = b'0' + (micros % 10) as u8;
+            micros /= 10;
+        }
+        out.push(b'.');
+        out.extend_from_slice(&digits);
+        out.extend_from_slice(b"Z ");
     }
 }
 
@@ -336,7 +378,7 @@ where
         let line =
             tracing::enabled!(target: ACCESS_LOG_TARGET, tracing::Level::INFO).then(|| Line {
                 method: request.method().clone(),
-                path: request.uri().path().to_owned(),
+                path: Text::new(request.uri().path()),
                 refused_host: refused.map(|host| {
                     String::from_utf8_lossy(&host[..host.len().min(MAX_LOGGED_HOST)]).into_owned()
                 }),
@@ -390,12 +432,51 @@ fn is_usable_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
 }
 
+/// The longest path an access line holds in place (see [`Text`]).
+const LINE_PATH_LEN: usize = 48;
+
 /// A request's access line, as its parts.
 struct AccessLine {
     line: Line,
     status: u16,
     elapsed: Duration,
-    id: HeaderValue,
+    id: Text<UUID_LEN>,
+}
+
+/// A generated request id's length, a hyphenated UUID's.
+const UUID_LEN: usize = 36;
+
+/// What `{:?}` writes for `value`, which the log's formatter uses for an `f64` field:
+/// the shortest digits that read back as `value`. Ryu finds the same digits with a
+/// fraction of the work, and writes them alike where `{:?}` writes no exponent.
+fn write_debug_f64(out: &mut Vec<u8>, value: f64) {
+    if value == 0.0 || (1e-4..1e16).contains(&value.abs()) {
+        out.extend_from_slice(ryu::Buffer::new().format_finite(value).as_bytes());
+    } else {
+        use std::io::Write;
+        let _ = write!(out, "{value:?}");
+    }
+}
+
+/// A field of an access line, in place when it is no longer than `N` bytes, as most
+/// are: a line crosses to the access log's thread, and a line that owns nothing is
+/// dropped there without reaching back into the allocator of the request's thread.
+enum Text<const N: usize> {
+    Inline(arrayvec::ArrayString<N>),
+    Heap(Box<str>),
+}
+
+impl<const N: usize> Text<N> {
+    fn new(text: &str) -> Self {
+        arrayvec::ArrayString::from(text).map_or_else(|_| Text::Heap(text.into()), Text::Inline)
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            Text::Inline(text) => text,
+            Text::Heap(text) => text,
+        }
+    }
 }
 
 impl AccessLine {
@@ -408,24 +489,25 @@ impl AccessLine {
     }
 
     /// The line tracing-subscriber's compact format writes for [`AccessLine::log`]
-    /// without colours, at `time` (none: `without_time`), onto `out`.
-    fn write_compact(&self, out: &mut Vec<u8>, time: Option<SystemTime>) {
-        use std::io::Write;
+    /// without colours and without its time, onto `out`.
+    fn write_compact(&self, out: &mut Vec<u8>) {
         let line = &self.line;
-        if let Some(time) = time {
-            let _ = write!(out, "{} ", humantime::format_rfc3339_micros(time));
-        }
-        let _ = write!(
-            out,
-            " INFO {ACCESS_LOG_TARGET}: {} method={} path={} status={} duration_ms={:?} request_id={}",
-            self.message(),
-            line.method,
-            line.path,
-            self.status,
-            self.elapsed.as_secs_f64() * 1000.0,
-            self.id.to_str().unwrap_or_default(),
-        );
+        out.extend_from_slice(b" INFO ");
+        out.extend_from_slice(ACCESS_LOG_TARGET.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(self.message().as_bytes());
+        out.extend_from_slice(b" method=");
+        out.extend_from_slice(line.method.as_str().as_bytes());
+        out.extend_from_slice(b" path=");
+        out.extend_from_slice(line.path.as_str().as_bytes());
+        out.extend_from_slice(b" status=");
+        out.extend_from_slice(itoa::Buffer::new().format(self.status).as_bytes());
+        out.extend_from_slice(b" duration_ms=");
+        write_debug_f64(out, self.elapsed.as_secs_f64() * 1000.0);
+        out.extend_from_slice(b" request_id=");
+        out.extend_from_slice(self.id.as_str().as_bytes());
         if let Some(host) = &line.refused_host {
+            use std::io::Write;
             let _ = write!(out, " refused_host={host:?}");
         }
         out.push(b'\n');
@@ -437,10 +519,10 @@ impl AccessLine {
         tracing::info!(
             target: ACCESS_LOG_TARGET,
             method = %line.method,
-            path = %line.path,
+            path = %line.path.as_str(),
             status = self.status,
             duration_ms = self.elapsed.as_secs_f64() * 1000.0,
-            request_id = %self.id.to_str().unwrap_or_default(),
+            request_id = %self.id.as_str(),
             refused_host = line.refused_host.as_deref(),
             "{message}"
         );
@@ -450,7 +532,7 @@ impl AccessLine {
 /// What the access log line says of a request beside its answer.
 struct Line {
     method: Method,
-    path: String,
+    path: Text<LINE_PATH_LEN>,
     /// The host the request named, when it was refused for it.
     refused_host: Option<String>,
 }
@@ -478,7 +560,7 @@ impl Record {
                 line,
                 status,
                 elapsed,
-                id: self.id.clone(),
+                id: Text::new(self.id.to_str().unwrap_or_default()),
             };
             match ACCESS_LOG.get() {
                 Some(queue) => {
@@ -738,17 +820,24 @@ mod access_line_tests {
         let line = |method: Method, path: &str, host: Option<&str>, status, micros| AccessLine {
             line: Line {
                 method,
-                path: path.to_owned(),
+                path: Text::new(path),
                 refused_host: host.map(str::to_owned),
             },
             status,
             elapsed: Duration::from_micros(micros),
-            id: HeaderValue::from_static("3f2a9c1e-0b7d-4e55-9a61-2c0d8f4b7e19"),
+            id: Text::new("3f2a9c1e-0b7d-4e55-9a61-2c0d8f4b7e19"),
         };
         vec![
             line(Method::GET, "/healthcheck", None, 200, 1),
             line(Method::POST, "/symbolicate", None, 200, 1_234_567),
             line(Method::GET, "/requests/ab%20c", None, 404, 0),
+            line(
+                Method::GET,
+                &format!("/{}", "long/".repeat(40)),
+                None,
+                404,
+                7,
+            ),
             line(Method::GET, "/", Some("evil\"host\u{e9}\\"), 421, 12),
             line(
                 Method::from_bytes(b"PURGE").unwrap(),
@@ -780,7 +869,10 @@ mod access_line_tests {
                 }
                 let theirs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
                 let mut ours = Vec::new();
-                line.write_compact(&mut ours, time.then(SystemTime::now));
+                if time {
+                    Stamp::default().write(&mut ours, SystemTime::now());
+                }
+                line.write_compact(&mut ours);
                 let ours = String::from_utf8(ours).unwrap();
                 // Their time and ours are read a moment apart: both are RFC 3339 with
                 // microseconds, and the rest is compared byte for byte.
@@ -794,6 +886,63 @@ mod access_line_tests {
                 };
                 assert_eq!(strip(&ours), strip(&theirs), "time {time}");
             }
+        }
+    }
+
+    #[test]
+    fn a_long_request_id_is_written_whole() {
+        let mut lines = lines();
+        let long = "a".repeat(MAX_CLIENT_ID_LEN);
+        lines[0].id = Text::new(&long);
+        assert!(matches!(lines[0].id, Text::Heap(_)));
+        let mut out = Vec::new();
+        lines[0].write_compact(&mut out);
+        assert!(
+            String::from_utf8(out)
+                .unwrap()
+                .ends_with(&format!("request_id={long}\n"))
+        );
+    }
+
+    /// Durations as `{:?}` writes them, from nanoseconds to ages, and the values where
+    /// `{:?}` turns to an exponent.
+    #[test]
+    fn durations_are_written_as_debug_writes_them() {
+        let mut values = vec![0.0, 1e-4, 9.99e-5, 1e-5, 1e16, 9.999e15, 1e300, 0.1 + 0.2];
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..100_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let nanos = state % 100_000_000_000;
+            values.push(Duration::from_nanos(nanos).as_secs_f64() * 1000.0);
+        }
+        for value in values {
+            let mut out = Vec::new();
+            write_debug_f64(&mut out, value);
+            assert_eq!(String::from_utf8(out).unwrap(), format!("{value:?}"));
+        }
+    }
+
+    /// The remembered part of the time is the part that changes only with the second.
+    #[test]
+    fn stamps_are_humantimes_rfc3339_with_micros() {
+        let mut stamp = Stamp::default();
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_225_599);
+        for micros in [
+            0,
+            1,
+            999_999,
+            1_000_000,
+            1_000_001,
+            59_999_999,
+            86_400_000_000,
+        ] {
+            let time = start + Duration::from_micros(micros);
+            let mut out = Vec::new();
+            stamp.write(&mut out, time);
+            let want = format!("{} ", humantime::format_rfc3339_micros(time));
+            assert_eq!(String::from_utf8(out).unwrap(), want);
         }
     }
 }
