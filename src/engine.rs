@@ -80,6 +80,13 @@ impl Engine {
                 max_files: config.debuginfod.source_files_per_request,
                 timeout: config.debuginfod.source_files_timeout,
             },
+            crate::native::MemoLimits {
+                frames: usize::try_from(config.caches.in_memory.native_frames)
+                    .unwrap_or(usize::MAX),
+                frame_bytes: usize::try_from(config.caches.in_memory.native_frame_bytes)
+                    .unwrap_or(usize::MAX),
+                demangled_bytes: config.caches.in_memory.demangled_names,
+            },
         );
         let jvm = JvmService::new(&caches, &lookup);
         let bundle_limits = BundleLimits {

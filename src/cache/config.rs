@@ -72,6 +72,16 @@ pub struct InMemoryConfig {
     pub artifact_bundles: u64,
     #[serde(deserialize_with = "deserialize_size")]
     pub artifact_bundle_files: u64,
+    /// What native symbolication remembers across requests (omnisym only): the frames
+    /// that addresses in SymCaches resolved to, as slots of a direct-mapped table and the
+    /// bytes of names and paths they may hold, and the bytes of demangled names. Looking
+    /// an address up again (its path joined, its names demangled) is most of a warm
+    /// `/symbolicate` request's own work.
+    pub native_frames: u64,
+    #[serde(deserialize_with = "deserialize_size")]
+    pub native_frame_bytes: u64,
+    #[serde(deserialize_with = "deserialize_size")]
+    pub demangled_names: u64,
 }
 
 impl Default for InMemoryConfig {
@@ -90,6 +100,9 @@ impl Default for InMemoryConfig {
             lookup_reuse_capacity: 10_000,
             artifact_bundles: 100,
             artifact_bundle_files: 32 * 1024 * 1024,
+            native_frames: 64 * 1024,
+            native_frame_bytes: 32 * 1024 * 1024,
+            demangled_names: 10 * 1024 * 1024,
         }
     }
 }

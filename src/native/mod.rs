@@ -16,7 +16,7 @@ pub mod cfi;
 pub mod cold;
 pub mod demangle;
 mod dwarf;
-mod frame_paths;
+mod frame_memo;
 mod il2cpp_mapping;
 pub mod interface;
 mod pdb_read;
@@ -51,6 +51,7 @@ pub use source_context::DebuginfodSourceLimits;
 use source_context::apply_source_context;
 use stackwalk::{Stackwalk, read_minidump};
 use symbfile::SymbfileStore;
+pub use symbolicate::MemoLimits;
 use symbolicate::{Memos, ModuleLookup, symbolicate_stacktrace};
 use symcache::SymCaches;
 use symcache_inputs::InputFinder;
@@ -115,6 +116,7 @@ impl NativeService {
         lookup: &Lookup,
         symbfiles: Arc<SymbfileStore>,
         debuginfod_sources: DebuginfodSourceLimits,
+        memo: MemoLimits,
     ) -> Self {
         let objects = lookup.objects.clone();
         NativeService {
@@ -124,8 +126,11 @@ impl NativeService {
             ppdb_caches: PpdbCaches::new(caches, objects.clone(), ()),
             objects,
             symbfiles,
-            // 10 MiB of names; 16,384 paths of about 100 bytes.
-            memos: Arc::new(Memos::new(10 * 1024 * 1024, 16 * 1024)),
+            memos: Arc::new(Memos::new(
+                memo.demangled_bytes,
+                memo.frames,
+                memo.frame_bytes,
+            )),
             conversions: caches.conversions(),
             debuginfod_sources,
         }

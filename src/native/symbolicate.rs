@@ -7,12 +7,12 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::future;
-use symbolic::common::{Arch, InstructionInfo, Language, Name, split_path};
+use symbolic::common::{Arch, InstructionInfo, Language, split_path};
 use symbolic::symcache::SymCache;
 
 use super::cold::{self, AnswerFrom, LazySymbolizer, OwnedLazySymbolizer, Prefer};
 use super::demangle::DemangleCache;
-use super::frame_paths::FramePaths;
+use super::frame_memo::{Chain, FrameMemo, Resolved};
 use super::interface::{
     AddrMode, CompleteObjectInfo, CompleteStacktrace, FileSays, FrameStatus, FrameTrust, HexValue,
     ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, Registers, RewriteRules, Signal,
@@ -382,7 +382,8 @@ fn symbolicate_frame(
     frame: &mut RawFrame,
     index: usize,
     adjust: Adjust,
-) -> Result<Vec<SymbolicatedFrame>, FrameStatus> {
+    out: &mut Vec<SymbolicatedFrame>,
+) -> Result<(), FrameStatus> {
     let lookup = modules
         .lookup(frame.instruction_addr.0, frame.addr_mode)
         .ok_or(FrameStatus::UnknownImage)?;
@@ -390,21 +391,22 @@ fn symbolicate_frame(
     let table = match &lookup.entry.cache {
         Ok(ModuleCache::SymCache(cache)) => Table::SymCache(cache.get(), cache.id()),
         Ok(ModuleCache::Lazy { reader, .. }) => Table::Lazy(reader.as_ref()),
-        Ok(ModuleCache::Ppdb(cache)) => return symbolicate_dotnet_frame(cache.get(), frame, index),
+        Ok(ModuleCache::Ppdb(cache)) => {
+            out.extend(symbolicate_dotnet_frame(cache.get(), frame, index)?);
+            return Ok(());
+        }
         Err(err) => return Err(FrameStatus::from_module_error(err)),
     };
     let relative_addr =
         caller_relative_addr(table.arch(), &lookup, registers, signal, index, adjust)?;
 
     let instruction_addr = HexValue(lookup.expose_addr(relative_addr));
-    let mut out = Vec::new();
+    // Frames go straight into the trace's list: a frame is a few hundred bytes, and
+    // every move of a thousand of them shows in a large answer's profile.
+    let first = out.len();
     let mut sym_addr = None;
     let mut push = |location: Location<'_>| {
-        let filename = split_path(&location.abs_path).1;
-        let function = memos
-            .demangle
-            .demangle(&location.name_for_demangling)
-            .unwrap_or_else(|| location.name.to_owned());
+        let filename = split_path(location.abs_path).1;
         sym_addr = Some(HexValue(lookup.expose_addr(location.entry_pc)));
         out.push(SymbolicatedFrame {
             status: FrameStatus::Symbolicated,
@@ -420,9 +422,9 @@ fn symbolicate_frame(
                     Language::Unknown => None,
                     lang => Some(lang),
                 },
-                symbol: Some(location.name.to_owned()),
+                symbol: Some(location.symbol.to_owned()),
                 sym_addr: None,
-                function: Some(function),
+                function: Some(location.demangled.unwrap_or(location.symbol).to_owned()),
                 filename: if filename.is_empty() {
                     frame.filename.clone()
                 } else {
@@ -431,7 +433,7 @@ fn symbolicate_frame(
                 abs_path: if location.abs_path.is_empty() {
                     frame.abs_path.clone()
                 } else {
-                    Some(location.abs_path)
+                    Some(location.abs_path.to_owned())
                 },
                 lineno: Some(location.line),
                 in_app: frame.in_app,
@@ -442,51 +444,68 @@ fn symbolicate_frame(
     };
     match table {
         Table::SymCache(symcache, id) => {
-            let remembered = memos.paths.get(id, relative_addr);
-            let mut found = Vec::new();
-            for (i, location) in symcache.lookup(relative_addr).enumerate() {
-                let func = location.function();
-                let abs_path = match remembered.as_ref().and_then(|paths| paths.get(i)) {
-                    Some(path) => String::from(&**path),
-                    None => {
-                        let path = location.file().map(|f| f.full_path()).unwrap_or_default();
-                        found.push(Box::from(path.as_str()));
-                        path
-                    }
-                };
+            let chain = match memos.frames.get(id, relative_addr) {
+                Some(chain) => chain,
+                None => {
+                    let chain: Chain = symcache
+                        .lookup(relative_addr)
+                        .map(|location| {
+                            let func = location.function();
+                            Resolved {
+                                symbol: func.name().into(),
+                                demangled: memos
+                                    .demangle
+                                    .demangle(&func.name_for_demangling())
+                                    .map(Into::into),
+                                language: func.language(),
+                                entry_pc: u64::from(func.entry_pc()),
+                                abs_path: location
+                                    .file()
+                                    .map(|f| f.full_path())
+                                    .unwrap_or_default()
+                                    .into(),
+                                line: location.line(),
+                            }
+                        })
+                        .collect();
+                    memos.frames.put(id, relative_addr, chain.clone());
+                    chain
+                }
+            };
+            for resolved in chain.iter() {
                 push(Location {
-                    name: func.name(),
-                    name_for_demangling: func.name_for_demangling(),
-                    language: func.language(),
-                    entry_pc: u64::from(func.entry_pc()),
-                    abs_path,
-                    line: location.line(),
+                    symbol: &resolved.symbol,
+                    demangled: resolved.demangled.as_deref(),
+                    language: resolved.language,
+                    entry_pc: resolved.entry_pc,
+                    abs_path: &resolved.abs_path,
+                    line: resolved.line,
                 });
-            }
-            if remembered.is_none() {
-                memos.paths.put(id, relative_addr, found.into());
             }
         }
         Table::Lazy(reader) => {
             for location in reader.lookup(relative_addr) {
+                let demangled = memos.demangle.demangle(&location.name_for_demangling());
                 push(Location {
-                    name: &location.name,
-                    name_for_demangling: location.name_for_demangling(),
+                    symbol: &location.name,
+                    demangled: demangled.as_deref(),
                     language: location.language,
                     // What a SymCache stores for an inlinee; only the outermost is used.
                     entry_pc: location.entry_pc.unwrap_or(u64::from(u32::MAX)),
-                    abs_path: location.abs_path.clone(),
+                    abs_path: &location.abs_path,
                     line: location.line,
                 });
             }
         }
     }
     // Only the outermost (non-inlined) function has a meaningful start address.
-    match out.last_mut() {
-        Some(last) => last.raw.sym_addr = sym_addr,
-        None => return Err(FrameStatus::MissingSymbol),
+    if out.len() == first {
+        return Err(FrameStatus::MissingSymbol);
     }
-    Ok(out)
+    if let Some(last) = out.last_mut() {
+        last.raw.sym_addr = sym_addr;
+    }
+    Ok(())
 }
 
 /// Where a native module's frames are looked up.
@@ -507,11 +526,11 @@ impl Table<'_> {
 
 /// One entry of an inline chain, from either table.
 struct Location<'a> {
-    name: &'a str,
-    name_for_demangling: Name<'a>,
+    symbol: &'a str,
+    demangled: Option<&'a str>,
     language: Language,
     entry_pc: u64,
-    abs_path: String,
+    abs_path: &'a str,
     line: u32,
 }
 
@@ -542,18 +561,27 @@ fn is_glibc_undefined_rip_frame(frame: &SymbolicatedFrame) -> bool {
     )
 }
 
+/// The bounds of [`Memos`] (`caches.in_memory.native_frames`, `native_frame_bytes` and
+/// `demangled_names`).
+#[derive(Clone, Copy, Debug)]
+pub struct MemoLimits {
+    pub frames: usize,
+    pub frame_bytes: usize,
+    pub demangled_bytes: u64,
+}
+
 /// What symbolicating remembers across requests, each bounded: demangled names, and
-/// the source paths of addresses looked up in SymCaches.
+/// what the addresses looked up in SymCaches resolved to.
 pub struct Memos {
     pub demangle: DemangleCache,
-    pub paths: FramePaths,
+    pub frames: FrameMemo,
 }
 
 impl Memos {
-    pub fn new(demangle_bytes: u64, path_slots: usize) -> Self {
+    pub fn new(demangle_bytes: u64, frame_slots: usize, frame_bytes: usize) -> Self {
         Memos {
             demangle: DemangleCache::new(demangle_bytes),
-            paths: FramePaths::new(path_slots),
+            frames: FrameMemo::new(frame_slots, frame_bytes),
         }
     }
 }
@@ -581,6 +609,7 @@ pub fn symbolicate_stacktrace(
         let adjust = adjustment_for(&frame, default_adjust);
         // The lookup walks a cache built from a downloaded file, and demangling reads
         // names from it: if either panics, this frame is `malformed`, not the request.
+        let before = frames.len();
         let symbolicated = std::panic::catch_unwind(AssertUnwindSafe(|| {
             symbolicate_frame(
                 memos,
@@ -590,6 +619,7 @@ pub fn symbolicate_stacktrace(
                 &mut frame,
                 index,
                 adjust,
+                &mut frames,
             )
         }))
         .unwrap_or_else(|payload| {
@@ -597,8 +627,10 @@ pub fn symbolicate_stacktrace(
             Err(FrameStatus::Malformed)
         });
         match symbolicated {
-            Ok(expanded) => frames.extend(expanded),
+            Ok(()) => {}
             Err(status) => {
+                // What a frame that failed part way pushed is not its answer.
+                frames.truncate(before);
                 // Without a symbol file a mangled name the client sent is still worth
                 // demangling.
                 if let Some(mangled) = frame.function.as_deref().xor(frame.symbol.as_deref())
@@ -697,10 +729,10 @@ mod tests {
     }
 
     /// Every function of the ELF fixture, looked up twice: the second pass answers the
-    /// paths from the memo, and must answer exactly as the first; a memo of one slot,
+    /// frames from the memo, and must answer exactly as the first; a memo of one slot,
     /// where addresses keep replacing each other, must too.
     #[test]
-    fn remembered_paths_answer_as_fresh_lookups() {
+    fn remembered_frames_answer_as_fresh_lookups() {
         use crate::cache::DerivedFormat;
         use symbolic::common::ByteView;
         use symbolic::symcache::SymCacheConverter;
@@ -737,20 +769,27 @@ mod tests {
         let trace: RawStacktrace =
             serde_json::from_str(&format!(r#"{{"frames":[{}]}}"#, frames.join(","))).unwrap();
 
-        let memos = Memos::new(1024, 4096);
-        let fresh = symbolicate_stacktrace(&memos, &m, None, trace.clone());
+        // A memo without a budget remembers nothing: every frame is looked up.
+        let fresh = symbolicate_stacktrace(&Memos::new(1024, 4096, 0), &m, None, trace.clone());
         assert!(
             fresh.frames.iter().any(|f| f.raw.abs_path.is_some()),
             "the fixture has paths"
         );
+        let memos = Memos::new(1024, 4096, 1 << 20);
+        assert_eq!(
+            symbolicate_stacktrace(&memos, &m, None, trace.clone()),
+            fresh
+        );
         let remembered = addrs
             .iter()
-            .filter(|&&a| memos.paths.get(id, a - 1).is_some() || memos.paths.get(id, a).is_some())
+            .filter(|&&a| {
+                memos.frames.get(id, a - 1).is_some() || memos.frames.get(id, a).is_some()
+            })
             .count();
         assert!(remembered > 0, "the first pass filled the memo");
         let again = symbolicate_stacktrace(&memos, &m, None, trace.clone());
         assert_eq!(again, fresh);
-        let tiny = Memos::new(1024, 1);
+        let tiny = Memos::new(1024, 1, 1 << 20);
         for _ in 0..2 {
             assert_eq!(
                 symbolicate_stacktrace(&tiny, &m, None, trace.clone()),
@@ -766,7 +805,7 @@ mod tests {
             r#"{"frames":[{"instruction_addr":"0x5000"},{"instruction_addr":"0x1004"}]}"#,
         )
         .unwrap();
-        let out = symbolicate_stacktrace(&Memos::new(1024, 16), &m, None, trace);
+        let out = symbolicate_stacktrace(&Memos::new(1024, 16, 1 << 20), &m, None, trace);
         assert_eq!(out.frames[0].status, FrameStatus::UnknownImage);
         assert_eq!(out.frames[1].status, FrameStatus::Missing);
     }
