@@ -374,17 +374,24 @@ fn caller_relative_addr(
         .ok_or(FrameStatus::MissingSymbol)
 }
 
-fn symbolicate_frame(
-    memos: &Memos,
-    modules: &ModuleLookup,
-    registers: &Registers,
+/// What every frame of one stack trace is symbolicated with.
+struct Trace<'a> {
+    memos: &'a Memos,
+    modules: &'a ModuleLookup,
+    registers: &'a Registers,
     signal: Option<Signal>,
+}
+
+fn symbolicate_frame(
+    trace: &Trace<'_>,
     frame: &mut RawFrame,
     index: usize,
     adjust: Adjust,
     out: &mut Vec<SymbolicatedFrame>,
 ) -> Result<(), FrameStatus> {
-    let lookup = modules
+    let memos = trace.memos;
+    let lookup = trace
+        .modules
         .lookup(frame.instruction_addr.0, frame.addr_mode)
         .ok_or(FrameStatus::UnknownImage)?;
     frame.package.clone_from(&lookup.entry.info.raw.code_file);
@@ -397,8 +404,14 @@ fn symbolicate_frame(
         }
         Err(err) => return Err(FrameStatus::from_module_error(err)),
     };
-    let relative_addr =
-        caller_relative_addr(table.arch(), &lookup, registers, signal, index, adjust)?;
+    let relative_addr = caller_relative_addr(
+        table.arch(),
+        &lookup,
+        trace.registers,
+        trace.signal,
+        index,
+        adjust,
+    )?;
 
     let instruction_addr = HexValue(lookup.expose_addr(relative_addr));
     // Frames go straight into the trace's list: a frame is a few hundred bytes, and
@@ -605,22 +618,19 @@ pub fn symbolicate_stacktrace(
     };
     let mut frames: Vec<SymbolicatedFrame> = Vec::with_capacity(trace.frames.len());
     let count = trace.frames.len();
+    let context = Trace {
+        memos,
+        modules,
+        registers: &trace.registers,
+        signal,
+    };
     for (index, mut frame) in trace.frames.into_iter().enumerate() {
         let adjust = adjustment_for(&frame, default_adjust);
         // The lookup walks a cache built from a downloaded file, and demangling reads
         // names from it: if either panics, this frame is `malformed`, not the request.
         let before = frames.len();
         let symbolicated = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            symbolicate_frame(
-                memos,
-                modules,
-                &trace.registers,
-                signal,
-                &mut frame,
-                index,
-                adjust,
-                &mut frames,
-            )
+            symbolicate_frame(&context, &mut frame, index, adjust, &mut frames)
         }))
         .unwrap_or_else(|payload| {
             let _ = panicked("symbolication", payload);
