@@ -126,11 +126,7 @@ impl NativeService {
             ppdb_caches: PpdbCaches::new(caches, objects.clone(), ()),
             objects,
             symbfiles,
-            memos: Arc::new(Memos::new(
-                memo.demangled_bytes,
-                memo.frames,
-                memo.frame_bytes,
-            )),
+            memos: Arc::new(Memos::new(memo)),
             conversions: caches.conversions(),
             debuginfod_sources,
         }

@@ -591,10 +591,10 @@ pub struct Memos {
 }
 
 impl Memos {
-    pub fn new(demangle_bytes: u64, frame_slots: usize, frame_bytes: usize) -> Self {
+    pub fn new(limits: MemoLimits) -> Self {
         Memos {
-            demangle: DemangleCache::new(demangle_bytes),
-            frames: FrameMemo::new(frame_slots, frame_bytes),
+            demangle: DemangleCache::new(limits.demangled_bytes),
+            frames: FrameMemo::new(limits.frames, limits.frame_bytes),
         }
     }
 }
@@ -780,12 +780,25 @@ mod tests {
             serde_json::from_str(&format!(r#"{{"frames":[{}]}}"#, frames.join(","))).unwrap();
 
         // A memo without a budget remembers nothing: every frame is looked up.
-        let fresh = symbolicate_stacktrace(&Memos::new(1024, 4096, 0), &m, None, trace.clone());
+        let fresh = symbolicate_stacktrace(
+            &Memos::new(MemoLimits {
+                demangled_bytes: 1024,
+                frames: 4096,
+                frame_bytes: 0,
+            }),
+            &m,
+            None,
+            trace.clone(),
+        );
         assert!(
             fresh.frames.iter().any(|f| f.raw.abs_path.is_some()),
             "the fixture has paths"
         );
-        let memos = Memos::new(1024, 4096, 1 << 20);
+        let memos = Memos::new(MemoLimits {
+            demangled_bytes: 1024,
+            frames: 4096,
+            frame_bytes: 1 << 20,
+        });
         assert_eq!(
             symbolicate_stacktrace(&memos, &m, None, trace.clone()),
             fresh
@@ -799,7 +812,11 @@ mod tests {
         assert!(remembered > 0, "the first pass filled the memo");
         let again = symbolicate_stacktrace(&memos, &m, None, trace.clone());
         assert_eq!(again, fresh);
-        let tiny = Memos::new(1024, 1, 1 << 20);
+        let tiny = Memos::new(MemoLimits {
+            demangled_bytes: 1024,
+            frames: 1,
+            frame_bytes: 1 << 20,
+        });
         for _ in 0..2 {
             assert_eq!(
                 symbolicate_stacktrace(&tiny, &m, None, trace.clone()),
@@ -815,7 +832,16 @@ mod tests {
             r#"{"frames":[{"instruction_addr":"0x5000"},{"instruction_addr":"0x1004"}]}"#,
         )
         .unwrap();
-        let out = symbolicate_stacktrace(&Memos::new(1024, 16, 1 << 20), &m, None, trace);
+        let out = symbolicate_stacktrace(
+            &Memos::new(MemoLimits {
+                demangled_bytes: 1024,
+                frames: 16,
+                frame_bytes: 1 << 20,
+            }),
+            &m,
+            None,
+            trace,
+        );
         assert_eq!(out.frames[0].status, FrameStatus::UnknownImage);
         assert_eq!(out.frames[1].status, FrameStatus::Missing);
     }
