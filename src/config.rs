@@ -17,6 +17,7 @@ use crate::lookup::ObjectLimits;
 use crate::sources::{Secret, SourceConfig};
 use crate::store::StoreConfig;
 use crate::telemetry::MetricsConfig;
+use crate::types::UnwindOrder;
 use crate::units::{deserialize_duration, deserialize_limit, deserialize_size};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -225,6 +226,10 @@ pub struct Config {
     pub fleet: FleetConfig,
     /// The browser console at `GET /console` (omnisym only).
     pub console: ConsoleConfig,
+    /// The minidump stack walk's strategies, in order, for requests that name none
+    /// (omnisym only; see [`UnwindOrder`]). Unset: upstream's walk. Sentry sends no such
+    /// option, so this is how a self-hosted server walks steered.
+    pub unwind_order: Option<UnwindOrder>,
 }
 
 /// The browser console: a page to try a crash, see why a frame did not symbolicate, and
@@ -696,6 +701,7 @@ impl Default for Config {
             debuginfod: DebuginfodConfig::default(),
             fleet: FleetConfig::default(),
             console: ConsoleConfig::default(),
+            unwind_order: None,
         }
     }
 }

@@ -87,6 +87,7 @@ impl Engine {
                     .unwrap_or(usize::MAX),
                 demangled_bytes: config.caches.in_memory.demangled_names,
             },
+            config.unwind_order,
         );
         let jvm = JvmService::new(&caches, &lookup);
         let bundle_limits = BundleLimits {

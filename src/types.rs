@@ -198,6 +198,73 @@ pub enum FrameOrder {
     CalleeFirst,
 }
 
+/// A way of finding a frame's caller in a minidump's stack walk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnwindStrategy {
+    /// The module's unwind rules (DWARF CFI, PE unwind info, Breakpad `STACK` records).
+    Cfi,
+    /// The chain of saved frame pointers (`rbp`, `x29`, `ebp`).
+    FramePointer,
+    /// Reading the stack for anything that looks like a return address into a module.
+    Scan,
+}
+
+/// The strategies of a steered stack walk, in the order they are tried for each frame
+/// (omnisym only: the request option and the config key `unwind_order`). Without one a
+/// walk is upstream's (rust-minidump's: CFI, then frame pointer, then scan, and on past
+/// the stack's real end). With one, a frame found by a strategy left out ends the
+/// stack, and so do the known entry points and a frame outside every module.
+///
+/// Scanning can only come last: it is the walker's own fallback, after every other
+/// strategy failed, and the published walker cannot be asked to scan first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnwindOrder {
+    steps: [Option<UnwindStrategy>; 3],
+}
+
+impl UnwindOrder {
+    pub fn new(strategies: &[UnwindStrategy]) -> Result<Self, String> {
+        if strategies.is_empty() || strategies.len() > 3 {
+            return Err("names one to three of cfi, frame_pointer, scan".into());
+        }
+        let mut steps = [None; 3];
+        for (i, &strategy) in strategies.iter().enumerate() {
+            if strategies[..i].contains(&strategy) {
+                return Err(format!("names {strategy:?} twice"));
+            }
+            steps[i] = Some(strategy);
+        }
+        if strategies[..strategies.len() - 1].contains(&UnwindStrategy::Scan) {
+            return Err("can have scan only last: the walker scans after all else fails".into());
+        }
+        if strategies == [UnwindStrategy::Scan] {
+            return Err("needs cfi or frame_pointer before scan".into());
+        }
+        Ok(UnwindOrder { steps })
+    }
+
+    pub fn allows(&self, strategy: UnwindStrategy) -> bool {
+        self.steps.contains(&Some(strategy))
+    }
+
+    /// Whether the frame pointer is tried before the unwind rules.
+    pub fn frame_pointer_first(&self) -> bool {
+        self.steps
+            .iter()
+            .flatten()
+            .find(|s| **s != UnwindStrategy::Scan)
+            .is_some_and(|s| *s == UnwindStrategy::FramePointer)
+    }
+}
+
+impl<'de> Deserialize<'de> for UnwindOrder {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let strategies = Vec::<UnwindStrategy>::deserialize(deserializer)?;
+        UnwindOrder::new(&strategies).map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,5 +292,26 @@ mod tests {
             all.iter().nth(1).unwrap().download,
             ObjectDownloadInfo::Malformed
         );
+    }
+
+    #[test]
+    fn unwind_orders_are_checked() {
+        let order =
+            |json: &str| serde_json::from_str::<UnwindOrder>(json).map_err(|e| e.to_string());
+        let fp_first = order(r#"["frame_pointer", "cfi"]"#).unwrap();
+        assert!(fp_first.frame_pointer_first());
+        assert!(!fp_first.allows(UnwindStrategy::Scan));
+        let upstream = order(r#"["cfi", "frame_pointer", "scan"]"#).unwrap();
+        assert!(!upstream.frame_pointer_first());
+        assert!(upstream.allows(UnwindStrategy::Scan));
+        assert!(
+            order(r#"["scan", "cfi"]"#)
+                .unwrap_err()
+                .contains("only last")
+        );
+        assert!(order(r#"["cfi", "cfi"]"#).unwrap_err().contains("twice"));
+        assert!(order(r#"["scan"]"#).is_err());
+        assert!(order("[]").is_err());
+        assert!(order(r#"["fp"]"#).is_err());
     }
 }

@@ -14,7 +14,7 @@ use symbolic::common::{Arch, DebugId, Language};
 
 use crate::error::{CacheError, CacheResult};
 use crate::sources::ObjectType;
-use crate::types::{AllObjectCandidates, ObjectFeatures};
+use crate::types::{AllObjectCandidates, ObjectFeatures, UnwindOrder};
 
 /// A `u64` that travels as a `"0x…"` string, and is accepted as a hex string, a decimal
 /// string or a JSON number, because SDKs send all three.
@@ -457,6 +457,9 @@ impl CompleteObjectInfo {
 pub struct RequestOptions {
     pub dif_candidates: bool,
     pub apply_source_context: bool,
+    /// A minidump walk's strategies in order (omnisym only); unset: the server's
+    /// `unwind_order`, and without that upstream's walk.
+    pub unwind_order: Option<UnwindOrder>,
 }
 
 impl Default for RequestOptions {
@@ -464,6 +467,7 @@ impl Default for RequestOptions {
         RequestOptions {
             dif_candidates: false,
             apply_source_context: true,
+            unwind_order: None,
         }
     }
 }

@@ -41,6 +41,7 @@ use crate::cache::{Caches, ConversionBudget, Scope};
 use crate::error::panicked;
 use crate::lookup::{Lookup, ObjectLookup, SourceFiles};
 use crate::sources::SourceConfig;
+use crate::types::UnwindOrder;
 use cfi::CfiCaches;
 use interface::{
     CompleteObjectInfo, CompleteStacktrace, CompletedSymbolicationResponse, RawObjectInfo,
@@ -87,6 +88,8 @@ pub struct NativeService {
     memos: Arc<Memos>,
     /// Lazy reads share the budget of conversions.
     conversions: Arc<ConversionBudget>,
+    /// The minidump walk of requests that name none (config `unwind_order`).
+    unwind_order: Option<UnwindOrder>,
 }
 
 /// The kinds of crash file the native pipeline reads.
@@ -117,6 +120,7 @@ impl NativeService {
         symbfiles: Arc<SymbfileStore>,
         debuginfod_sources: DebuginfodSourceLimits,
         memo: MemoLimits,
+        unwind_order: Option<UnwindOrder>,
     ) -> Self {
         let objects = lookup.objects.clone();
         NativeService {
@@ -129,6 +133,7 @@ impl NativeService {
             memos: Arc::new(Memos::new(memo)),
             conversions: caches.conversions(),
             debuginfod_sources,
+            unwind_order,
         }
     }
 
@@ -183,6 +188,7 @@ impl NativeService {
             CrashData::File(path) => symbolic::common::ByteView::open(path)?,
             CrashData::Memory(bytes) => symbolic::common::ByteView::from_vec(bytes),
         };
+        let order = request.options.unwind_order.or(self.unwind_order);
         // The walk parses the upload (and the CFI of downloaded files) in minidump's
         // readers; a panic in one of them makes this dump unreadable, answered `failed`
         // like any other, and leaves the server and its caches as they were.
@@ -199,6 +205,7 @@ impl NativeService {
                     scope: &scope,
                     sources: &request.sources,
                     rewrite_first_module: &request.rewrite_first_module,
+                    order,
                 }
                 .walk(&minidump),
             )
@@ -214,6 +221,10 @@ impl NativeService {
         let mut response = self
             .symbolicate_report(&scope, &request, walked.modules, walked.stacktraces)
             .await;
+        if order.is_some() {
+            // Only symbolication names the frames the walk found.
+            stackwalk::end_at_entry_points(&mut response.stacktraces);
+        }
         walked.state.merge_into(&mut response);
         Ok(response)
     }

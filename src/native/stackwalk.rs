@@ -1,9 +1,11 @@
 //! Minidump stackwalking: rust-minidump's processor walks every thread, asking us for
 //! unwind rules module by module (CFI caches fetched on demand from the sources); the
 //! result is raw stack traces plus the module list with unwind statuses and candidates,
-//! ready for ordinary symbolication.
+//! ready for ordinary symbolication. A request (or the config) may steer the walk
+//! (`UnwindOrder`): this module then takes the frame-pointer steps itself, in the
+//! order asked, and ends each stack where the walk leaves real frames behind.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -22,14 +24,14 @@ use tokio::sync::OnceCell;
 use super::cfi::{CfiCaches, CfiItem};
 use super::cold::{self, AnswerFrom, LazyUnwinder, OwnedLazySymbolizer, Prefer};
 use super::interface::{
-    CompleteObjectInfo, CompletedSymbolicationResponse, FrameTrust, HexValue, ObjectFileStatus,
-    RawFrame, RawObjectInfo, RawStacktrace, Registers, RewriteRules, SystemInfo,
+    CompleteObjectInfo, CompleteStacktrace, CompletedSymbolicationResponse, FrameTrust, HexValue,
+    ObjectFileStatus, RawFrame, RawObjectInfo, RawStacktrace, Registers, RewriteRules, SystemInfo,
 };
 use super::symcache::{OwnedSymCache, SymCaches};
 use crate::cache::Scope;
 use crate::error::{CacheResult, isolate, isolate_blocking};
 use crate::sources::{ObjectId, ObjectType, SourceConfig};
-use crate::types::{AllObjectCandidates, ObjectFeatures};
+use crate::types::{AllObjectCandidates, ObjectFeatures, UnwindOrder, UnwindStrategy};
 
 pub type Minidump = minidump::Minidump<'static, ByteView<'static>>;
 
@@ -240,6 +242,38 @@ struct Provider<'a> {
     rewrite_first_module: &'a RewriteRules,
     cfi_modules: Memo<Arc<ModuleCfi>>,
     symcache_modules: Memo<CacheResult<ModuleSymbols>>,
+    /// A steered walk's order, with what its frame-pointer steps need.
+    steered: Option<Steered>,
+}
+
+/// What a steered walk (see [`UnwindOrder`]) keeps beside the walker.
+struct Steered {
+    order: UnwindOrder,
+    cpu: Cpu,
+    /// The dump's modules: a caller found by its frame pointer must return into one.
+    modules: MinidumpModuleList,
+    /// The callers (return address, stack pointer) that frame pointers found in
+    /// `walk_frame`: the walker labels everything `walk_frame` finds as CFI.
+    by_frame_pointer: Mutex<HashSet<(u64, u64)>>,
+}
+
+/// A frame record's registers per CPU: the frame pointer, the stack pointer, the size
+/// of a saved pointer, and the callee-saved registers that a frame-pointer step does not
+/// recover (the walker forwards the callee's values of them unless told otherwise).
+fn frame_record(cpu: Cpu) -> Option<(&'static str, &'static str, u64, &'static [&'static str])> {
+    match cpu {
+        Cpu::X86_64 => Some(("rbp", "rsp", 8, &["rbx", "r12", "r13", "r14", "r15"])),
+        Cpu::X86 => Some(("ebp", "esp", 4, &["ebx", "esi", "edi"])),
+        Cpu::Arm64 => Some((
+            "x29",
+            "sp",
+            8,
+            &[
+                "x19", "x20", "x21", "x22", "x23", "x24", "x25", "x26", "x27", "x28",
+            ],
+        )),
+        _ => None,
+    }
 }
 
 /// Where a module's unwind rules come from: the CFI cache (`None`: the file has no
@@ -355,6 +389,129 @@ impl Provider<'_> {
     }
 }
 
+impl Provider<'_> {
+    /// The module's unwind rules: its CFI cache, or the file while that is built.
+    async fn cfi_step(
+        &self,
+        module: &(dyn Module + Sync),
+        walker: &mut (dyn FrameWalker + Send),
+    ) -> Option<()> {
+        let cfi = self.cfi_module(module).await;
+        match cfi.unwind.as_ref().ok()? {
+            AnswerFrom::Cache(cfi) => cfi.as_ref()?.walk_frame(module, walker),
+            AnswerFrom::File(unwinder) => {
+                // Gimli reads the file here; a panic costs this frame its CFI (the walker
+                // falls back to frame pointers and scanning), and leaves only the walker's
+                // candidate caller, which it discards, half set.
+                let walked = isolate("lazy unwinder", || Ok(unwinder.walk_frame(module, walker)))
+                    .ok()
+                    .flatten();
+                if walked.is_some() {
+                    metrics::counter!(crate::telemetry::LAZY_UNWINDS).increment(1);
+                }
+                walked
+            }
+        }
+    }
+
+    /// Whether `caller_ip` is a return address the walk may take: inside a module, and
+    /// in code by the module's rules or its symbols (either is enough, as for a scanned
+    /// frame: a module's CFI may cover only some of its functions), or where we hold
+    /// neither.
+    async fn returns_into_code(&self, steered: &Steered, caller_ip: u64) -> bool {
+        let Some(module) = steered.modules.module_at_address(caller_ip) else {
+            return false;
+        };
+        let call = caller_ip.saturating_sub(1);
+        self.plausible_by_cfi(module, call).await || self.plausible_by_symbols(module, call).await
+    }
+
+    /// The innermost frame's caller when that frame is a leaf without rules: a leaf that
+    /// pushed nothing (as gcc builds them even with frame pointers) left its return
+    /// address where the call put it, on top of the stack (in the link register on
+    /// arm64), and every other register as its caller had it.
+    async fn leaf_step(&self, walker: &mut (dyn FrameWalker + Send)) -> bool {
+        let Some(steered) = &self.steered else {
+            return false;
+        };
+        let Some((_, sp, width, _)) = frame_record(steered.cpu) else {
+            return false;
+        };
+        let Some(callee_sp) = walker.get_callee_register(sp) else {
+            return false;
+        };
+        let (caller_ip, caller_sp) = if steered.cpu == Cpu::Arm64 {
+            let Some(lr) = walker.get_callee_register("x30") else {
+                return false;
+            };
+            (lr, callee_sp)
+        } else {
+            let Some(caller_sp) = callee_sp.checked_add(width) else {
+                return false;
+            };
+            let Some(ip) = walker.get_register_at_address(callee_sp) else {
+                return false;
+            };
+            (ip, caller_sp)
+        };
+        if !self.returns_into_code(steered, caller_ip).await {
+            return false;
+        }
+        if walker.set_ra(caller_ip).is_none() || walker.set_cfa(caller_sp).is_none() {
+            return false;
+        }
+        steered.found_by_frame_pointer(caller_ip, caller_sp);
+        true
+    }
+
+    /// Finds the caller through the callee's frame record (the saved frame pointer and
+    /// return address its frame pointer points at), as the walker's own step does, and
+    /// takes it only when the stack grows up to it and it returns into code.
+    async fn frame_pointer_step(&self, walker: &mut (dyn FrameWalker + Send)) -> bool {
+        let Some(steered) = &self.steered else {
+            return false;
+        };
+        let Some((fp, sp, width, forgotten)) = frame_record(steered.cpu) else {
+            return false;
+        };
+        let (Some(bp), Some(callee_sp)) = (
+            walker.get_callee_register(fp),
+            walker.get_callee_register(sp),
+        ) else {
+            return false;
+        };
+        let Some(caller_sp) = bp.checked_add(2 * width) else {
+            return false;
+        };
+        if bp < callee_sp || bp % width != 0 {
+            return false;
+        }
+        let (Some(caller_bp), Some(caller_ip)) = (
+            walker.get_register_at_address(bp),
+            walker.get_register_at_address(bp + width),
+        ) else {
+            return false;
+        };
+        // The saved frame pointer is not checked to point further up the stack, as the
+        // walker's own step checks it: in a caller built without frame pointers it is
+        // any value, and still the one the caller had. The return address is checked.
+        if !self.returns_into_code(steered, caller_ip).await {
+            return false;
+        }
+        if walker.set_ra(caller_ip).is_none()
+            || walker.set_cfa(caller_sp).is_none()
+            || walker.set_caller_register(fp, caller_bp).is_none()
+        {
+            return false;
+        }
+        for register in forgotten {
+            walker.clear_caller_register(register);
+        }
+        steered.found_by_frame_pointer(caller_ip, caller_sp);
+        true
+    }
+}
+
 #[async_trait]
 impl SymbolProvider for Provider<'_> {
     async fn fill_symbol(
@@ -380,22 +537,38 @@ impl SymbolProvider for Provider<'_> {
         module: &(dyn Module + Sync),
         walker: &mut (dyn FrameWalker + Send),
     ) -> Option<()> {
-        let cfi = self.cfi_module(module).await;
-        match cfi.unwind.as_ref().ok()? {
-            AnswerFrom::Cache(cfi) => cfi.as_ref()?.walk_frame(module, walker),
-            AnswerFrom::File(unwinder) => {
-                // Gimli reads the file here; a panic costs this frame its CFI (the walker
-                // falls back to frame pointers and scanning), and leaves only the walker's
-                // candidate caller, which it discards, half set.
-                let walked = isolate("lazy unwinder", || Ok(unwinder.walk_frame(module, walker)))
-                    .ok()
-                    .flatten();
-                if walked.is_some() {
-                    metrics::counter!(crate::telemetry::LAZY_UNWINDS).increment(1);
+        let Some(steered) = &self.steered else {
+            return self.cfi_step(module, walker).await;
+        };
+        // The published walker tries the provider's rules first, then its own
+        // frame-pointer step (which wants a coherent chain of frame records, so it loses
+        // the caller of every function built without frame pointers), then scans: a
+        // steered walk takes both steps here, in its order. The innermost frame is
+        // always tried by its rules first: a leaf, a function stopped in its prologue or
+        // a system call's wrapper has pushed no frame record, and its frame pointer is
+        // still its caller's, whose record would skip that caller.
+        let innermost = !walker.has_grand_callee();
+        let steps = if steered.order.frame_pointer_first() && !innermost {
+            [UnwindStrategy::FramePointer, UnwindStrategy::Cfi]
+        } else {
+            [UnwindStrategy::Cfi, UnwindStrategy::FramePointer]
+        };
+        for step in steps {
+            if !steered.order.allows(step) {
+                continue;
+            }
+            let found = match step {
+                UnwindStrategy::Cfi => self.cfi_step(module, walker).await.is_some(),
+                _ => {
+                    (innermost && self.leaf_step(walker).await)
+                        || self.frame_pointer_step(walker).await
                 }
-                walked
+            };
+            if found {
+                return Some(());
             }
         }
+        None
     }
 
     async fn get_file_path(
@@ -404,6 +577,89 @@ impl SymbolProvider for Provider<'_> {
         _kind: FileKind,
     ) -> Result<PathBuf, FileError> {
         Err(FileError::NotFound)
+    }
+}
+
+impl Provider<'_> {
+    /// The strategy that found `frame`; `None` for the frame the dump gave.
+    fn strategy(&self, frame: &minidump_unwind::StackFrame) -> Option<UnwindStrategy> {
+        use minidump_unwind::FrameTrust as T;
+        match frame.trust {
+            T::CallFrameInfo => {
+                let caller = (
+                    frame.context.get_instruction_pointer(),
+                    frame.context.get_stack_pointer(),
+                );
+                let by_frame_pointer = self.steered.as_ref().is_some_and(|steered| {
+                    steered.by_frame_pointer.lock().unwrap().contains(&caller)
+                });
+                Some(if by_frame_pointer {
+                    UnwindStrategy::FramePointer
+                } else {
+                    UnwindStrategy::Cfi
+                })
+            }
+            T::FramePointer => Some(UnwindStrategy::FramePointer),
+            T::Scan | T::CfiScan => Some(UnwindStrategy::Scan),
+            T::None | T::PreWalked | T::Context => None,
+        }
+    }
+}
+
+impl Steered {
+    fn found_by_frame_pointer(&self, caller_ip: u64, caller_sp: u64) {
+        let mut found = self.by_frame_pointer.lock().unwrap();
+        found.insert((caller_ip, caller_sp));
+    }
+
+    /// Whether a steered walk keeps the frame at `index`: the stack ends at a frame found
+    /// by a strategy the order leaves out, and at a caller outside every module (no
+    /// code is there: the walk has run past the stack's end).
+    fn keeps(&self, index: usize, strategy: Option<UnwindStrategy>, in_module: bool) -> bool {
+        index == 0 || (in_module && strategy.is_none_or(|s| self.order.allows(s)))
+    }
+}
+
+/// The functions threads start in: nothing below them is a caller, whatever the stack
+/// holds (compared without leading underscores, glibc's `GI_` alias prefix or an x86
+/// `@N` suffix).
+const ENTRY_POINTS: &[&str] = &[
+    // ELF executables; glibc's and bionic's threads.
+    "start",
+    "clone",
+    "clone3",
+    // Apple: dyld's entry (before macOS 13, and after), and pthreads' threads.
+    "dyld_start",
+    "thread_start",
+    // Windows: every thread.
+    "RtlUserThreadStart",
+];
+
+fn is_entry_point(name: &str) -> bool {
+    let mut name = name
+        .split('@')
+        .next()
+        .unwrap_or(name)
+        .trim_start_matches('_');
+    if let Some(rest) = name.strip_prefix("GI_") {
+        name = rest.trim_start_matches('_');
+    }
+    ENTRY_POINTS.contains(&name)
+}
+
+/// Ends each stack trace of a steered walk at its first entry point, once symbolication
+/// has named the frames.
+pub fn end_at_entry_points(stacktraces: &mut [CompleteStacktrace]) {
+    for stacktrace in stacktraces {
+        let entry = stacktrace.frames.iter().position(|frame| {
+            [&frame.raw.symbol, &frame.raw.function]
+                .into_iter()
+                .flatten()
+                .any(|name| is_entry_point(name))
+        });
+        if let Some(entry) = entry {
+            stacktrace.frames.truncate(entry + 1);
+        }
     }
 }
 
@@ -443,6 +699,8 @@ pub struct Stackwalk<'a> {
     pub scope: &'a Scope,
     pub sources: &'a [SourceConfig],
     pub rewrite_first_module: &'a RewriteRules,
+    /// A steered walk's order; `None`: upstream's walk.
+    pub order: Option<UnwindOrder>,
 }
 
 impl Stackwalk<'_> {
@@ -465,6 +723,17 @@ impl Stackwalk<'_> {
             rewrite_first_module: self.rewrite_first_module,
             cfi_modules: Memo::new(),
             symcache_modules: Memo::new(),
+            steered: match self.order {
+                Some(order) => Some(Steered {
+                    order,
+                    cpu: system_info.cpu,
+                    modules: minidump
+                        .get_stream::<MinidumpModuleList>()
+                        .unwrap_or_default(),
+                    by_frame_pointer: Mutex::default(),
+                }),
+                None => None,
+            },
         };
         let process_state = minidump_processor::process_minidump(minidump, &provider).await?;
         let state = MinidumpState::of(&process_state);
@@ -487,10 +756,20 @@ impl Stackwalk<'_> {
                     .frames
                     .into_iter()
                     .take(MAX_FRAMES)
-                    .map(|frame| RawFrame {
+                    .map(|frame| (provider.strategy(&frame), frame))
+                    .enumerate()
+                    .take_while(|(index, (strategy, frame))| {
+                        provider.steered.as_ref().is_none_or(|steered| {
+                            steered.keeps(*index, *strategy, frame.module.is_some())
+                        })
+                    })
+                    .map(|(_, (strategy, frame))| RawFrame {
                         instruction_addr: HexValue(frame.resume_address),
                         package: frame.module.and_then(|m| non_empty(&m.code_file())),
-                        trust: trust(frame.trust),
+                        trust: match strategy {
+                            Some(UnwindStrategy::FramePointer) => FrameTrust::Fp,
+                            _ => trust(frame.trust),
+                        },
                         ..RawFrame::default()
                     })
                     .collect(),

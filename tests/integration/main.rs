@@ -41,6 +41,7 @@ mod soak;
 mod sort;
 mod source_context;
 mod sources;
+mod stackwalk;
 mod store;
 mod symbfile;
 mod symbfile_shared;

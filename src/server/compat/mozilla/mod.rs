@@ -359,6 +359,7 @@ fn plan(jobs: &[Job]) -> NativeBatch {
                 // that refused access (the module is not found).
                 dif_candidates: true,
                 apply_source_context: false,
+                unwind_order: None,
             },
         },
         module_base,
