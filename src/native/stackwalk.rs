@@ -824,6 +824,54 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn entry_points_are_known_under_their_aliases() {
+        for name in [
+            "_start",
+            "start",
+            "clone3",
+            "__clone3",
+            "__GI___clone3",
+            "_dyld_start",
+            "__dyld_start",
+            "thread_start",
+            "RtlUserThreadStart",
+            "_RtlUserThreadStart@8",
+        ] {
+            assert!(is_entry_point(name), "{name}");
+        }
+        for name in [
+            "main",
+            "start_thread",
+            "Foo::start",
+            "__libc_start_main",
+            "restart",
+            "",
+        ] {
+            assert!(!is_entry_point(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_steered_walk_keeps_the_context_and_ends_where_the_order_says() {
+        let steered = |order: &[UnwindStrategy]| Steered {
+            order: UnwindOrder::new(order).unwrap(),
+            cpu: Cpu::X86_64,
+            modules: MinidumpModuleList::default(),
+            by_frame_pointer: Mutex::default(),
+        };
+        let no_scan = steered(&[UnwindStrategy::Cfi, UnwindStrategy::FramePointer]);
+        assert!(no_scan.keeps(0, None, false), "the dump's own frame stays");
+        assert!(no_scan.keeps(1, Some(UnwindStrategy::FramePointer), true));
+        assert!(!no_scan.keeps(1, Some(UnwindStrategy::Scan), true));
+        assert!(
+            !no_scan.keeps(1, Some(UnwindStrategy::Cfi), false),
+            "outside every module"
+        );
+        let cfi_only = steered(&[UnwindStrategy::Cfi]);
+        assert!(!cfi_only.keeps(2, Some(UnwindStrategy::FramePointer), true));
+    }
+
     fn fixture_dump() -> Vec<u8> {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
