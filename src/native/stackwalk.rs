@@ -430,10 +430,7 @@ impl Provider<'_> {
     /// pushed nothing (as gcc builds them even with frame pointers) left its return
     /// address where the call put it, on top of the stack (in the link register on
     /// arm64), and every other register as its caller had it.
-    async fn leaf_step(&self, walker: &mut (dyn FrameWalker + Send)) -> bool {
-        let Some(steered) = &self.steered else {
-            return false;
-        };
+    async fn leaf_step(&self, steered: &Steered, walker: &mut (dyn FrameWalker + Send)) -> bool {
         let Some((_, sp, width, _)) = frame_record(steered.cpu) else {
             return false;
         };
@@ -467,10 +464,11 @@ impl Provider<'_> {
     /// Finds the caller through the callee's frame record (the saved frame pointer and
     /// return address its frame pointer points at), as the walker's own step does, and
     /// takes it only when the stack grows up to it and it returns into code.
-    async fn frame_pointer_step(&self, walker: &mut (dyn FrameWalker + Send)) -> bool {
-        let Some(steered) = &self.steered else {
-            return false;
-        };
+    async fn frame_pointer_step(
+        &self,
+        steered: &Steered,
+        walker: &mut (dyn FrameWalker + Send),
+    ) -> bool {
         let Some((fp, sp, width, forgotten)) = frame_record(steered.cpu) else {
             return false;
         };
@@ -560,8 +558,8 @@ impl SymbolProvider for Provider<'_> {
             let found = match step {
                 UnwindStrategy::Cfi => self.cfi_step(module, walker).await.is_some(),
                 _ => {
-                    (innermost && self.leaf_step(walker).await)
-                        || self.frame_pointer_step(walker).await
+                    (innermost && self.leaf_step(steered, walker).await)
+                        || self.frame_pointer_step(steered, walker).await
                 }
             };
             if found {
