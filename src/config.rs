@@ -155,6 +155,10 @@ pub struct Config {
     /// over. `null`: no limit (omnisym only).
     #[serde(deserialize_with = "deserialize_size")]
     pub max_il2cpp_mapping_size: u64,
+    /// Largest WebAssembly source map read beside a module; a larger one is passed over.
+    /// `null`: no limit (omnisym only).
+    #[serde(deserialize_with = "deserialize_size")]
+    pub max_wasm_source_map_size: u64,
     /// Maximums on the lists of one request: modules, stack traces, frames, sources.
     pub request_limits: RequestLimits,
     /// Where the server reports its own errors, panics and (sampled) request traces,
@@ -660,6 +664,7 @@ impl Default for Config {
             object_file_max_decompressed_source_size: objects.max_decompressed_source_size,
             max_unwind_chain_len: objects.max_unwind_chain_len,
             max_il2cpp_mapping_size: objects.max_il2cpp_mapping_size,
+            max_wasm_source_map_size: objects.max_wasm_source_map_size,
             // Sentry's tooling puts a file and its map per script: large web apps
             // upload a few thousand.
             max_artifact_bundle_entries: 100_000,
@@ -965,6 +970,7 @@ impl Config {
             max_decompressed_source_size: self.object_file_max_decompressed_source_size,
             max_unwind_chain_len: self.max_unwind_chain_len,
             max_il2cpp_mapping_size: self.max_il2cpp_mapping_size,
+            max_wasm_source_map_size: self.max_wasm_source_map_size,
             max_decompression_ratio: u64::try_from(self.max_decompression_ratio)
                 .unwrap_or(u64::MAX),
             decompression_ratio_floor: self.decompression_ratio_floor,

@@ -68,12 +68,17 @@ pub const OBJECTS: CacheKind = kind("objects", Family::Downloaded, (1, &[]), 100
 pub const IL2CPP: CacheKind = kind("il2cpp", Family::Downloaded, (1, &[]), 5);
 /// Apple's UUID maps and BCSymbolMaps, secondary inputs of SymCaches (upstream's name).
 pub const AUXDIFS: CacheKind = kind("auxdifs", Family::Downloaded, (1, &[]), 5);
+/// WebAssembly modules' source maps (Emscripten's, dart2wasm's), read beside the module
+/// into its SymCache.
+pub const WASM_SOURCEMAPS: CacheKind = kind("wasm_sourcemaps", Family::Downloaded, (1, &[]), 5);
 /// What a debug file holds (features, ids), for candidates and lookups.
 /// 2: `has_sources` also counts sources embedded in DWARF line tables; v1 is served
 /// while v2 is built.
 /// 3: the file's own debug id and Breakpad module name; older versions (without them)
 /// are served while v3 is built.
-pub const OBJECT_META: CacheKind = kind("object_meta", Family::Derived, (3, &[2, 1]), 15);
+/// 4: a WebAssembly module's `sourceMappingURL`; older versions are served while v4 is
+/// built (the source map is looked for at `<module>.map` meanwhile).
+pub const OBJECT_META: CacheKind = kind("object_meta", Family::Derived, (4, &[3, 2, 1]), 15);
 pub const SYMCACHES: CacheKind = kind("symcaches", Family::Derived, (1, &[]), 410);
 /// SymCaches built from the symbfiles uploaded for one executable (`native/symbfile`);
 /// their own kind, so that a change of what `native/symbfile/convert.rs` writes bumps
@@ -90,7 +95,7 @@ pub const SOURCEFILES: CacheKind = kind("sourcefiles", Family::Downloaded, (1, &
 /// Segments of symstore `000Admin` indexes.
 pub const SYMSTORE_INDEX: CacheKind = kind("symstore_index", Family::Downloaded, (1, &[]), 10);
 /// Fetched JavaScript files of every kind (minified sources, source maps, bundles).
-pub const SOURCEMAP_FILES: CacheKind = kind("sourcemap_files", Family::Downloaded, (1, &[]), 50);
+pub const SOURCEMAP_FILES: CacheKind = kind("sourcemap_files", Family::Downloaded, (1, &[]), 45);
 pub const SOURCEMAP_CACHES: CacheKind = kind("sourcemap_caches", Family::Derived, (1, &[]), 90);
 /// ProGuard mapping files as downloaded; kept so a new cache version rebuilds without
 /// a download.
@@ -102,6 +107,7 @@ pub const ALL: &[CacheKind] = &[
     OBJECTS,
     IL2CPP,
     AUXDIFS,
+    WASM_SOURCEMAPS,
     OBJECT_META,
     SYMCACHES,
     SYMBFILE_SYMCACHES,

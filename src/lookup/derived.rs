@@ -153,7 +153,7 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
             Ok(chosen) => chosen,
             Err(none) => return none,
         };
-        let secondary = self.secondary(sources, id, scope).await;
+        let secondary = self.secondary(sources, id, &chosen.found, scope).await;
         let keys = Self::keys(&chosen.found.key, &secondary);
         let input = self.download(&chosen.found, id, secondary);
         let cache = self.cache.get(&parents(&keys), input).await;
@@ -177,7 +177,7 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
             Ok(chosen) => chosen,
             Err(none) => return none,
         };
-        let secondary = self.secondary(sources, id, scope).await;
+        let secondary = self.secondary(sources, id, &chosen.found, scope).await;
         let keys = Self::keys(&chosen.found.key, &secondary);
         let from_object_alone = keys.len() == 1;
         let cache = match self.cache.cached(&parents(&keys)).await {
@@ -222,10 +222,26 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
         id: &ObjectId,
         scope: &Scope,
     ) -> Result<Chosen, Derived<T>> {
-        let find = self
+        let filetypes = F::filetypes(id.object_type);
+        let mut find = self
             .objects
-            .find(sources, F::filetypes(id.object_type), id, scope, F::PURPOSE)
+            .find(sources, filetypes, id, scope, F::PURPOSE)
             .await;
+        // Only when the id as sent finds nothing, so that the candidates upstream lists
+        // stay as they are wherever upstream finds the module.
+        if find.found.is_none() {
+            for other in id.wasm_build_id_alternates() {
+                let more = self
+                    .objects
+                    .find(sources, filetypes, &other, scope, F::PURPOSE)
+                    .await;
+                find.candidates.merge(more.candidates);
+                if more.found.is_some() {
+                    find.found = more.found;
+                    break;
+                }
+            }
+        }
         let candidates = find.candidates;
         let Some(found) = find.found else {
             return Err(Derived {
@@ -264,9 +280,10 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
         &self,
         sources: &[SourceConfig],
         id: &ObjectId,
+        object: &FoundObject,
         scope: &Scope,
     ) -> Arc<F::Secondary> {
-        Arc::new(F::Secondary::find(&self.finder, sources, id, scope).await)
+        Arc::new(F::Secondary::find(&self.finder, sources, id, object, scope).await)
     }
 
     /// The parents of the cache's key: the chosen object, then each secondary input.

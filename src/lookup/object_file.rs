@@ -45,6 +45,8 @@ pub struct ObjectLimits {
     pub decompression_ratio_floor: u64,
     /// Largest il2cpp line mapping read beside a debug file (`max_il2cpp_mapping_size`).
     pub max_il2cpp_mapping_size: u64,
+    /// Largest WebAssembly source map read beside a module (`max_wasm_source_map_size`).
+    pub max_wasm_source_map_size: u64,
 }
 
 impl Default for ObjectLimits {
@@ -60,6 +62,9 @@ impl Default for ObjectLimits {
             // About 90 million mapped lines, at some 12 bytes of JSON each: past the
             // largest Unity builds, and a bound on what one mapping costs to read.
             max_il2cpp_mapping_size: 1 << 30,
+            // Emscripten writes a few bytes of mappings per instruction: a 50 MiB
+            // module's map is some 100 MiB. Read into a token table of about its size.
+            max_wasm_source_map_size: 256 << 20,
         }
     }
 }
@@ -344,6 +349,7 @@ impl ObjectHandle {
                 arch: header.arch,
                 debug_id: Some(header.debug_id),
                 breakpad_name: None,
+                source_mapping_url: None,
             },
         }
     }
@@ -482,6 +488,10 @@ pub struct ObjectMeta {
     /// [`breakpad_module_name`]).
     #[serde(default)]
     pub breakpad_name: Option<String>,
+    /// A WebAssembly module's `sourceMappingURL` custom section: where its source map
+    /// was published, whose name the SymCache's inputs look for beside the module.
+    #[serde(default)]
+    pub source_mapping_url: Option<String>,
 }
 
 impl ObjectMeta {
@@ -499,6 +509,10 @@ impl ObjectMeta {
             debug_id: Some(object.debug_id()),
             breakpad_name: match object {
                 Object::Breakpad(_) => breakpad_module_name(object.data()),
+                _ => None,
+            },
+            source_mapping_url: match object {
+                Object::Wasm(_) => source_mapping_url(object.data()),
                 _ => None,
             },
         }
@@ -521,6 +535,22 @@ pub fn breakpad_module_name(data: &[u8]) -> Option<String> {
         }
         if line.starts_with(b"FILE") || line.starts_with(b"PUBLIC") || line.starts_with(b"FUNC") {
             return None;
+        }
+    }
+    None
+}
+
+/// The URL a WebAssembly module's `sourceMappingURL` custom section holds (one
+/// length-prefixed string, as browsers read it). Function bodies are passed over as
+/// they are (their sizes only): the module was validated when it was parsed.
+pub fn source_mapping_url(module: &[u8]) -> Option<String> {
+    for payload in wasmparser::Parser::new(0).parse_all(module) {
+        match payload.ok()? {
+            wasmparser::Payload::CustomSection(section) if section.name() == "sourceMappingURL" => {
+                let mut reader = wasmparser::BinaryReader::new(section.data(), 0);
+                return reader.read_string().ok().map(str::to_owned);
+            }
+            _ => {}
         }
     }
     None
@@ -639,6 +669,21 @@ impl FileFormat for ObjectFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The URL Emscripten's `--source-map-base` wrote, read from the section as browsers
+    /// read it; a module without the section has none.
+    #[test]
+    fn a_wasm_modules_source_mapping_url() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/wasm");
+        let module = std::fs::read(dir.join("trap.wasm")).unwrap();
+        assert_eq!(
+            source_mapping_url(&module).as_deref(),
+            Some("https://cdn.example.invalid/assets/trap.wasm.map")
+        );
+        // An empty module, and bytes that are no module.
+        assert_eq!(source_mapping_url(b"\0asm\x01\0\0\0"), None);
+        assert_eq!(source_mapping_url(b"not wasm"), None);
+    }
 
     /// The VCS of a PDB's SRCSRV stream, as symbolic's session names it, without one.
     #[test]

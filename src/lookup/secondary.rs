@@ -9,6 +9,7 @@ use futures::future::{self, BoxFuture};
 
 use super::downloads::{Downloads, FileFormat, file_key};
 use super::locate::Locator;
+use super::objects::FoundObject;
 use crate::cache::{CacheKey, Scope};
 use crate::fetch::RemoteFile;
 use crate::sources::{FileType, ObjectId, SourceConfig};
@@ -19,11 +20,13 @@ pub trait SecondaryInputs: Sized + Send + Sync + 'static {
     /// What looks for them, shared by all requests (their download caches).
     type Finder: Send + Sync + 'static;
 
-    /// Looks for them for the module `id`, whose object has been chosen already.
+    /// Looks for them for the module `id`, whose object has been chosen already:
+    /// `object`, whose location and what it records may say where they are.
     fn find<'a>(
         finder: &'a Self::Finder,
         sources: &'a [SourceConfig],
         id: &'a ObjectId,
+        object: &'a FoundObject,
         scope: &'a Scope,
     ) -> BoxFuture<'a, Self>;
 
@@ -42,6 +45,7 @@ impl SecondaryInputs for () {
         _: &'a (),
         _: &'a [SourceConfig],
         _: &'a ObjectId,
+        _: &'a FoundObject,
         _: &'a Scope,
     ) -> BoxFuture<'a, Self> {
         Box::pin(future::ready(()))

@@ -1,5 +1,8 @@
 //! The secondary inputs of a SymCache, looked for beside its debug file on the same
-//! sources, where and as upstream looks for them, for any module with a debug id: a
+//! sources. A WebAssembly module's source map (omnisym only) is named by the module:
+//! the file its `sourceMappingURL` ends in, or the module's path plus `.map`, on the
+//! module's own source. The others where and as upstream looks for them, for any
+//! module with a debug id: a
 //! Unity il2cpp line mapping (`LineNumberMapping.json`), which moves the lines of
 //! generated C++ to the C# they came from, and the BCSymbolMap of a bitcode build,
 //! reached through the dSYM's UUID map, which restores the names the build hid as
@@ -20,15 +23,18 @@ use std::path::Path;
 use std::sync::Arc;
 
 use futures::future::{self, BoxFuture};
-use symbolic::common::{ByteView, DebugId};
+use sourcemap::SourceMap;
+use symbolic::common::{Arch, ByteView, DebugId};
 use symbolic::debuginfo::macho::{BcSymbolMap, UuidMapping};
 
 use super::il2cpp_mapping::Il2cppMapping;
 
 use crate::cache::{CacheKey, CacheKind, Caches, Scope, kinds};
 use crate::error::{CacheError, CacheResult};
+use crate::fetch::RemoteFile;
 use crate::lookup::{
-    Downloads, FileFormat, Locator, Lookup, SecondaryFile, SecondaryInputs, first_found,
+    Downloads, FileFormat, FoundObject, Locator, Lookup, ObjectMeta, SecondaryFile,
+    SecondaryInputs, file_key, first_found,
 };
 use crate::sources::{FileType, ObjectId, SourceConfig};
 
@@ -37,6 +43,7 @@ use crate::sources::{FileType, ObjectId, SourceConfig};
 pub struct SymCacheInputs {
     bcsymbolmap: Option<SecondaryFile<ByteView<'static>>>,
     il2cpp: Option<SecondaryFile<ByteView<'static>>>,
+    wasm_source_map: Option<SecondaryFile<ByteView<'static>>>,
 }
 
 impl SymCacheInputs {
@@ -60,6 +67,12 @@ impl SymCacheInputs {
             );
             parsed.il2cpp = Some(mapping);
         }
+        if let Some(found) = &self.wasm_source_map {
+            let map = SourceMap::from_slice(&found.item)
+                .map_err(|e| CacheError::Malformed(format!("source map: {e}")))?;
+            tracing::debug!(location = found.file.uri(), "applying a Wasm source map");
+            parsed.wasm_source_map = Some(map);
+        }
         Ok(parsed)
     }
 }
@@ -69,6 +82,8 @@ impl SymCacheInputs {
 pub struct ParsedInputs<'a> {
     pub bcsymbolmap: Option<BcSymbolMap<'a>>,
     pub il2cpp: Option<Il2cppMapping>,
+    /// The lines of a WebAssembly module without DWARF.
+    pub wasm_source_map: Option<SourceMap>,
 }
 
 impl SecondaryInputs for SymCacheInputs {
@@ -78,9 +93,21 @@ impl SecondaryInputs for SymCacheInputs {
         finder: &'a InputFinder,
         sources: &'a [SourceConfig],
         id: &'a ObjectId,
+        object: &'a FoundObject,
         scope: &'a Scope,
     ) -> BoxFuture<'a, Self> {
         Box::pin(async move {
+            // A module's source map is named by its object, not by its debug id: a
+            // module without a build id has none.
+            if let Ok(meta) = &object.meta
+                && meta.arch == Arch::Wasm32
+            {
+                let wasm_source_map = finder.wasm_source_map(object, meta, scope).await;
+                return SymCacheInputs {
+                    wasm_source_map,
+                    ..Self::default()
+                };
+            }
             let Some(debug_id) = id.debug_id else {
                 return Self::default();
             };
@@ -97,25 +124,30 @@ impl SecondaryInputs for SymCacheInputs {
             SymCacheInputs {
                 bcsymbolmap,
                 il2cpp,
+                wasm_source_map: None,
             }
         })
     }
 
     /// In upstream's order: the BCSymbolMap, then the line mapping. The UUID map is not
-    /// a part: the BCSymbolMap's location already names the UUID it led to.
+    /// a part: the BCSymbolMap's location already names the UUID it led to. A Wasm
+    /// module's source map is never found beside either.
     fn keys(&self) -> Vec<CacheKey> {
-        [&self.bcsymbolmap, &self.il2cpp]
+        [&self.bcsymbolmap, &self.il2cpp, &self.wasm_source_map]
             .into_iter()
             .flatten()
             .map(|found| found.key.clone())
             .collect()
     }
 
-    /// A mapping counts twice: its table is about as large as its text.
+    /// A mapping counts twice: its table is about as large as its text; so does a
+    /// source map, whose tokens are.
     fn size(&self) -> u64 {
-        let bcsymbolmap = self.bcsymbolmap.as_ref().map_or(0, |f| f.item.len() as u64);
-        let il2cpp = self.il2cpp.as_ref().map_or(0, |f| f.item.len() as u64);
-        bcsymbolmap.saturating_add(il2cpp.saturating_mul(2))
+        let len = |f: &Option<SecondaryFile<ByteView<'static>>>| {
+            f.as_ref().map_or(0, |f| f.item.len() as u64)
+        };
+        let tables = len(&self.il2cpp).saturating_add(len(&self.wasm_source_map));
+        len(&self.bcsymbolmap).saturating_add(tables.saturating_mul(2))
     }
 }
 
@@ -124,8 +156,11 @@ pub struct InputFinder {
     locator: Arc<Locator>,
     il2cpp: Downloads<Il2cppFile>,
     auxdifs: Downloads<AuxDifFile>,
+    wasm_source_maps: Downloads<WasmSourceMapFile>,
     /// `max_il2cpp_mapping_size`.
     max_il2cpp_size: u64,
+    /// `max_wasm_source_map_size`.
+    max_wasm_source_map_size: u64,
 }
 
 impl InputFinder {
@@ -134,9 +169,54 @@ impl InputFinder {
         InputFinder {
             locator: lookup.locator.clone(),
             il2cpp: Downloads::new(caches, downloader.clone()),
-            auxdifs: Downloads::new(caches, downloader),
+            auxdifs: Downloads::new(caches, downloader.clone()),
+            wasm_source_maps: Downloads::new(caches, downloader),
             max_il2cpp_size: lookup.objects.limits().max_il2cpp_mapping_size,
+            max_wasm_source_map_size: lookup.objects.limits().max_wasm_source_map_size,
         }
+    }
+
+    /// A WebAssembly module's source map, beside the module on the source it came
+    /// from: first under the name its `sourceMappingURL` section ends in, then at the
+    /// module's own path with `.map` added (Emscripten's and dart2wasm's default name
+    /// where the module is stored under its own). The URL itself is never fetched: a
+    /// module is data a client uploaded, and would otherwise choose what the server
+    /// connects to.
+    async fn wasm_source_map(
+        &self,
+        object: &FoundObject,
+        meta: &ObjectMeta,
+        scope: &Scope,
+    ) -> Option<SecondaryFile<ByteView<'static>>> {
+        let source = &object.file.source;
+        if matches!(source, SourceConfig::Sentry(_)) {
+            // Files there are named by ids, so nothing lies beside another.
+            return None;
+        }
+        let module = object.file.path()?;
+        let named = meta.source_mapping_url.as_deref().and_then(url_file_name);
+        let beside = named.map(|name| match module.rsplit_once('/') {
+            Some((dir, _)) => format!("{dir}/{name}"),
+            None => name.to_owned(),
+        });
+        let paths = beside.into_iter().chain([format!("{module}.map")]);
+        for path in paths {
+            let file = RemoteFile::new(source.clone(), path);
+            let key = file_key(&file, scope);
+            let hint = self.max_wasm_source_map_size;
+            if let Ok(item) = self
+                .wasm_source_maps
+                .get_keyed(key.clone(), &file, hint)
+                .await
+            {
+                return Some(SecondaryFile {
+                    file,
+                    key: key.derived("wasm_source_map"),
+                    item,
+                });
+            }
+        }
+        None
     }
 
     /// The BCSymbolMap of the bitcode build the dSYM `debug_id` came from: the dSYM's UUID
@@ -181,6 +261,47 @@ impl InputFinder {
             key: found.key,
             item: data,
         })
+    }
+}
+
+/// The last segment of a `sourceMappingURL`, without query or fragment: the file's
+/// name, which is all that is looked for. Nothing that could name another directory.
+fn url_file_name(url: &str) -> Option<&str> {
+    let path = url.split(['?', '#']).next().unwrap_or_default();
+    let name = path.rsplit('/').next().unwrap_or_default();
+    let usable = !name.is_empty() && name != "." && name != ".." && !name.contains('\\');
+    usable.then_some(name)
+}
+
+/// A WebAssembly source map, checked to parse as one when it lands; the hint is the
+/// largest size accepted (`max_wasm_source_map_size`).
+pub struct WasmSourceMapFile;
+
+impl FileFormat for WasmSourceMapFile {
+    type Item = ByteView<'static>;
+    type Hint = u64;
+    const KIND: CacheKind = kinds::WASM_SOURCEMAPS;
+
+    fn max_size(max: &u64) -> u64 {
+        *max
+    }
+
+    fn prepare(path: &Path, max: &u64) -> CacheResult<Option<std::ops::Range<u64>>> {
+        let data = ByteView::open(path).map_err(CacheError::internal)?;
+        if data.len() as u64 > *max {
+            return Err(CacheError::TooLarge(format!(
+                "source map of {} bytes, past max_wasm_source_map_size ({max})",
+                data.len()
+            )));
+        }
+        match SourceMap::from_slice(&data) {
+            Ok(_) => Ok(None),
+            Err(e) => Err(CacheError::Malformed(format!("source map: {e}"))),
+        }
+    }
+
+    fn load(data: ByteView<'static>, _: &u64) -> CacheResult<Self::Item> {
+        Ok(data)
     }
 }
 
@@ -307,6 +428,23 @@ mod tests {
             matches!(at_limit, Err(CacheError::Malformed(_))),
             "{at_limit:?}"
         );
+    }
+
+    /// Only the name a `sourceMappingURL` ends in is looked for, and never one that
+    /// names a directory.
+    #[test]
+    fn a_source_mapping_url_names_a_file_beside_the_module() {
+        let name = url_file_name;
+        assert_eq!(
+            name("https://cdn.example/assets/app.wasm.map?v=3#x"),
+            Some("app.wasm.map")
+        );
+        assert_eq!(name("app.wasm.map"), Some("app.wasm.map"));
+        assert_eq!(name("../../etc/passwd"), Some("passwd"));
+        assert_eq!(name("https://cdn.example/assets/"), None);
+        assert_eq!(name("https://cdn.example/assets/.."), None);
+        assert_eq!(name("a\\..\\b.map"), None);
+        assert_eq!(name(""), None);
     }
 
     #[test]

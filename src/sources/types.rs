@@ -4,7 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
-use symbolic::common::{CodeId, DebugId, split_path};
+use symbolic::common::{CodeId, DebugId, Uuid, split_path};
 
 /// The kind of executable object a module refers to.
 ///
@@ -83,6 +83,53 @@ impl From<DebugId> for ObjectId {
 }
 
 impl ObjectId {
+    /// A WebAssembly module's ids under the other reading of its `build_id` section,
+    /// looked for after the id as sent. symbolic (so upstream, sentry-cli and the SDKs that
+    /// follow them) takes the section's bytes as they are; the tool-conventions spec makes
+    /// the section one length-prefixed byte vector, so a reader that follows it strips the
+    /// leading LEB128 length (getsentry/symbolic#1069). A code id that starts with its own
+    /// remaining length may be the spec's form, and is tried stripped; any code id may be
+    /// the spec's reading of a module stored by symbolic's, and is tried with its length
+    /// prepended. Both, since an id can look like either (`0f…` of 16 bytes). The debug id
+    /// follows each code id, from its first 16 bytes, as symbolic derives it.
+    pub fn wasm_build_id_alternates(&self) -> Vec<ObjectId> {
+        let id = self;
+        if id.object_type != ObjectType::Wasm {
+            return Vec::new();
+        }
+        let Some(bytes) = id
+            .code_id
+            .as_ref()
+            .and_then(|c| hex::decode(c.as_str()).ok())
+        else {
+            return Vec::new();
+        };
+        if bytes.is_empty() {
+            return Vec::new();
+        }
+        let mut others = Vec::with_capacity(2);
+        if let Some((length, prefix)) = read_leb128(&bytes)
+            && prefix < bytes.len()
+            && length == (bytes.len() - prefix) as u64
+        {
+            others.push(bytes[prefix..].to_vec());
+        }
+        let mut prefixed = leb128(bytes.len() as u64);
+        prefixed.extend_from_slice(&bytes);
+        others.push(prefixed);
+        others
+            .into_iter()
+            .map(|other| ObjectId {
+                debug_id: match other.get(..16) {
+                    Some(first) => Uuid::from_slice(first).ok().map(DebugId::from_uuid),
+                    None => id.debug_id,
+                },
+                code_id: Some(CodeId::from_binary(&other)),
+                ..id.clone()
+            })
+            .collect()
+    }
+
     /// Last component of `code_file`, splitting on both `/` and `\`.
     pub fn code_file_basename(&self) -> Option<&str> {
         self.code_file.as_deref().map(basename)
@@ -122,9 +169,85 @@ pub(crate) fn safe_file_name(path: &str) -> Option<&str> {
     valid.then_some(name)
 }
 
+/// An unsigned LEB128 number at the start of `bytes`, and how many bytes it took.
+fn read_leb128(bytes: &[u8]) -> Option<(u64, usize)> {
+    let mut value = 0u64;
+    for (index, &byte) in bytes.iter().enumerate().take(10) {
+        value |= u64::from(byte & 0x7f) << (7 * index);
+        if byte & 0x80 == 0 {
+            return Some((value, index + 1));
+        }
+    }
+    None
+}
+
+fn leb128(mut value: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let byte = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            out.push(byte);
+            return out;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn wasm(code_id: &str) -> ObjectId {
+        ObjectId {
+            code_id: Some(CodeId::new(code_id.into())),
+            object_type: ObjectType::Wasm,
+            ..Default::default()
+        }
+    }
+
+    fn code_ids(ids: Vec<ObjectId>) -> Vec<String> {
+        ids.iter()
+            .map(|id| id.code_id.as_ref().unwrap().as_str().to_owned())
+            .collect()
+    }
+
+    /// symbolic#1069: a code id is tried with its length prepended, and, when it starts
+    /// with its own remaining length, stripped of it; each with its own debug id.
+    #[test]
+    fn wasm_build_ids_are_tried_under_both_readings() {
+        let alternates = wasm("67e9247c814e392ba027dbde6748fcbf").wasm_build_id_alternates();
+        assert_eq!(
+            code_ids(alternates.clone()),
+            ["1067e9247c814e392ba027dbde6748fcbf"]
+        );
+        assert_eq!(
+            alternates[0].debug_id,
+            Some("1067e924-7c81-4e39-2ba0-27dbde6748fc".parse().unwrap())
+        );
+        assert_eq!(
+            code_ids(wasm("1067e9247c814e392ba027dbde6748fcbf").wasm_build_id_alternates()),
+            [
+                "67e9247c814e392ba027dbde6748fcbf",
+                "111067e9247c814e392ba027dbde6748fcbf"
+            ]
+        );
+        // A raw id that happens to start with its remaining length is tried both ways.
+        assert_eq!(
+            code_ids(wasm("0f1e2d3c4b5a69788796a5b4c3d2e1f0").wasm_build_id_alternates()),
+            [
+                "1e2d3c4b5a69788796a5b4c3d2e1f0",
+                "100f1e2d3c4b5a69788796a5b4c3d2e1f0"
+            ]
+        );
+        // Only Wasm, and only hex.
+        let elf = ObjectId {
+            object_type: ObjectType::Elf,
+            ..wasm("67e9247c814e392ba027dbde6748fcbf")
+        };
+        assert!(elf.wasm_build_id_alternates().is_empty());
+        assert!(wasm("xyz").wasm_build_id_alternates().is_empty());
+    }
 
     #[test]
     fn object_type_serde() {

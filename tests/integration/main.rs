@@ -52,3 +52,4 @@ mod symstore_proxy;
 mod tecken_download;
 mod untrusted_sources;
 mod uploads;
+mod wasm;

@@ -138,7 +138,13 @@ impl DerivedFormat for SymCacheFormat {
         if let Some(mapping) = inputs.il2cpp {
             writer.add_rewrite(mapping);
         }
-        let processed = writer.process_handle(&input.object, scratch);
+        // A module with DWARF answers from it; its source map only stands in for it.
+        let processed = match (inputs.wasm_source_map, input.object.object()) {
+            (Some(map), Some(object)) if !object.has_debug_info() => {
+                writer.process_wasm_source_map(object, &map)
+            }
+            _ => writer.process_handle(&input.object, scratch),
+        };
         input.object.release_pages();
         processed
             .map_err(spill_error)?

@@ -27,10 +27,11 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use symbolic::common::{Arch, DebugId, Language};
+use sourcemap::SourceMap;
+use symbolic::common::{Arch, DebugId, Language, Name, NameMangling};
 use symbolic::debuginfo::breakpad::BreakpadObject;
 use symbolic::debuginfo::{
-    DebugSession, FileFormat, FileInfo, Function, Object, ObjectLike, Symbol,
+    DebugSession, FileFormat, FileInfo, Function, LineInfo, Object, ObjectLike, Symbol,
 };
 
 use crate::lookup::ObjectHandle;
@@ -234,6 +235,65 @@ impl<'a> SpillingWriter<'a> {
             Some(file) => self.process_dwarf(&file, object, scratch),
             None => self.process_object(object),
         }
+    }
+
+    /// A WebAssembly module without DWARF, whose lines are in the source map its
+    /// toolchain wrote beside it (Emscripten's `-gsource-map`, dart2wasm): one function
+    /// per function body, named from the module's name section, with a line for every
+    /// mapped token within the body up to the next token, as the map's own lookup
+    /// answers an offset (the greatest token at or below it). Source maps address
+    /// instructions by their offset in the module file, as browsers report frames and
+    /// as symbolic places the bodies, so no address is moved. Then the symbol table,
+    /// as for any object.
+    pub fn process_wasm_source_map(
+        &mut self,
+        object: &Object<'_>,
+        map: &SourceMap,
+    ) -> io::Result<Result<(), String>> {
+        self.arch = object.arch();
+        self.debug_id = object.debug_id();
+        let mut tokens = map
+            .tokens()
+            .filter(|token| token.get_dst_line() == 0)
+            .peekable();
+        for symbol in object.symbols() {
+            let (start, end) = (symbol.address, symbol.address.saturating_add(symbol.size));
+            while tokens
+                .next_if(|t| u64::from(t.get_dst_col()) < start)
+                .is_some()
+            {}
+            let mut lines = Vec::new();
+            while let Some(token) = tokens.next_if(|t| u64::from(t.get_dst_col()) < end) {
+                let address = u64::from(token.get_dst_col());
+                let next = tokens
+                    .peek()
+                    .map_or(end, |t| u64::from(t.get_dst_col()).min(end));
+                let Some(source) = token.get_source() else {
+                    continue;
+                };
+                if next > address {
+                    lines.push(LineInfo {
+                        address,
+                        size: Some(next - address),
+                        file: FileInfo::from_path(source.as_bytes()),
+                        line: u64::from(token.get_src_line()) + 1,
+                    });
+                }
+            }
+            let name = symbol.name.clone().unwrap_or_default();
+            let function = Function {
+                address: start,
+                size: end - start,
+                name: Name::new(name, NameMangling::Unknown, Language::Unknown),
+                compilation_dir: b"",
+                lines,
+                inlinees: Vec::new(),
+                inline: false,
+            };
+            self.process_top_function(&function)?;
+        }
+        self.process_symbols(|| object.symbols())?;
+        Ok(Ok(()))
     }
 
     /// `process_object` for Breakpad text, walked by `breakpad.rs`.
