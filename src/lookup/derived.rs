@@ -230,7 +230,7 @@ impl<F: ObjectDerivedFormat> ObjectDerived<F> {
         // Only when the id as sent finds nothing, so that the candidates upstream lists
         // stay as they are wherever upstream finds the module.
         if find.found.is_none() {
-            for other in id.wasm_build_id_alternates() {
+            for other in id.lookup_alternates() {
                 let more = self
                     .objects
                     .find(sources, filetypes, &other, scope, F::PURPOSE)

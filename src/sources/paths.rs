@@ -286,10 +286,17 @@ fn unified_id(filetype: FileType, id: &ObjectId) -> Option<Cow<'_, str>> {
             Some(code_id) => Some(Cow::Borrowed(code_id.as_str())),
             None => Some(Cow::Owned(id.debug_id?.uuid().as_simple().to_string())),
         },
-        // The ELF debug id is a lossy truncation of the build id, so only the code id can work.
-        FileType::ElfCode | FileType::ElfDebug => {
-            Some(Cow::Borrowed(id.code_id.as_ref()?.as_str()))
-        }
+        // The ELF debug id is a lossy truncation of the build id, so the code id names a
+        // file that has one. One without (omnisym only: upstream can neither place nor
+        // find it) is named by its debug id, which symbolic and the SDKs hash from its
+        // first page of code, in the form a PDB's is: where symsorter already writes a
+        // Breakpad file without a code id.
+        FileType::ElfCode | FileType::ElfDebug => match &id.code_id {
+            Some(code_id) => Some(Cow::Borrowed(code_id.as_str())),
+            None => Some(Cow::Owned(
+                id.debug_id?.breakpad().to_string().to_lowercase(),
+            )),
+        },
         // Upstream has no place for mappings outside Sentry; here they live under their
         // uuid, so any source kind can serve them.
         FileType::Proguard => Some(Cow::Owned(id.debug_id?.uuid().as_simple().to_string())),
@@ -1206,10 +1213,18 @@ mod tests {
                 "32/49d99d0c4049318610f4e4fb0b69361/executable",
             ],
         );
-        // ELF needs the build id; ids for object-agnostic types need a known object type;
-        // a ProGuard mapping needs its uuid.
+        // ELF without a build id is named by its debug id (omnisym only: upstream has no
+        // place for it), as a PDB is; ids for object-agnostic types need a known object
+        // type; a ProGuard mapping needs its uuid.
         let mut no_build_id = elf();
         no_build_id.code_id = None;
+        check(
+            Unified,
+            F::ElfDebug,
+            &no_build_id,
+            &["e4/5db8dfaf2d09fd640c8fe377d572de0/debuginfo"],
+        );
+        no_build_id.debug_id = None;
         check(Unified, F::ElfDebug, &no_build_id, &[]);
         let mut unknown = macho();
         unknown.object_type = ObjectType::Unknown;

@@ -83,6 +83,37 @@ impl From<DebugId> for ObjectId {
 }
 
 impl ObjectId {
+    /// Other ids the same file may be stored under, looked for only when this one finds
+    /// nothing: a Wasm build id under the other reading of its section
+    /// ([`Self::wasm_build_id_alternates`]), and an ELF module whose code id is no build
+    /// id but Breakpad's hash of its code (16 bytes, what a minidump's CodeView record
+    /// holds for a library linked without one: the bytes of its debug id) under that
+    /// debug id alone, as a file without a build id is stored.
+    pub fn lookup_alternates(&self) -> Vec<ObjectId> {
+        match self.object_type {
+            ObjectType::Wasm => self.wasm_build_id_alternates(),
+            ObjectType::Elf if self.code_id_is_breakpad_hash() => vec![ObjectId {
+                code_id: None,
+                ..self.clone()
+            }],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether the code id is the debug id's 16 bytes, as Breakpad's hash of a library
+    /// without a build id makes both (a 16-byte build id, from `--build-id=md5` or
+    /// `uuid`, looks the same, and costs one more location looked at).
+    fn code_id_is_breakpad_hash(&self) -> bool {
+        let (Some(code_id), Some(debug_id)) = (&self.code_id, &self.debug_id) else {
+            return false;
+        };
+        let Ok(bytes) = hex::decode(code_id.as_str()) else {
+            return false;
+        };
+        bytes.len() == 16
+            && DebugId::from_guid_age(&bytes, 0).is_ok_and(|id| id.uuid() == debug_id.uuid())
+    }
+
     /// A WebAssembly module's ids under the other reading of its `build_id` section,
     /// looked for after the id as sent. symbolic (so upstream, sentry-cli and the SDKs that
     /// follow them) takes the section's bytes as they are; the tool-conventions spec makes
@@ -214,6 +245,36 @@ mod tests {
 
     /// symbolic#1069: a code id is tried with its length prepended, and, when it starts
     /// with its own remaining length, stripped of it; each with its own debug id.
+    /// A minidump's ELF module whose code id is its debug id's 16 bytes (Breakpad's hash
+    /// of a library without a build id) is also looked for without it; one with a real
+    /// 20-byte build id is not.
+    #[test]
+    fn an_elf_code_id_that_is_breakpads_hash_is_also_dropped() {
+        let hashed = ObjectId {
+            code_id: Some(CodeId::new("ea868632608ea4a50137ff898116ced2".into())),
+            debug_id: Some("328686ea-8e60-a5a4-0137-ff898116ced2".parse().unwrap()),
+            object_type: ObjectType::Elf,
+            ..Default::default()
+        };
+        let alternates = hashed.lookup_alternates();
+        assert_eq!(alternates.len(), 1);
+        assert_eq!(alternates[0].code_id, None);
+        assert_eq!(alternates[0].debug_id, hashed.debug_id);
+        let built = ObjectId {
+            code_id: Some(CodeId::new(
+                "8ed1e949a972843f3312cbcd487caee7ae2cc52d".into(),
+            )),
+            debug_id: Some("49e9d18e-72a9-3f84-3312-cbcd487caee7".parse().unwrap()),
+            ..hashed.clone()
+        };
+        assert!(built.lookup_alternates().is_empty());
+        let unrelated = ObjectId {
+            debug_id: Some("49e9d18e-72a9-3f84-3312-cbcd487caee7".parse().unwrap()),
+            ..hashed
+        };
+        assert!(unrelated.lookup_alternates().is_empty());
+    }
+
     #[test]
     fn wasm_build_ids_are_tried_under_both_readings() {
         let alternates = wasm("67e9247c814e392ba027dbde6748fcbf").wasm_build_id_alternates();

@@ -324,6 +324,16 @@ mod tests {
             no_code_id.path(Unified).unwrap(),
             "32/49d99d0c4049318610f4e4fb0b69361/debuginfo"
         );
+        // An ELF library linked without a build id, as an APK ships it: by its debug id,
+        // where a Breakpad file without a code id goes too.
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/apk");
+        let data = std::fs::read(dir.join("libnoid.so")).unwrap();
+        let object = Object::parse(&data).unwrap();
+        let noid = describe(&object, "libnoid.so", None).unwrap().unwrap();
+        assert_eq!(
+            noid.path(Unified).unwrap(),
+            "32/8686ea8e60a5a40137ff898116ced20/executable"
+        );
         let mapping = describe_proguard("b6d6d1a6-2a5d-5a4f-9c24-1b2a3c4d5e6f".parse().unwrap());
         assert_eq!(
             mapping.path(Unified).unwrap(),

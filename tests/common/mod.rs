@@ -595,6 +595,21 @@ impl Drop for Server {
 
 /// The omnisym binary the tests start: this build's, or the one `OMNISYM_BIN` names
 /// (scripts/soak.sh runs a release build under the debug-built soak driver).
+/// `omnisym sort -o <dir> files...` into a new directory (the unified layout).
+pub fn sort_into_tempdir(files: &[&Path]) -> tempfile::TempDir {
+    let out = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new(binary())
+        .arg("sort")
+        .arg("-o")
+        .arg(out.path())
+        .args(files)
+        .env_remove("RUST_LOG")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    out
+}
+
 pub fn binary() -> PathBuf {
     std::env::var_os("OMNISYM_BIN")
         .map(PathBuf::from)

@@ -11,6 +11,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod apk;
 mod bigfiles;
 mod caching;
 mod cli;

@@ -12,21 +12,6 @@ use axum::http::StatusCode;
 use common::{Server, client, minidump_file, minidump_variant};
 use serde_json::Value;
 
-/// `omnisym sort -o <dir> files...`.
-fn sort(files: &[&Path]) -> tempfile::TempDir {
-    let out = tempfile::tempdir().unwrap();
-    let status = Command::new(common::binary())
-        .arg("sort")
-        .arg("-o")
-        .arg(out.path())
-        .args(files)
-        .env_remove("RUST_LOG")
-        .status()
-        .unwrap();
-    assert!(status.success());
-    out
-}
-
 fn server_for(root: &Path) -> Server {
     Server::start(&format!(
         "sources:\n  - {{id: sorted, type: filesystem, path: \"{}\", layout: {{type: unified}}}}\n",
@@ -86,7 +71,7 @@ fn module_frames(answer: &Value) -> Vec<(String, i64, Vec<String>)> {
 #[tokio::test]
 async fn minidump_stackwalk_symbolicates_from_the_tecken_prefix() {
     let variant = minidump_variant("fp");
-    let root = sort(&[&minidump_file(&variant, "breakpad")]);
+    let root = common::sort_into_tempdir(&[&minidump_file(&variant, "breakpad")]);
     let server = server_for(root.path());
     let dump = minidump_file(&variant, "minidump");
 
@@ -114,7 +99,7 @@ async fn minidump_stackwalk_symbolicates_from_the_tecken_prefix() {
 async fn tecken_paths_answer_breakpad_files_only() {
     let variant = minidump_variant("fp");
     let sym = minidump_file(&variant, "breakpad");
-    let root = sort(&[&sym]);
+    let root = common::sort_into_tempdir(&[&sym]);
     let server = server_for(root.path());
     let id = variant["breakpad_id"].as_str().unwrap();
     let code_id = variant["code_id"].as_str().unwrap();
@@ -163,7 +148,7 @@ async fn tecken_paths_answer_breakpad_files_only() {
     assert!(resp.text().await.unwrap().contains("code_id"));
 
     // Where a DWARF debug file is sorted, no Breakpad file answers.
-    let debug_root = sort(&[&minidump_file(&variant, "debug")]);
+    let debug_root = common::sort_into_tempdir(&[&minidump_file(&variant, "debug")]);
     let server = server_for(debug_root.path());
     let resp = client()
         .get(format!(
