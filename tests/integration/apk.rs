@@ -231,3 +231,41 @@ async fn a_minidump_of_a_library_without_a_build_id() {
         "{response:#}"
     );
 }
+
+/// The steered walk (`unwind_order`) on arm64: the same frames, whichever strategy
+/// comes first and found by it, and the stack ends where the dump's does (a zero frame
+/// record).
+#[tokio::test]
+async fn a_steered_walk_of_the_arm64_dump_finds_the_same_frames() {
+    let server = Server::start("");
+    let root = symbols();
+    let dump = std::fs::read(fixtures().join("apk/crash.dmp")).unwrap();
+    for order in [
+        json!(["cfi", "frame_pointer"]),
+        json!(["frame_pointer", "cfi"]),
+    ] {
+        let options = json!({"unwind_order": order});
+        let (content_type, body) = minidump_form(&dump, &sources(root.path()), &options);
+        let (status, response) = server.post_typed("/minidump", &content_type, body).await;
+        assert_eq!(status, StatusCode::OK, "{response}");
+        let thread = common::crashing_thread(&response);
+        assert_eq!(
+            answered(&thread["frames"]),
+            truth(),
+            "{order}: {response:#}"
+        );
+        let trust: Vec<&str> = thread["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["trust"].as_str().unwrap())
+            .collect();
+        // The innermost frame is always unwound by its rules first (a leaf pushed no
+        // frame record); after it, the order decides.
+        let steered = match order[0].as_str() {
+            Some("cfi") => ["context", "cfi", "cfi", "cfi"],
+            _ => ["context", "cfi", "fp", "fp"],
+        };
+        assert_eq!(trust, steered, "{order}");
+    }
+}
