@@ -797,3 +797,50 @@ async fn chunks_of_abandoned_uploads_are_removed_and_resumable_ones_kept() {
         1.0
     );
 }
+
+/// An Android library without a build id, uploaded by sentry-cli as a team uploads its
+/// unstripped libraries: the store places it under its debug id, and the minidump whose
+/// module list names the APK (its code id Breakpad's hash of the code) is walked and
+/// symbolicated from the store alone. Before, the store had no place for it and refused
+/// the upload.
+#[tokio::test]
+async fn an_apk_library_without_a_build_id_from_the_store() {
+    let Some(cli) = sentry_cli("apk_library_from_the_store") else {
+        return;
+    };
+    let store = StoreServer::start(cli, "");
+    let apk = fixtures().join("apk");
+    store.run(&[
+        "debug-files",
+        "upload",
+        "--org",
+        "acme",
+        "--project",
+        "android",
+        apk.join("libnoid.so").to_str().unwrap(),
+    ]);
+    let expected: Value =
+        serde_json::from_slice(&std::fs::read(apk.join("expected.json")).unwrap()).unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    let dump = std::fs::read(apk.join("crash-noid.dmp")).unwrap();
+    let (content_type, body) = minidump_form(&dump, &empty_sources(empty.path()), &json!({}));
+    let (status, response) = store
+        .server
+        .post_typed("/minidump", &content_type, body)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{response}");
+    assert_eq!(
+        response["modules"][0]["debug_status"], "found",
+        "{response:#}"
+    );
+    let frames = crashing_thread(&response)["frames"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let want = expected["noid"]["frames"].as_array().unwrap();
+    assert_eq!(frames.len(), want.len(), "{response:#}");
+    for (got, want) in frames.iter().zip(want) {
+        assert_eq!(got["function"], want["function"], "{got:#}");
+        assert_eq!(got["lineno"], want["lineno"], "{got:#}");
+    }
+}
