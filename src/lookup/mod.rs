@@ -32,6 +32,7 @@ pub use downloads::{Downloads, FileFormat, Plain, PlainFormat, file_key};
 pub use locate::Locator;
 pub use object_file::{
     BundledSource, ObjectFile, ObjectHandle, ObjectHint, ObjectLimits, ObjectMeta, SymbolicObject,
+    source_map_file_name, source_mapping_url,
 };
 pub use objects::{FindResult, FoundObject, ObjectLookup, ObjectPurpose};
 pub use secondary::{SecondaryFile, SecondaryInputs, first_found};

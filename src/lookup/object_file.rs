@@ -556,6 +556,15 @@ pub fn source_mapping_url(module: &[u8]) -> Option<String> {
     None
 }
 
+/// The last segment of a `sourceMappingURL`, without query or fragment: the file's
+/// name, which is all that is looked for. Nothing that could name another directory.
+pub fn source_map_file_name(url: &str) -> Option<&str> {
+    let path = url.split(['?', '#']).next().unwrap_or_default();
+    let name = path.rsplit('/').next().unwrap_or_default();
+    let usable = !name.is_empty() && name != "." && name != ".." && !name.contains('\\');
+    usable.then_some(name)
+}
+
 /// Which VCS a PDB's SRCSRV stream names, if it has one. Read from that stream alone:
 /// symbolic's `srcsrv_vcs_name` needs a whole debug session, which copies the type and
 /// id streams onto the heap (580 MiB for a 1 GiB PDB, while its download was checked).
@@ -669,6 +678,23 @@ impl FileFormat for ObjectFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only the name a `sourceMappingURL` ends in is looked for, and never one that
+    /// names a directory.
+    #[test]
+    fn a_source_mapping_url_names_a_file_beside_the_module() {
+        let name = source_map_file_name;
+        assert_eq!(
+            name("https://cdn.example/assets/app.wasm.map?v=3#x"),
+            Some("app.wasm.map")
+        );
+        assert_eq!(name("app.wasm.map"), Some("app.wasm.map"));
+        assert_eq!(name("../../etc/passwd"), Some("passwd"));
+        assert_eq!(name("https://cdn.example/assets/"), None);
+        assert_eq!(name("https://cdn.example/assets/.."), None);
+        assert_eq!(name("a\\..\\b.map"), None);
+        assert_eq!(name(""), None);
+    }
 
     /// The URL Emscripten's `--source-map-base` wrote, read from the section as browsers
     /// read it; a module without the section has none.

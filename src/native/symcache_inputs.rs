@@ -34,7 +34,7 @@ use crate::error::{CacheError, CacheResult};
 use crate::fetch::RemoteFile;
 use crate::lookup::{
     Downloads, FileFormat, FoundObject, Locator, Lookup, ObjectMeta, SecondaryFile,
-    SecondaryInputs, file_key, first_found,
+    SecondaryInputs, file_key, first_found, source_map_file_name,
 };
 use crate::sources::{FileType, ObjectId, SourceConfig};
 
@@ -194,7 +194,10 @@ impl InputFinder {
             return None;
         }
         let module = object.file.path()?;
-        let named = meta.source_mapping_url.as_deref().and_then(url_file_name);
+        let named = meta
+            .source_mapping_url
+            .as_deref()
+            .and_then(source_map_file_name);
         let beside = named.map(|name| match module.rsplit_once('/') {
             Some((dir, _)) => format!("{dir}/{name}"),
             None => name.to_owned(),
@@ -262,15 +265,6 @@ impl InputFinder {
             item: data,
         })
     }
-}
-
-/// The last segment of a `sourceMappingURL`, without query or fragment: the file's
-/// name, which is all that is looked for. Nothing that could name another directory.
-fn url_file_name(url: &str) -> Option<&str> {
-    let path = url.split(['?', '#']).next().unwrap_or_default();
-    let name = path.rsplit('/').next().unwrap_or_default();
-    let usable = !name.is_empty() && name != "." && name != ".." && !name.contains('\\');
-    usable.then_some(name)
 }
 
 /// A WebAssembly source map, checked to parse as one when it lands; the hint is the
@@ -428,23 +422,6 @@ mod tests {
             matches!(at_limit, Err(CacheError::Malformed(_))),
             "{at_limit:?}"
         );
-    }
-
-    /// Only the name a `sourceMappingURL` ends in is looked for, and never one that
-    /// names a directory.
-    #[test]
-    fn a_source_mapping_url_names_a_file_beside_the_module() {
-        let name = url_file_name;
-        assert_eq!(
-            name("https://cdn.example/assets/app.wasm.map?v=3#x"),
-            Some("app.wasm.map")
-        );
-        assert_eq!(name("app.wasm.map"), Some("app.wasm.map"));
-        assert_eq!(name("../../etc/passwd"), Some("passwd"));
-        assert_eq!(name("https://cdn.example/assets/"), None);
-        assert_eq!(name("https://cdn.example/assets/.."), None);
-        assert_eq!(name("a\\..\\b.map"), None);
-        assert_eq!(name(""), None);
     }
 
     #[test]

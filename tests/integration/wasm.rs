@@ -229,3 +229,21 @@ async fn both_readings_of_a_spec_build_id_find_the_module() {
         assert_eq!(answered(&response), expected(), "{response:#}");
     }
 }
+
+/// `omnisym sort` of a build's output (the module and its map side by side, as
+/// Emscripten writes them) keeps the map beside the sorted module, so a store seeded
+/// from it answers with lines.
+#[tokio::test]
+async fn a_sorted_module_keeps_its_source_map() {
+    let build = tempfile::tempdir().unwrap();
+    for file in ["trap.wasm", "trap.wasm.map"] {
+        std::fs::copy(wasm_file(file), build.path().join(file)).unwrap();
+    }
+    let tree = crate::common::sort_into_tempdir(&[&build.path().join("trap.wasm")]);
+    let (code_id, debug_id) = ids("trap.wasm");
+    let mut request = wasm_request(tree.path(), &code_id, &debug_id);
+    request["sources"][0]["layout"]["type"] = json!("unified");
+    let server = Server::start("");
+    let response = found(&server, &request).await;
+    assert_eq!(answered(&response), expected(), "{response:#}");
+}

@@ -19,12 +19,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use anyhow::{Context, Result, anyhow, bail};
 use symbolic::common::ByteView;
-use symbolic::debuginfo::{Archive, FileFormat, ObjectKind};
+use symbolic::debuginfo::{Archive, FileFormat, Object, ObjectKind};
 
 use super::SortArgs;
 use super::progress::WorkBar;
 use crate::fetch::DecompressLimits;
-use crate::lookup::fat64;
+use crate::lookup::{fat64, source_map_file_name, source_mapping_url};
 use crate::sources::{DirectoryLayoutType, ObjectType};
 use crate::store::layout::{Described, Meta, describe, describe_proguard};
 use inputs::Entry;
@@ -283,7 +283,13 @@ impl Sorter<'_> {
             None if Archive::peek(&data) == FileFormat::Unknown => {
                 return self.sort_proguard(&data, &name);
             }
-            None => self.sort_objects(&data, &name, None)?,
+            None => {
+                let sorted = self.sort_objects(&data, &name, None)?;
+                if Archive::peek(&data) == FileFormat::Wasm {
+                    self.sort_wasm_source_map(path, &data, &name)?;
+                }
+                sorted
+            }
         };
         let Some(candidates) = candidates else {
             return Ok(());
@@ -297,6 +303,62 @@ impl Sorter<'_> {
                     .entry(id)
                     .or_insert_with(|| Some(path.to_owned()));
             }
+        }
+        Ok(())
+    }
+
+    /// A WebAssembly module's source map, looked for beside the module's input as the
+    /// server looks for it beside a stored module (under the name the module's
+    /// `sourceMappingURL` ends in, then the input's name plus `.map`), and written at the
+    /// sorted module's path plus `.map`, where the server finds it whatever the URL
+    /// says. A module has no other way into a store with its map.
+    fn sort_wasm_source_map(&self, path: &Path, data: &[u8], name: &str) -> Result<()> {
+        let Ok(object) = Object::parse(data) else {
+            return Ok(());
+        };
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let named = source_mapping_url(data)
+            .as_deref()
+            .and_then(source_map_file_name)
+            .map(|file| dir.join(file));
+        let beside = PathBuf::from(format!("{}.map", path.display()));
+        let found = named
+            .into_iter()
+            .chain([beside])
+            .find_map(|candidate| Some((std::fs::read(&candidate).ok()?, candidate)));
+        let Some((map, map_path)) = found else {
+            return Ok(());
+        };
+        if let Err(err) = sourcemap::SourceMap::from_slice(&map) {
+            self.out.warn(format!(
+                "WARNING: {} is no source map ({err}); {name} is sorted without it.",
+                map_path.display()
+            ));
+            return Ok(());
+        }
+        let Some(described) = describe(&object, name, None)? else {
+            return Ok(());
+        };
+        let Some(rel) = described.path(self.layout) else {
+            return Ok(());
+        };
+        let map_name = file_name(&map_path);
+        let meta = Meta {
+            name: Some(map_name.clone()),
+            arch: None,
+            file_format: None,
+        };
+        match self
+            .store
+            .put(&format!("{rel}.map"), &map, described.rank(), &meta)?
+        {
+            Outcome::Written(at) | Outcome::Replaced(at) => {
+                self.out.log(format!(
+                    "{map_name} (source map of {name}) -> {}",
+                    at.display()
+                ));
+            }
+            Outcome::Duplicate(_) => {}
         }
         Ok(())
     }
