@@ -97,11 +97,15 @@ impl SecondaryInputs for SymCacheInputs {
         scope: &'a Scope,
     ) -> BoxFuture<'a, Self> {
         Box::pin(async move {
-            // A module's source map is named by its object, not by its debug id: a
-            // module without a build id has none.
+            // A Wasm module's source map is named by the module (where it was found,
+            // what its `sourceMappingURL` says), not by an id; one with DWARF answers
+            // from it, so its map is not looked for and its SymCache keeps its key.
             if let Ok(meta) = &object.meta
                 && meta.arch == Arch::Wasm32
             {
+                if meta.features.has_debug_info {
+                    return Self::default();
+                }
                 let wasm_source_map = finder.wasm_source_map(object, meta, scope).await;
                 return SymCacheInputs {
                     wasm_source_map,
