@@ -271,6 +271,19 @@ impl InputFinder {
     }
 }
 
+/// A downloaded secondary input, refused when it is larger than `max` (the `setting`
+/// that says so): one the download's limit let through unpacked, say, from an archive.
+fn open_within(path: &Path, max: u64, what: &str, setting: &str) -> CacheResult<ByteView<'static>> {
+    let data = ByteView::open(path).map_err(CacheError::internal)?;
+    if data.len() as u64 > max {
+        return Err(CacheError::TooLarge(format!(
+            "{what} of {} bytes, past {setting} ({max})",
+            data.len()
+        )));
+    }
+    Ok(data)
+}
+
 /// A WebAssembly source map, checked to parse as one when it lands; the hint is the
 /// largest size accepted (`max_wasm_source_map_size`).
 pub struct WasmSourceMapFile;
@@ -285,13 +298,7 @@ impl FileFormat for WasmSourceMapFile {
     }
 
     fn prepare(path: &Path, max: &u64) -> CacheResult<Option<std::ops::Range<u64>>> {
-        let data = ByteView::open(path).map_err(CacheError::internal)?;
-        if data.len() as u64 > *max {
-            return Err(CacheError::TooLarge(format!(
-                "source map of {} bytes, past max_wasm_source_map_size ({max})",
-                data.len()
-            )));
-        }
+        let data = open_within(path, *max, "source map", "max_wasm_source_map_size")?;
         match SourceMap::from_slice(&data) {
             Ok(_) => Ok(None),
             Err(e) => Err(CacheError::Malformed(format!("source map: {e}"))),
@@ -317,14 +324,7 @@ impl FileFormat for Il2cppFile {
     }
 
     fn prepare(path: &Path, max: &u64) -> CacheResult<Option<std::ops::Range<u64>>> {
-        let data = ByteView::open(path).map_err(CacheError::internal)?;
-        // A mapping the download's limit let through unpacked, say, from an archive.
-        if data.len() as u64 > *max {
-            return Err(CacheError::TooLarge(format!(
-                "il2cpp line mapping of {} bytes, past max_il2cpp_mapping_size ({max})",
-                data.len()
-            )));
-        }
+        let data = open_within(path, *max, "il2cpp line mapping", "max_il2cpp_mapping_size")?;
         Il2cppMapping::check(&data).map_err(CacheError::Malformed)?;
         Ok(None)
     }

@@ -163,6 +163,18 @@ async fn every_frame_of_a_trap_matches_the_source_maps_own_lookup() {
     assert_eq!(answered(&warm), expected());
 }
 
+/// A directory with the fixture module at `module` and `map` at that path plus `.map`.
+fn module_with_map(module: &str, map: &[u8]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    put(
+        dir.path(),
+        module,
+        &std::fs::read(wasm_file("trap.wasm")).unwrap(),
+    );
+    put(dir.path(), &format!("{module}.map"), map);
+    dir
+}
+
 /// A module without a `sourceMappingURL` naming its map (or one named otherwise) finds
 /// it at its own path with `.map` added; a map that does not parse is passed over and
 /// the module still answers with its names.
@@ -170,34 +182,14 @@ async fn every_frame_of_a_trap_matches_the_source_maps_own_lookup() {
 async fn the_map_at_the_modules_own_path_and_a_broken_one() {
     let (code_id, debug_id) = ids("trap.wasm");
     let module = native_path(&code_id);
-    let dir = tempfile::tempdir().unwrap();
-    put(
-        dir.path(),
-        &module,
-        &std::fs::read(wasm_file("trap.wasm")).unwrap(),
-    );
-    put(
-        dir.path(),
-        &format!("{module}.map"),
-        &std::fs::read(wasm_file("trap.wasm.map")).unwrap(),
-    );
+    let dir = module_with_map(&module, &std::fs::read(wasm_file("trap.wasm.map")).unwrap());
     let server = Server::start("");
     let request = wasm_request(dir.path(), &code_id, &debug_id);
     let (status, response) = server.post("/symbolicate", &request).await;
     assert_eq!(status, 200);
     assert_eq!(answered(&response), expected(), "{response:#}");
 
-    let broken = tempfile::tempdir().unwrap();
-    put(
-        broken.path(),
-        &module,
-        &std::fs::read(wasm_file("trap.wasm")).unwrap(),
-    );
-    put(
-        broken.path(),
-        &format!("{module}.map"),
-        b"{\"version\": 3, \"mappings\": 7}",
-    );
+    let broken = module_with_map(&module, b"{\"version\": 3, \"mappings\": 7}");
     let request = wasm_request(broken.path(), &code_id, &debug_id);
     let response = found(&server, &request).await;
     let names: Vec<String> = answered(&response).into_iter().map(|(f, _, _)| f).collect();
